@@ -1,0 +1,91 @@
+"""What rewritten code calls at run time.
+
+Rewritten modules reach this module through one reserved name, ``__graphmend__``
+(see ``graphmend.rewrite.templates.RUNTIME_NAME``), so user code can never collide
+with it. Everything a rewritten statement calls while TorchDynamo traces it must be
+traceable without a graph break: appending to a list, cloning a tensor, building
+tuples. Everything that talks to the outside world (printing, logging, warning,
+raising the user's exception) happens here, after the compiled region returns.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphmend.runtime.deferred import (
+    PENDING_EFFECTS,
+    capture,
+    defer_log,
+    defer_print,
+    defer_warning,
+    flush_pending_effects,
+    pending_effect_count,
+)
+from graphmend.runtime.compiled_calls import (
+    install_compile_wrappers,
+    run_compiled,
+    wrap_compiled,
+)
+from graphmend.runtime.traps import (
+    TRAP_MARKER,
+    TrapFailure,
+    equal_as_tensor,
+    raise_original_for_trap_failure,
+    trap_message,
+)
+
+# TorchDynamo treats this exact function object as a constant ``True`` while
+# tracing, so branching on it costs no graph break and keeps the eager path exact.
+is_compiling = torch.compiler.is_compiling
+
+__all__ = [
+    "PENDING_EFFECTS",
+    "TRAP_MARKER",
+    "TrapFailure",
+    "capture",
+    "defer_log",
+    "defer_print",
+    "defer_warning",
+    "equal_as_tensor",
+    "flush_pending_effects",
+    "install_compile_wrappers",
+    "is_compiling",
+    "pending_effect_count",
+    "raise_original_for_trap_failure",
+    "run_compiled",
+    "select",
+    "torch",
+    "trap_message",
+    "wrap_compiled",
+]
+
+
+def select(predicate, value_if_true, value_if_false):
+    """Pick between the values two branch arms computed, inside the graph when possible.
+
+    The choice between ``torch.where`` and a plain Python choice is made from facts
+    that TorchDynamo knows statically (types, shapes, dtypes, devices), so it costs
+    no graph break; when ``torch.where`` would not return exactly the taken arm's
+    value, the plain choice keeps the original behaviour (and its graph break).
+    """
+    if value_if_true is value_if_false:
+        return value_if_true
+    if (
+        isinstance(value_if_true, torch.Tensor)
+        and isinstance(value_if_false, torch.Tensor)
+        and isinstance(predicate, torch.Tensor)
+        and predicate.dtype == torch.bool
+        and predicate.dim() == 0
+        and value_if_true.shape == value_if_false.shape
+        and value_if_true.dtype == value_if_false.dtype
+        and value_if_true.device == value_if_false.device
+        and predicate.device == value_if_true.device
+        and value_if_true.requires_grad == value_if_false.requires_grad
+        and value_if_true.layout == torch.strided
+        and value_if_false.layout == torch.strided
+    ):
+        return torch.where(predicate, value_if_true, value_if_false)
+    return value_if_true if predicate else value_if_false
+
+
+install_compile_wrappers()

@@ -1,0 +1,87 @@
+"""Graph-native validation guards and the restoration of the exceptions they stand for.
+
+A lowered guard calls ``torch._assert_async(condition, message)``; the message
+carries a marker naming the module and the exception class of the original
+``raise``. When a compiled call fails with such a message, the boundary raises the
+original class with the original message instead of TorchDynamo's RuntimeError.
+A message is always passed: without one, inductor drops the assertion.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+
+import torch
+
+TRAP_MARKER = "[graphmend-trap "
+_FIELD_SEPARATOR = "|"
+
+
+class TrapFailure(RuntimeError):
+    """Raised in place of an original exception whose class could not be found again."""
+
+
+def trap_message(module_name: str, exception_path: str, message) -> str:
+    """The assertion message for a lowered guard (built while tracing, so it is a constant)."""
+    has_message = "0" if message is None else "1"
+    text = "" if message is None else str(message)
+    return (
+        f"{TRAP_MARKER}{module_name}{_FIELD_SEPARATOR}{exception_path}"
+        f"{_FIELD_SEPARATOR}{has_message}] {text}"
+    )
+
+
+def equal_as_tensor(left, right):
+    """``torch.equal(left, right)`` as a 0-d bool tensor, with no data-dependent Python bool.
+
+    Shapes and dtypes are static while tracing, so checking them first costs no
+    graph break, and keeps broadcasting from calling unequal shapes equal.
+    """
+    if left.shape != right.shape or left.dtype != right.dtype or left.device != right.device:
+        return torch.zeros((), dtype=torch.bool, device=left.device)
+    return (left == right).all()
+
+
+def _parse(error_text: str):
+    start = error_text.find(TRAP_MARKER)
+    if start < 0:
+        return None
+    rest = error_text[start + len(TRAP_MARKER) :]
+    header, separator, message = rest.partition("] ")
+    if not separator:
+        header, _, message = rest.partition("]")
+    module_name, _, rest_of_header = header.partition(_FIELD_SEPARATOR)
+    exception_path, _, has_message = rest_of_header.partition(_FIELD_SEPARATOR)
+    return module_name, exception_path, message if has_message == "1" else None
+
+
+def _resolve(module_name: str, exception_path: str):
+    module = sys.modules.get(module_name)
+    namespace = vars(module) if module is not None else {}
+    head, *attributes = exception_path.split(".")
+    if head in namespace:
+        value = namespace[head]
+    elif hasattr(builtins, head):
+        value = getattr(builtins, head)
+    else:
+        return None
+    for attribute in attributes:
+        value = getattr(value, attribute, None)
+    if isinstance(value, type) and issubclass(value, BaseException):
+        return value
+    return None
+
+
+def raise_original_for_trap_failure(error: BaseException) -> None:
+    """Raise the original exception if ``error`` is a failed lowered guard; else return."""
+    parsed = _parse(str(error))
+    if parsed is None:
+        return
+    module_name, exception_path, message = parsed
+    exception_class = _resolve(module_name, exception_path)
+    if exception_class is None:
+        raise TrapFailure(message) from error
+    if message is not None:
+        raise exception_class(message) from None
+    raise exception_class() from None
