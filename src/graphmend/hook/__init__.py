@@ -1,0 +1,132 @@
+"""Rewrite chosen packages as they are imported.
+
+    import graphmend.hook
+    with graphmend.hook.install(["transformers"]):
+        import transformers          # transformers.* is mended on import
+
+    handle = graphmend.hook.install(["mypkg"], rules=("trap", "defer"))
+    ...
+    handle.uninstall()
+
+How it behaves (after pytest's assertion rewriting, which is careful and boring):
+
+* The finder goes first on ``sys.meta_path`` and decides from the module name: a
+  targeted package ``pkg`` covers ``pkg`` and ``pkg.*`` (and ``transformers_modules.*``,
+  transformers' remote-code modules, when ``transformers`` is targeted). ``torch.*``
+  and ``graphmend.*`` are never rewritten. Only plain ``.py`` modules found by the
+  normal ``PathFinder`` are rewritten, with ``scope="all"``.
+* Modules already imported when ``install`` is called stay as they are; one
+  ``GraphmendWarning`` names them.
+* If the rewriter fails on a module (or its output does not compile), the original
+  module is loaded and one ``GraphmendWarning`` says which and why. A module with a
+  real syntax error raises Python's own ``SyntaxError``.
+* Rewritten code objects are cached (see ``graphmend.hook.cache``) in the module's
+  ``__pycache__`` (or under ``sys.pycache_prefix``), in ``cache_dir``, or in
+  ``$GRAPHMEND_CACHE_DIR``. ``sys.dont_write_bytecode`` is honoured.
+* Module attributes are those of a plain import: ``__file__``, ``__path__``,
+  ``__spec__.origin``, ``__cached__`` (where plain Python's ``.pyc`` would be; we never
+  write that file); ``importlib.resources`` works; ``__loader__.get_source`` returns
+  the original source.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from graphmend.hook.cache import CACHE_DIR_ENVIRONMENT_VARIABLE
+from graphmend.hook.finder import (
+    MendingFinder,
+    check_package_name,
+    main_directory_modules,
+    warn_about_imported_modules,
+)
+from graphmend.hook.loader import (
+    GraphmendWarning,
+    HookStats,
+    MendingLoader,
+    MendOptions,
+    normalize_rules,
+)
+from graphmend.rewrite.pipeline import ALL_RULES
+
+ALL = ALL_RULES
+
+__all__ = [
+    "ALL",
+    "CACHE_DIR_ENVIRONMENT_VARIABLE",
+    "GraphmendWarning",
+    "HookStats",
+    "InstallHandle",
+    "MendingFinder",
+    "MendingLoader",
+    "install",
+]
+
+
+class InstallHandle:
+    """An installed hook. Use it as a context manager, or call ``uninstall()``."""
+
+    def __init__(self, finder: MendingFinder):
+        self.finder = finder
+
+    @property
+    def stats(self) -> HookStats:
+        """Transform calls, cache hits and writes, and fallbacks so far."""
+        return self.finder.stats
+
+    @property
+    def installed(self) -> bool:
+        return self.finder in sys.meta_path
+
+    def uninstall(self) -> None:
+        """Remove the finder from ``sys.meta_path``. Modules it already loaded stay
+        loaded (and mended). Calling it twice is harmless."""
+        while self.finder in sys.meta_path:
+            sys.meta_path.remove(self.finder)
+
+    def __enter__(self) -> InstallHandle:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.uninstall()
+
+    def __repr__(self) -> str:
+        state = "installed" if self.installed else "uninstalled"
+        return f"<InstallHandle {state} {self.finder!r}>"
+
+
+def install(
+    packages: Sequence[str] | str = (),
+    *,
+    rules: Sequence[str] | str = ALL,
+    cache_dir: str | os.PathLike[str] | None = None,
+    include_main: bool = False,
+    cache: bool = True,
+) -> InstallHandle:
+    """Rewrite ``packages`` (and their submodules) when they are imported from now on.
+
+    ``rules``: which rules to run, a sequence or ``"trap,defer"``; ValueError for an
+    unknown one. ``cache_dir``: one folder for all cache files (default:
+    ``$GRAPHMEND_CACHE_DIR``, else next to each module). ``cache=False`` turns the
+    cache off. ``include_main``: also rewrite the top-level modules and packages in
+    the folder of the running ``__main__`` script (the user's own helpers), as found
+    when ``install`` is called.
+    """
+    if isinstance(packages, str):
+        packages = [packages]
+    packages = [check_package_name(name) for name in packages]
+    if cache_dir is None:
+        cache_dir = os.environ.get(CACHE_DIR_ENVIRONMENT_VARIABLE) or None
+    options = MendOptions(
+        rules=normalize_rules(rules, ALL_RULES),
+        scope="all",
+        use_cache=cache,
+        cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
+    )
+    main_directory, main_names = main_directory_modules() if include_main else (None, [])
+    finder = MendingFinder(packages, options, HookStats(), main_directory, main_names)
+    warn_about_imported_modules(finder, stacklevel=2)
+    sys.meta_path.insert(0, finder)
+    return InstallHandle(finder)
