@@ -1,4 +1,10 @@
-"""Run the rules over a module, in the paper's order: Trap, then Where, then Defer."""
+"""Run the rules over a module, in the paper's order: Trap, then Where, then Defer.
+
+Trap runs first because a branch-local ``raise`` would otherwise stop [Where];
+Where runs next because it restructures branches and returns; Defer runs last,
+once the final control flow is known. Facts are recomputed from the current tree
+before each rule, never patched by hand.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,35 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from graphmend.rewrite.findings import Finding
+from graphmend.analysis.bindings import ModuleBindings
+from graphmend.analysis.entry_points import find_entry_points, reachable_functions
+from graphmend.analysis.purity import PurityAnalysis
+from graphmend.analysis.scopes import iter_functions
+from graphmend.analysis.tensor_values import (
+    DYNAMIC_SHAPE_FUNCTIONS,
+    DYNAMIC_SHAPE_METHODS,
+    DataDependence,
+)
+from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR, TENSOR_ITEM, Finding
+from graphmend.rewrite.templates import RUNTIME_IMPORT, RUNTIME_NAME, is_guard, is_original, statements
+from graphmend.rules import defer, trap, where
+from graphmend.rules.base import FunctionContext, ModuleContext
 
 ALL_RULES = ("trap", "where", "defer")
+RULES = {"trap": trap.apply, "where": where.apply, "defer": defer.apply}
 SCOPES = ("entry", "all")
+
+
+@dataclass
+class Edit:
+    """Replace source lines ``first_line..last_line`` (1-based, inclusive) with ``text``.
+
+    ``text`` is unindented; the statement it replaces gives the indentation.
+    """
+
+    first_line: int
+    last_line: int
+    text: str
 
 
 @dataclass
@@ -17,6 +48,82 @@ class MendResult:
     source: str
     changed: bool
     findings: list[Finding] = field(default_factory=list)
+    edits: list[Edit] = field(default_factory=list)
+    runtime_import: str | None = None
+    tree: ast.Module | None = None
+
+
+def parse_rules(rules: Sequence[str] | str) -> tuple[str, ...]:
+    if isinstance(rules, str):
+        rules = [r.strip() for r in rules.split(",") if r.strip()]
+    unknown = [r for r in rules if r not in RULES]
+    if unknown:
+        raise ValueError(f"unknown rule {unknown[0]!r}; choose from {', '.join(ALL_RULES)}")
+    return tuple(r for r in ALL_RULES if r in rules)
+
+
+def _functions_in_scope(tree: ast.Module, bindings: ModuleBindings, scope: str):
+    if scope == "all":
+        return None
+    entry = find_entry_points(tree, bindings)
+    if not entry.found:
+        return set()
+    return {id(node) for node in reachable_functions(tree, entry)}
+
+
+def _report_unfixable(context: ModuleContext, in_scope) -> None:
+    """``.item()`` and dynamic-shape operators: no source rewrite keeps them in the graph."""
+    for facts in iter_functions(context.tree, context.bindings):
+        if in_scope is not None and id(facts.function) not in in_scope:
+            continue
+        data = DataDependence(facts)
+        for node in ast.walk(facts.function):
+            if is_original(node) or not isinstance(node, ast.Call):
+                continue
+            if data.first_item_call(node) is node:
+                context.report(
+                    facts, node, TENSOR_ITEM, f"`{ast.unparse(node.func)}()` copies a tensor value to Python",
+                    None, "the value leaves the graph; no source rewrite keeps it inside",
+                )
+            qualified = facts.qualified_name_of(node.func)
+            method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+            if qualified in DYNAMIC_SHAPE_FUNCTIONS or (qualified is None and method in DYNAMIC_SHAPE_METHODS):
+                context.report(
+                    facts, node, DYNAMIC_SHAPE_OPERATOR,
+                    f"`{ast.unparse(node.func)}` has a data-dependent output shape",
+                    None, "the output shape depends on tensor values",
+                )
+
+
+def _insert_runtime_import(tree: ast.Module) -> int:
+    """Insert the runtime import after the docstring and ``__future__`` imports."""
+    index = 0
+    body = tree.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(
+        body[0].value.value, str
+    ):
+        index = 1
+    while index < len(body) and isinstance(body[index], ast.ImportFrom) and body[index].module == "__future__":
+        index += 1
+    line = body[index - 1].end_lineno + 1 if index else 1
+    node = statements(RUNTIME_IMPORT)[0]
+    ast.fix_missing_locations(ast.copy_location(node, body[index] if index < len(body) else body[-1]))
+    tree.body.insert(index, node)
+    return line
+
+
+def _collect_edits(tree: ast.Module) -> list[Edit]:
+    edits: list[Edit] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if is_guard(child):
+                edits.append(Edit(child.lineno, child.end_lineno, ast.unparse(child)))
+                continue
+            visit(child)
+
+    visit(tree)
+    return edits
 
 
 def mend_module_source(
@@ -24,9 +131,62 @@ def mend_module_source(
     *,
     filename: str = "<string>",
     module_name: str | None = None,
-    rules: Sequence[str] = ALL_RULES,
+    rules: Sequence[str] | str = ALL_RULES,
     scope: str = "entry",
+    is_package: bool = False,
 ) -> MendResult:
-    """Rewrite one module's source. Raises SyntaxError for text that does not parse."""
-    ast.parse(source, filename=filename)
-    return MendResult(source=source, changed=False, findings=[])
+    """Rewrite one module's source. Raises SyntaxError for text that does not parse.
+
+    ``scope="entry"`` rewrites what the module's own ``torch.compile`` entry points
+    reach; ``scope="all"`` rewrites every function (for library code compiled from
+    elsewhere).
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
+    selected = parse_rules(rules)
+    tree = ast.parse(source, filename=filename)
+    bindings = ModuleBindings(tree, module_name, is_package)
+    if RUNTIME_NAME in bindings.binding_counts:
+        # Already rewritten (or the name is taken): rewriting again could not be exact.
+        return MendResult(source=source, changed=False, tree=tree)
+    context = ModuleContext(
+        tree=tree,
+        bindings=bindings,
+        purity=PurityAnalysis(tree, bindings),
+        filename=filename,
+        module_name=module_name,
+    )
+    in_scope = _functions_in_scope(tree, bindings, scope)
+    for rule_name in selected:
+        for facts in iter_functions(tree, bindings):
+            if in_scope is not None and id(facts.function) not in in_scope:
+                continue
+            RULES[rule_name](FunctionContext(facts, context))
+    _report_unfixable(context, in_scope)
+    context.findings.sort(key=lambda f: (f.line, f.col))
+    edits = _collect_edits(tree)
+    pure = {}
+    if context.uses_runtime or scope == "all":
+        for name in context.purity.pure_module_functions():
+            function = context.purity.functions[name]
+            if context.purity.function_impurity(function, calling_keywords=()) is None:
+                arguments = function.args
+                pure[name] = [a.arg for a in arguments.args + arguments.kwonlyargs]
+    if not context.uses_runtime and not pure:
+        return MendResult(source=source, changed=False, findings=context.findings, tree=tree)
+    import_line = _insert_runtime_import(tree)
+    if pure:
+        registration = statements(
+            f"{RUNTIME_NAME}.register_pure_functions(__name__, PURE)",
+            PURE=ast.parse(repr(pure), mode="eval").body,
+        )
+        tree.body += registration
+    ast.fix_missing_locations(tree)
+    return MendResult(
+        source=ast.unparse(tree) + "\n",
+        changed=True,
+        findings=context.findings,
+        edits=edits,
+        runtime_import=RUNTIME_IMPORT if context.uses_runtime else None,
+        tree=tree,
+    )

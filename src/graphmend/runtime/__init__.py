@@ -10,6 +10,8 @@ raising the user's exception) happens here, after the compiled region returns.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from graphmend.runtime.deferred import (
@@ -29,7 +31,9 @@ from graphmend.runtime.compiled_calls import (
 from graphmend.runtime.traps import (
     TRAP_MARKER,
     TrapFailure,
+    assert_guard,
     equal_as_tensor,
+    guard_holds,
     raise_original_for_trap_failure,
     trap_message,
 )
@@ -42,6 +46,10 @@ __all__ = [
     "PENDING_EFFECTS",
     "TRAP_MARKER",
     "TrapFailure",
+    "assert_guard",
+    "guard_holds",
+    "proven_pure",
+    "register_pure_functions",
     "capture",
     "defer_log",
     "defer_print",
@@ -86,6 +94,30 @@ def select(predicate, value_if_true, value_if_false):
     ):
         return torch.where(predicate, value_if_true, value_if_false)
     return value_if_true if predicate else value_if_false
+
+
+_PROVEN_PURE: dict = {}
+
+
+def register_pure_functions(module_name: str, keywords_by_function: dict) -> None:
+    """Record functions graphmend's purity analysis proved free of observable effects.
+
+    Each is pure when called with keyword arguments among those listed (its named
+    parameters), so a rewrite that hoists a call through an attribute it could not
+    resolve statically can check, while tracing, that the callee is one of these.
+    """
+    module = sys.modules.get(module_name)
+    if module is None:
+        return
+    for name, keywords in keywords_by_function.items():
+        function = vars(module).get(name)
+        if function is not None:
+            _PROVEN_PURE[function] = frozenset(keywords)
+
+
+def proven_pure(function, keywords=()) -> bool:
+    allowed = _PROVEN_PURE.get(function)
+    return allowed is not None and all(keyword in allowed for keyword in keywords)
 
 
 install_compile_wrappers()

@@ -85,3 +85,25 @@ def raise_original_for_trap_failure(error: BaseException) -> None:
     if message is not None:
         raise exception_class(message) from None
     raise exception_class() from None
+
+
+def guard_holds(value, expected_truth: bool):
+    """Whether ``bool(value) == expected_truth``, as a 0-d bool tensor when ``value`` is one.
+
+    Only facts TorchDynamo knows statically (type, element count, dtype) pick the
+    form, so this costs no graph break; a value that is not a one-element tensor
+    is tested with ``bool()`` exactly as the original ``if`` did.
+    """
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        truth = value if value.dtype == torch.bool else value != 0
+        truth = truth.reshape(())
+        return truth if expected_truth else torch.logical_not(truth)
+    return bool(value) == expected_truth
+
+
+def assert_guard(holds, message: str) -> None:
+    """Fail with ``message`` unless ``holds``: inside the graph when ``holds`` is a tensor."""
+    if isinstance(holds, torch.Tensor):
+        torch._assert_async(holds, message)
+    elif not holds:
+        raise RuntimeError(message)

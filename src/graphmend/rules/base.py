@@ -1,0 +1,132 @@
+"""What every rule shares: the module context, statement walking, legality checks.
+
+A rule looks at one function at a time, using facts computed from the current
+tree (so a rule that runs after another sees its edits), and for each candidate
+either plans an edit or records the first legality condition that failed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from graphmend.analysis.bindings import ModuleBindings
+from graphmend.analysis.purity import PurityAnalysis
+from graphmend.analysis.scopes import FunctionFacts
+from graphmend.analysis.tensor_values import DataDependence
+from graphmend.rewrite.findings import Finding
+from graphmend.rewrite.templates import is_original
+
+# A legality condition returns None when it holds, or the reason it fails.
+LegalityCondition = Callable[..., "str | None"]
+
+
+@dataclass
+class ModuleContext:
+    tree: ast.Module
+    bindings: ModuleBindings
+    purity: PurityAnalysis
+    filename: str
+    module_name: str | None
+    findings: list[Finding] = field(default_factory=list)
+    uses_runtime: bool = False
+    _counter: int = 0
+
+    def fresh_suffix(self) -> int:
+        self._counter += 1
+        return self._counter
+
+    def report(self, facts: FunctionFacts, node: ast.AST, category: str, message: str,
+               rule: str | None, reason: str | None) -> Finding:
+        finding = Finding(
+            line=node.lineno,
+            col=node.col_offset + 1,
+            category=category,
+            message=message,
+            function=facts.qualified_name,
+            rule=rule,
+            fixed=reason is None and rule is not None,
+            reason=reason,
+            path=self.filename,
+        )
+        self.findings.append(finding)
+        return finding
+
+
+@dataclass
+class FunctionContext:
+    facts: FunctionFacts
+    module: ModuleContext
+
+    def __post_init__(self) -> None:
+        self.data = DataDependence(self.facts)
+
+
+def first_failure(*checks: Callable[[], str | None]) -> str | None:
+    for check in checks:
+        reason = check()
+        if reason:
+            return reason
+    return None
+
+
+def statement_lists(node: ast.AST) -> Iterator[list[ast.stmt]]:
+    """Every statement list directly inside ``node``'s own scope (not nested defs)."""
+    for name in ("body", "orelse", "finalbody"):
+        value = getattr(node, name, None)
+        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+            yield value
+    for handler in getattr(node, "handlers", []):
+        yield handler.body
+    for case in getattr(node, "cases", []):
+        yield case.body
+
+
+def rewrite_statements(
+    function: ast.AST, rewrite: Callable[[ast.stmt, list[ast.stmt]], list[ast.stmt] | None]
+) -> None:
+    """Offer each statement of ``function`` (outside kept-original code) to ``rewrite``.
+
+    ``rewrite(statement, enclosing_list)`` returns replacement statements or None.
+    Replacements are not offered again, so a rule never rewrites its own output.
+    """
+
+    def visit_list(statements: list[ast.stmt]) -> None:
+        index = 0
+        while index < len(statements):
+            statement = statements[index]
+            if is_original(statement):
+                index += 1
+                continue
+            replacement = rewrite(statement, statements)
+            if replacement is not None:
+                statements[index : index + 1] = replacement
+                index += len(replacement)
+                continue
+            if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for inner in statement_lists(statement):
+                    visit_list(inner)
+            index += 1
+
+    visit_list(function.body)
+
+
+def enclosing_statements(function: ast.AST, target: ast.stmt) -> list[ast.stmt]:
+    """The chain of compound statements that contain ``target`` inside ``function``."""
+    chain: list[ast.stmt] = []
+
+    def search(node: ast.AST, path: list[ast.stmt]) -> bool:
+        for statements in statement_lists(node):
+            for statement in statements:
+                if statement is target:
+                    chain.extend(path)
+                    return True
+                if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue
+                if search(statement, path + [statement]):
+                    return True
+        return False
+
+    search(function, [])
+    return chain

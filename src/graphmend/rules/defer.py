@@ -1,0 +1,206 @@
+"""[Defer] print / logging / warnings calls: recorded in the graph, replayed after it.
+
+    print(a, b, sep=s)
+becomes
+    if __graphmend__.is_compiling():
+        __graphmend__.defer_print((a, b), {"sep": s})
+    else:
+        __graphmend__.flush_pending_effects()
+        print(a, b, sep=s)
+
+Arguments are evaluated at the call and captured (tensors cloned, containers
+copied); the runtime replays the effects in order when the compiled call returns
+or raises. The eager path flushes first, so output never overtakes earlier output.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+
+from graphmend.rewrite.findings import LOGGER_CALL
+from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
+from graphmend.rules.base import FunctionContext, enclosing_statements, first_failure, rewrite_statements
+
+RULE = "Defer"
+STANDARD_LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+# transformers adds these to logging.Logger; replaying the method keeps its
+# once-only cache and the caller location the original record had.
+ONCE_METHODS = frozenset({"warning_once", "info_once"})
+LOG_KEYWORDS_THAT_NEED_THE_CALLER = frozenset({"exc_info", "stack_info", "stacklevel"})
+OUTPUT_REDIRECTING_CONTEXTS = "a `with` block may redirect or capture the output"
+
+
+def classify_effect_call(context: FunctionContext, call: ast.Call) -> tuple[str, str] | None:
+    """("print"|"log"|"warn", detail) when ``call`` looks like an output call."""
+    facts = context.facts
+    callee = call.func
+    if isinstance(callee, ast.Name) and callee.id == "print":
+        return "print", "print"
+    qualified = facts.qualified_name_of(callee)
+    if qualified == "warnings.warn":
+        return "warn", "warnings.warn"
+    if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name):
+        method = callee.attr
+        if method in STANDARD_LOG_LEVELS or method in ONCE_METHODS or method in (
+            "log", "exception"
+        ):
+            return "log", f"{callee.value.id}.{method}"
+    return None
+
+
+def callee_is_real(context: FunctionContext, call: ast.Call, kind: str) -> str | None:
+    facts = context.facts
+    callee = call.func
+    if kind == "print":
+        if facts.is_local(callee.id):
+            return "`print` is bound locally in this function"
+        if not context.module.bindings.is_unbound_builtin("print"):
+            return "`print` is rebound in this module"
+        return None
+    if kind == "warn":
+        return None  # qualified_name_of already proved the binding
+    receiver = callee.value.id
+    if facts.is_local(receiver):
+        return f"`{receiver}` is a local name, not provably a logging.Logger"
+    if receiver not in context.module.bindings.loggers:
+        return f"`{receiver}` is not provably a logging.Logger (bound once by getLogger/get_logger)"
+    return None
+
+
+def keywords_supported(call: ast.Call, kind: str) -> str | None:
+    names = {keyword.arg for keyword in call.keywords}
+    if kind == "log":
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "exception":
+            return "`exception()` logs the active exception, which is gone after the graph"
+        needs_caller = names & LOG_KEYWORDS_THAT_NEED_THE_CALLER
+        if needs_caller:
+            return f"`{sorted(needs_caller)[0]}=` depends on the call stack at the call"
+        if None in names:
+            return "`**kwargs` may carry `stacklevel=` or `exc_info=`"
+    if kind == "warn":
+        for keyword in call.keywords:
+            if keyword.arg is None:
+                return "`**kwargs` may carry `stacklevel=`"
+            if keyword.arg == "stacklevel" and not (
+                isinstance(keyword.value, ast.Constant) and keyword.value.value == 1
+            ):
+                return "`stacklevel=` names a caller's location, unknown here"
+            if keyword.arg == "skip_file_prefixes":
+                return "`skip_file_prefixes=` depends on the call stack"
+        if len(call.args) > 2:
+            return "`stacklevel` passed positionally names a caller's location"
+    return None
+
+
+def not_inside_with(context: FunctionContext, statement: ast.stmt) -> str | None:
+    for outer in enclosing_statements(context.facts.function, statement):
+        if isinstance(outer, (ast.With, ast.AsyncWith)):
+            return OUTPUT_REDIRECTING_CONTEXTS
+    return None
+
+
+def arguments_do_not_format_tensor_values(context: FunctionContext, call: ast.Call, node) -> str | None:
+    for argument in list(call.args) + [k.value for k in call.keywords]:
+        for part in ast.walk(argument):
+            if isinstance(part, ast.FormattedValue) and context.data.is_data_dependent(part.value, node):
+                return "an argument formats a tensor value at the call"
+            if isinstance(part, ast.Call) and context.data.first_item_call(part) is not None:
+                return "an argument calls `.item()`, which syncs and breaks the graph at the call"
+    return None
+
+
+def no_trap_after(context: FunctionContext, statement: ast.stmt) -> str | None:
+    """A lowered guard that fails inside the graph would discard effects recorded before it."""
+    node = context.facts.node_for(statement)
+    if node is None:
+        return None
+    seen, frontier = set(), list(node.successors)
+    while frontier:
+        current = frontier.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if current.statement is not None and getattr(current.statement, "_graphmend_trap", False):
+            return (
+                f"a lowered validation guard follows at line {current.statement.lineno}; "
+                "its failure inside the graph would drop this output"
+            )
+        frontier.extend(current.successors)
+    return None
+
+
+def _tuple_of(expressions: list[ast.expr]) -> ast.Tuple:
+    return ast.Tuple(elts=list(expressions), ctx=ast.Load())
+
+
+def _dict_of(keywords: list[ast.keyword]) -> ast.Dict:
+    return ast.Dict(
+        keys=[ast.Constant(k.arg) if k.arg is not None else None for k in keywords],
+        values=[k.value for k in keywords],
+    )
+
+
+def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list[ast.stmt]:
+    arguments = _tuple_of(call.args)
+    keywords = _dict_of(call.keywords)
+    if kind == "print":
+        return statements(f"{RUNTIME_NAME}.defer_print(ARGS, KWARGS)", ARGS=arguments, KWARGS=keywords)
+    location_line = ast.Constant(call.lineno)
+    filename = ast.Constant(context.module.filename)
+    if kind == "warn":
+        return statements(
+            f"{RUNTIME_NAME}.defer_warning((FILE, LINE, __name__), ARGS, KWARGS)",
+            FILE=filename, LINE=location_line, ARGS=arguments, KWARGS=keywords,
+        )
+    method = call.func.attr
+    level = "log" if method == "log" else STANDARD_LOG_LEVELS.get(method)
+    return statements(
+        f"{RUNTIME_NAME}.defer_log(LOGGER, METHOD, LEVEL, (FILE, LINE, FUNCTION), ARGS, KWARGS)",
+        LOGGER=call.func.value,
+        METHOD=ast.Constant(method),
+        LEVEL=ast.Constant(level),
+        FILE=filename,
+        LINE=location_line,
+        FUNCTION=ast.Constant(context.facts.name),
+        ARGS=arguments,
+        KWARGS=keywords,
+    )
+
+
+def apply(context: FunctionContext) -> None:
+    def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
+        if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
+            return None
+        call = statement.value
+        classified = classify_effect_call(context, call)
+        if classified is None:
+            return None
+        kind, detail = classified
+        node = context.facts.node_for(statement)
+        reason = first_failure(
+            lambda: callee_is_real(context, call, kind),
+            lambda: keywords_supported(call, kind),
+            lambda: not_inside_with(context, statement),
+            lambda: arguments_do_not_format_tensor_values(context, call, node),
+            lambda: no_trap_after(context, statement),
+        )
+        context.module.report(
+            context.facts, statement, LOGGER_CALL, f"`{detail}(...)` call", RULE, reason
+        )
+        if reason:
+            return None
+        context.module.uses_runtime = True
+        recording = place(_recording_call(context, call, kind), statement)
+        flush = place(statements(f"{RUNTIME_NAME}.flush_pending_effects()"), statement)
+        return [compiled_or_original(recording, flush + [statement], f"{RULE}: original call")]
+
+    rewrite_statements(context.facts.function, rewrite)
