@@ -112,7 +112,9 @@ def test_mtime_is_not_part_of_the_key_but_the_source_is(make_package, fake_rewri
     assert fake_rewriter.module_names.count(f"{package.name}.mod") == 2
 
 
-def test_cache_dir_argument_and_environment_variable(make_package, fake_rewriter, tmp_path, monkeypatch):
+def test_cache_dir_argument_and_environment_variable(
+    make_package, fake_rewriter, tmp_path, monkeypatch
+):
     package = make_package()
     with graphmend.hook.install([package.name], cache_dir=tmp_path / "explicit"):
         import_fresh(package.name)
@@ -269,10 +271,14 @@ def test_unwritable_cache_folder_is_ignored(make_package, fake_rewriter, failing
         with graphmend.hook.install([package.name]) as handle:
             assert import_fresh(package.name).__mended_by_test__
     assert handle.stats.cache_writes == 0
-    assert [p for p in package.directory.rglob("*") if p.is_file() and p.name != "__init__.py"] == []
+    assert [
+        p for p in package.directory.rglob("*") if p.is_file() and p.name != "__init__.py"
+    ] == []
 
 
-def test_read_only_cache_folder_still_serves_hits(make_package, fake_rewriter, hook_handles, monkeypatch):
+def test_read_only_cache_folder_still_serves_hits(
+    make_package, fake_rewriter, hook_handles, monkeypatch
+):
     package = make_package()
     hook_handles([package.name])
     import_fresh(package.name)
@@ -312,7 +318,7 @@ def test_two_processes_filling_a_cold_cache_at_once(make_package):
         for _ in range(2)
     ]
     for process in processes:
-        stdout, stderr = process.communicate(timeout=120)
+        _, stderr = process.communicate(timeout=120)
         assert process.returncode == 0, stderr.decode()
     assert not [p for p in package.directory.rglob("*.tmp")]  # no temp files left behind
     warm = run_driver(package, *names)

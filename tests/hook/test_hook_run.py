@@ -133,7 +133,14 @@ def test_script_with_a_syntax_error_shows_pythons_message(script, capsys):
         (["--package"], "expected one argument"),
         (["--unknown", "x.py"], "unrecognized arguments: --unknown"),
     ],
-    ids=["no-script", "missing-script", "unknown-rule", "torch", "package-without-name", "unknown-option"],
+    ids=[
+        "no-script",
+        "missing-script",
+        "unknown-rule",
+        "torch",
+        "package-without-name",
+        "unknown-option",
+    ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(capsys, argv, message):
     assert run_command(argv) == 2
@@ -153,7 +160,11 @@ def test_help_exits_zero(capsys):
     ("argv", "ours", "theirs"),
     [
         (["s.py"], ["s.py"], []),
-        (["-p", "x", "--no-cache", "s.py", "-p", "y"], ["-p", "x", "--no-cache", "s.py"], ["-p", "y"]),
+        (
+            ["-p", "x", "--no-cache", "s.py", "-p", "y"],
+            ["-p", "x", "--no-cache", "s.py"],
+            ["-p", "y"],
+        ),
         (["--package=x", "s.py", "--", "z"], ["--package=x", "s.py"], ["--", "z"]),
         (["--", "s.py", "a"], ["--", "s.py"], ["a"]),
     ],
@@ -175,6 +186,7 @@ def test_end_to_end_in_a_fresh_interpreter(script, make_package, tmp_path):
     command = [sys.executable, "-m", "graphmend.cli.run", "-p", package.name, str(path), "5"]
     completed = subprocess.run(
         command,
+        check=False,
         env=subprocess_environment(package.root),
         cwd=tmp_path,
         capture_output=True,
@@ -193,10 +205,13 @@ def test_end_to_end_uncaught_exception(script, tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from graphmend.cli.run import run_command; "
-            "raise SystemExit(run_command(sys.argv[1:]))",
+            (
+                "import sys; from graphmend.cli.run import run_command; "
+                "raise SystemExit(run_command(sys.argv[1:]))"
+            ),
             str(path),
         ],
+        check=False,
         env=subprocess_environment(),
         capture_output=True,
         text=True,

@@ -170,10 +170,10 @@ def _run_as_main(code: types.CodeType, script: str, path: str, script_arguments:
 
 def _execute(code: types.CodeType, module: types.ModuleType) -> int:
     try:
-        exec(code, module.__dict__)
+        exec(code, module.__dict__)  # noqa: S102 - running the user's script is the point
     except SystemExit as exc:
         return _exit_code(exc)
-    except BaseException as exc:  # noqa: BLE001 - a script's uncaught error is reported, not raised
+    except BaseException as exc:  # noqa: BLE001 - reported as python reports it, not raised
         # Start the traceback at the script, as python does, not at this frame. The
         # default excepthook prints exc.__traceback__, so that is what must change.
         if exc.__traceback__ is not None:

@@ -86,7 +86,7 @@ class InstallHandle:
         while self.finder in sys.meta_path:
             sys.meta_path.remove(self.finder)
 
-    def __enter__(self) -> InstallHandle:
+    def __enter__(self) -> InstallHandle:  # noqa: PYI034 - typing.Self needs 3.11
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -178,7 +178,7 @@ def read_cached_code(cache_path: str, key: CacheKey) -> types.CodeType | None:
         return None
     try:
         code = marshal.loads(data[_HEADER.size :])
-    except Exception:  # marshal raises EOFError, ValueError or TypeError on bad data
+    except Exception:  # noqa: BLE001 - any bad data (EOFError, ValueError, ...) means a miss
         return None
     if not isinstance(code, types.CodeType):
         return None

@@ -126,8 +126,10 @@ def main_directory_modules() -> tuple[str | None, list[str]]:
         stem, extension = os.path.splitext(entry)
         if extension == ".py" and stem.isidentifier() and stem != main_stem:
             names.append(stem)
-        elif not extension and entry.isidentifier() and os.path.isfile(
-            os.path.join(directory, entry, "__init__.py")
+        elif (
+            not extension
+            and entry.isidentifier()
+            and os.path.isfile(os.path.join(directory, entry, "__init__.py"))
         ):
             names.append(entry)
     return directory, names
@@ -143,7 +145,9 @@ def warn_about_imported_modules(finder: MendingFinder, stacklevel: int) -> None:
         name
         for name, module in list(sys.modules.items())
         if finder.is_targeted(name)
-        and not isinstance(getattr(getattr(module, "__spec__", None), "loader", None), MendingLoader)
+        and not isinstance(
+            getattr(getattr(module, "__spec__", None), "loader", None), MendingLoader
+        )
     )
     if not already_imported:
         return

@@ -86,7 +86,7 @@ def mended_code(
             code = compile(result.source, path, "exec", dont_inherit=True)
         else:
             code = compile(source_bytes, path, "exec", dont_inherit=True)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - never break the user's program
         failure_reason = f"{type(exc).__name__}: {exc}"
 
     if failure_reason is not None:
