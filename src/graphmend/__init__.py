@@ -12,4 +12,18 @@ def mend_source(text: str, **options) -> str:
     return mend_module_source(text, **options).source
 
 
-__all__ = ["ALL_RULES", "MendResult", "__version__", "mend_module_source", "mend_source"]
+def mend(obj, **options):
+    """Mend a function, a class or an ``nn.Module`` instance; see ``graphmend.api.mend``."""
+    from graphmend.api import mend as mend_object
+
+    return mend_object(obj, **options)
+
+
+def install(*args, **kwargs):
+    """Rewrite chosen packages on import; see ``graphmend.hook.install``."""
+    from graphmend.hook import install as install_hook
+
+    return install_hook(*args, **kwargs)
+
+
+__all__ = ["ALL_RULES", "MendResult", "__version__", "install", "mend", "mend_module_source", "mend_source"]

@@ -1,21 +1,36 @@
-"""Count graphs and graph breaks the way the brief defines them.
+"""Count graphs and graph breaks.
 
-``breaks`` is ``graphs - 1`` under a counting backend, cross-checked with
-``torch._dynamo.utils.counters["graph_break"]``: a break before the first graph
-produces no graph, so the larger of the two is taken.
+Three witnesses are taken and the largest count wins: ``graphs - 1`` under a
+counting backend (misses a break before the first graph),
+``torch._dynamo.utils.counters["graph_break"]`` (misses data-dependent jumps), and
+TorchDynamo's own ``graph_breaks`` log records, one per break, each naming the
+user-code line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import re
 from dataclasses import dataclass, field
 
 import torch
+
+_BREAK_RECORD = re.compile(r"Graph break in user code at (?P<file>.*?):(?P<line>\d+)\s*\nGraph Break Reason: (?P<reason>.*)", re.S)
+
+
+@dataclass
+class BreakSite:
+    filename: str
+    line: int
+    reason: str
 
 
 @dataclass
 class BreakCount:
     graphs: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+    sites: list[BreakSite] = field(default_factory=list)
 
     @property
     def counted_breaks(self) -> int:
@@ -23,7 +38,7 @@ class BreakCount:
 
     @property
     def breaks(self) -> int:
-        return max(self.graphs - 1, self.counted_breaks, 0)
+        return max(self.graphs - 1, self.counted_breaks, len(self.sites), 0)
 
 
 class CountingBackend:
@@ -37,6 +52,36 @@ class CountingBackend:
         return graph_module.forward
 
 
+class _BreakRecords(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.sites: list[BreakSite] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = _BREAK_RECORD.search(record.getMessage())
+        if match:
+            reason = match.group("reason").strip().splitlines()[0] if match.group("reason").strip() else ""
+            self.sites.append(BreakSite(match.group("file"), int(match.group("line")), reason))
+
+
+@contextlib.contextmanager
+def recording_graph_breaks():
+    """Collect TorchDynamo's graph-break records without printing them."""
+    handler = _BreakRecords()
+    dynamo_logger = logging.getLogger("torch._dynamo")
+    saved_propagate = dynamo_logger.propagate
+    torch._logging.set_logs(graph_breaks=True)
+    saved_handlers = dynamo_logger.handlers[:]
+    dynamo_logger.handlers = [handler]
+    dynamo_logger.propagate = False
+    try:
+        yield handler.sites
+    finally:
+        dynamo_logger.handlers = saved_handlers
+        dynamo_logger.propagate = saved_propagate
+        torch._logging.set_logs()
+
+
 def count_breaks(function, *args, fullgraph: bool = False, **kwargs):
     """Compile ``function`` fresh, call it once, and return (result, BreakCount)."""
     from torch._dynamo.utils import counters
@@ -45,6 +90,7 @@ def count_breaks(function, *args, fullgraph: bool = False, **kwargs):
     counters.clear()
     backend = CountingBackend()
     compiled = torch.compile(function, backend=backend, dynamic=False, fullgraph=fullgraph)
-    result = compiled(*args, **kwargs)
-    count = BreakCount(backend.graphs, dict(counters["graph_break"]))
+    with recording_graph_breaks() as sites:
+        result = compiled(*args, **kwargs)
+    count = BreakCount(backend.graphs, dict(counters["graph_break"]), list(sites))
     return result, count
