@@ -7,7 +7,7 @@ import os
 import sys
 
 import pytest
-from hook_helpers import FakeRewriter, GeneratedPackage
+from hook.hook_helpers import FakeRewriter, GeneratedPackage
 
 import graphmend.hook
 import graphmend.hook.loader

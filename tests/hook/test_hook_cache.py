@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from hook_helpers import SUBPROCESS_DRIVER, run_driver, subprocess_environment
+from hook.hook_helpers import SUBPROCESS_DRIVER, run_driver, subprocess_environment
 
 import graphmend
 import graphmend.hook

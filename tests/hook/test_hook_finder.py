@@ -13,7 +13,7 @@ import types
 import warnings
 
 import pytest
-from hook_helpers import MENDED_MARKER
+from hook.hook_helpers import MENDED_MARKER
 
 import graphmend.hook
 from graphmend.hook import GraphmendWarning, HookStats, MendingFinder, MendingLoader

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from hook_helpers import subprocess_environment
+from hook.hook_helpers import subprocess_environment
 
 from graphmend.cli.run import run_command, split_script_arguments
 from graphmend.hook import MendingFinder

@@ -48,21 +48,27 @@ _HEADER = struct.Struct("<4sI4s32s")
 # Characters of the key digest that go into the file name; the full digest is in the header.
 _NAME_DIGEST_LENGTH = 24
 
+# The subpackages whose code decides what mended code looks like, or what it calls.
+REWRITER_SUBPACKAGES = ("analysis", "rules", "rewrite", "runtime")
+
 _rewriter_fingerprint: str | None = None
 
 
 def rewriter_fingerprint() -> str:
-    """SHA-256 over graphmend's own ``.py`` files, computed once per process.
+    """SHA-256 over the rewriter's own ``.py`` files, computed once per process.
 
     The version number alone does not change while the rules are being developed in
     an editable install; without this, a cache filled by yesterday's rules would keep
-    serving yesterday's rewrites.
+    serving yesterday's rewrites. Editing the CLI or this hook does not invalidate it.
     """
     global _rewriter_fingerprint
     if _rewriter_fingerprint is None:
         digest = hashlib.sha256()
         package_root = Path(graphmend.__file__).parent
-        for path in sorted(package_root.rglob("*.py")):
+        sources = [package_root / "__init__.py"]
+        for subpackage in REWRITER_SUBPACKAGES:
+            sources.extend((package_root / subpackage).rglob("*.py"))
+        for path in sorted(sources):
             try:
                 data = path.read_bytes()
             except OSError:
