@@ -35,10 +35,16 @@ def trap_message(module_name: str, exception_path: str, message) -> str:
 def equal_as_tensor(left, right):
     """``torch.equal(left, right)`` as a 0-d bool tensor, with no data-dependent Python bool.
 
-    Shapes and dtypes are static while tracing, so checking them first costs no
-    graph break, and keeps broadcasting from calling unequal shapes equal.
+    Shapes are static while tracing, so checking them first costs no graph break and
+    keeps broadcasting from calling a [4] and a [1, 4] tensor equal. Like
+    ``torch.equal``, values of different dtypes compare after promotion. Anything
+    else (different devices, non-tensors) goes to ``torch.equal`` itself.
     """
-    if left.shape != right.shape or left.dtype != right.dtype or left.device != right.device:
+    if not (isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor)) or (
+        left.device != right.device
+    ):
+        return torch.equal(left, right)
+    if left.shape != right.shape:
         return torch.zeros((), dtype=torch.bool, device=left.device)
     return (left == right).all()
 

@@ -1,0 +1,140 @@
+"""Shared helpers for rule tests: load source as a module, run it eagerly and compiled."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import logging
+import sys
+import textwrap
+import types
+import warnings
+
+import torch
+
+import graphmend
+import graphmend.runtime  # noqa: F401  (wraps torch.compile before any test compiles)
+from graphmend.counting import count_breaks
+
+_names = itertools.count()
+
+
+def load_module(source, stem: str = "fixture", filename: str | None = None) -> types.ModuleType:
+    """Execute ``source`` (text or an ``ast.Module``) as a fresh, registered module."""
+    name = f"graphmend_test_{stem}_{next(_names)}"
+    module = types.ModuleType(name)
+    module.__file__ = filename or f"<{name}>"
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module
+
+
+def mend(source: str, **options) -> graphmend.MendResult:
+    options.setdefault("scope", "all")
+    return graphmend.mend_module_source(textwrap.dedent(source), **options)
+
+
+def original_and_mended(source: str, **options):
+    """Both versions from one file name; the mended one compiled from the rewritten tree,
+    as the import hook does, so line numbers are the original ones."""
+    source = textwrap.dedent(source)
+    filename = f"<fixture_{next(_names)}>"
+    result = mend(source, filename=filename, **options)
+    original = load_module(source, "original", filename)
+    mended = load_module(result.tree if result.changed else source, "mended", filename)
+    return original, mended, result
+
+
+class Observation:
+    """Everything a user can see from one call: value or exception, stdout, logs, warnings."""
+
+    def __init__(self, value=None, error=None, stdout="", logs=(), warned=()):
+        self.value, self.error, self.stdout, self.logs, self.warned = value, error, stdout, list(logs), list(warned)
+
+    def assert_same_as(self, other: "Observation") -> None:
+        assert (self.error is None) == (other.error is None), (self.error, other.error)
+        if self.error is not None:
+            # Each fixture module defines its own exception classes: compare by name,
+            # and by identity for classes that both modules share (builtins).
+            assert type(self.error).__qualname__ == type(other.error).__qualname__
+            if type(other.error).__module__ == "builtins":
+                assert type(self.error) is type(other.error)
+            assert str(self.error) == str(other.error)
+        else:
+            assert_identical(self.value, other.value)
+        assert self.stdout == other.stdout
+        assert self.logs == other.logs
+        assert self.warned == other.warned
+
+
+def assert_identical(first, second) -> None:
+    if isinstance(first, torch.Tensor):
+        assert isinstance(second, torch.Tensor)
+        assert first.dtype == second.dtype and first.shape == second.shape
+        assert torch.equal(first, second), (first, second)
+    elif isinstance(first, (tuple, list)):
+        assert type(first) is type(second) and len(first) == len(second)
+        for a, b in zip(first, second):
+            assert_identical(a, b)
+    else:
+        assert first == second
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        if not record.name.startswith("graphmend_test_"):
+            return  # torch's and inductor's own logs are not the program's output
+        self.records.append((record.levelname, record.getMessage(), record.lineno, record.funcName))
+
+
+def observe(function, *args, compiled: bool = False, backend: str = "eager") -> Observation:
+    handler = _Records()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    saved_level = root.level
+    root.setLevel(logging.DEBUG)
+    stdout = io.StringIO()
+    target = function
+    if compiled:
+        torch._dynamo.reset()
+        target = torch.compile(function, backend=backend, dynamic=False)
+    value = error = None
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(stdout):
+            warnings.simplefilter("always")
+            try:
+                value = target(*args)
+            except Exception as exception:  # the observation is the exception itself
+                error = exception
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved_level)
+    warned = [(str(w.message), w.category, w.lineno, w.filename) for w in caught]
+    return Observation(value, error, stdout.getvalue(), handler.records, warned)
+
+
+def assert_equivalent(original, mended, *args, backends=("eager",)) -> None:
+    """Mended code, eager and compiled, behaves exactly like the original run eagerly."""
+    reference = observe(original, *args)
+    observe(mended, *args).assert_same_as(reference)
+    for backend in backends:
+        observe(mended, *args, compiled=True, backend=backend).assert_same_as(reference)
+
+
+def breaks(function, *args) -> int:
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            _, count = count_breaks(function, *args)
+        except Exception:
+            raise
+    return count.breaks
+
+
+def finding_reasons(result: graphmend.MendResult, rule: str) -> list[str]:
+    return [f.reason for f in result.findings if f.rule == rule and not f.fixed]

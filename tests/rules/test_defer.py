@@ -1,0 +1,179 @@
+"""[Defer]: must-rewrite cases with break counts, named must-not cases, differential runs."""
+
+import textwrap
+
+import pytest
+import torch
+
+from helpers import assert_equivalent, breaks, finding_reasons, mend, original_and_mended
+
+PRELUDE = """
+import logging
+import warnings
+import torch
+logger = logging.getLogger(__name__)
+"""
+
+MUST_REWRITE = {
+    "print_figure_4": """
+        def f(x):
+            x = torch.relu(x)
+            print("tensor:", x)
+            return torch.sin(x)
+    """,
+    "print_all_keywords": """
+        import sys
+        def f(x):
+            print("a", x.shape, sep="|", end="!\\n", file=sys.stdout, flush=True)
+            return x * 2
+    """,
+    "logger_methods": """
+        def f(x):
+            logger.debug("d %s", 1)
+            logger.info("i %s", 2)
+            logger.warning("w %s", 3)
+            logger.error("e")
+            logger.critical("c")
+            logger.log(logging.WARNING, "l %d", 4)
+            return x + 1
+    """,
+    "warnings_warn_with_category": """
+        def f(x):
+            warnings.warn("careful", DeprecationWarning)
+            return x - 1
+    """,
+    "value_as_at_the_call": """
+        def f(x):
+            y = x * 1
+            print("before", y)
+            y.add_(1)
+            print("after", y)
+            return y
+    """,
+    "inside_static_branch_and_loop": """
+        def f(x, verbose=True):
+            for i in range(2):
+                if verbose:
+                    print("step", i)
+                x = x + i
+            return x
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REWRITE))
+def test_must_rewrite_removes_every_break(name):
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(MUST_REWRITE[name]))
+    assert any(f.rule == "Defer" and f.fixed for f in result.findings)
+    x = torch.randn(4)
+    assert breaks(original.f, x) >= 1
+    assert breaks(mended.f, x) == 0
+    assert_equivalent(original.f, mended.f, x)
+
+
+MUST_NOT_REWRITE = {
+    # callee_is_real
+    "print_rebound_in_module": ("print = lambda *a: None\ndef f(x):\n    print(x)\n    return x", "rebound"),
+    "print_local": ("def f(x, print=print):\n    print(x)\n    return x", "bound locally"),
+    "object_with_warning_method": (
+        "class Noisy:\n    def warning(self, m):\n        pass\nnoisy = Noisy()\n"
+        "def f(x):\n    noisy.warning('x')\n    return x",
+        "not provably a logging.Logger",
+    ),
+    "logger_rebound": (
+        "logger = logging.getLogger('a')\nlogger = logging.getLogger('b')\n"
+        "def f(x):\n    logger.warning('x')\n    return x",
+        "not provably a logging.Logger",
+    ),
+    # keywords_supported
+    "log_exc_info": ("def f(x):\n    logger.warning('x', exc_info=True)\n    return x", "exc_info"),
+    "log_stacklevel": ("def f(x):\n    logger.warning('x', stacklevel=2)\n    return x", "stacklevel"),
+    "log_exception_method": ("def f(x):\n    logger.exception('x')\n    return x", "active exception"),
+    "warn_stacklevel": ("def f(x):\n    warnings.warn('x', stacklevel=2)\n    return x", "stacklevel"),
+    # not_inside_with
+    "inside_with": (
+        "import contextlib, io\ndef f(x):\n    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        print('hidden')\n    return x",
+        "with",
+    ),
+    # arguments_do_not_format_tensor_values
+    "fstring_of_tensor_value": ("def f(x):\n    print(f'{x.sum()}')\n    return x", "formats a tensor"),
+    "item_in_argument": ("def f(x):\n    print(x.sum().item())\n    return x", ".item()"),
+    # no_trap_after
+    "trap_follows": (
+        "def f(x, y):\n    print('checking')\n    if not torch.equal(x, y):\n"
+        "        raise ValueError('mismatch')\n    return x",
+        "validation guard follows",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUST_NOT_REWRITE))
+def test_must_not_rewrite_names_the_condition(name):
+    body, expected_reason = MUST_NOT_REWRITE[name]
+    source = PRELUDE + body
+    result = mend(source, rules=("trap", "defer"))
+    reasons = finding_reasons(result, "Defer")
+    assert reasons and any(expected_reason in r for r in reasons), reasons
+    if name != "trap_follows":
+        assert result.source == source or not result.changed
+
+
+def test_output_before_exception_is_kept_in_order():
+    source = PRELUDE + """
+def f(x):
+    print("first")
+    if x.shape[0] == 3:
+        raise KeyError("static failure")
+    return x
+"""
+    original, mended, _ = original_and_mended(source)
+    assert_equivalent(original.f, mended.f, torch.ones(3))
+
+
+def test_log_record_keeps_original_location():
+    source = PRELUDE + """
+def f(x):
+    logger.warning("at the call %s", 1)
+    return x
+"""
+    original, mended, _ = original_and_mended(source)
+    assert_equivalent(original.f, mended.f, torch.ones(2))
+
+
+def test_warning_once_per_location_is_kept():
+    source = PRELUDE + """
+def f(x):
+    warnings.warn("once only")
+    return x
+"""
+    import warnings as warnings_module
+
+    original, mended, _ = original_and_mended(source)
+    for module in (original, mended):
+        compiled = torch.compile(module.f, backend="eager", dynamic=False)
+        with warnings_module.catch_warnings(record=True) as caught:
+            warnings_module.simplefilter("default")
+            torch._dynamo.reset()
+            compiled(torch.ones(2))
+            compiled(torch.ones(2))
+            module.f(torch.ones(2))
+        assert [str(w.message) for w in caught] == ["once only"], module.__name__
+
+
+def test_nested_compiled_calls_flush_once_in_order():
+    source = PRELUDE + """
+def inner(x):
+    print("inner", x.shape)
+    return x + 1
+
+compiled_inner = torch.compile(inner, backend="eager")
+
+def outer(x):
+    print("outer before")
+    y = compiled_inner(x)
+    print("outer after")
+    return y
+"""
+    original, mended, _ = original_and_mended(source)
+    assert_equivalent(original.outer, mended.outer, torch.ones(2))
