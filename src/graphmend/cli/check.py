@@ -1,0 +1,331 @@
+"""``graphmend check``: list graph-break candidates and what graphmend would do, statically.
+
+    graphmend check PATH... [--all] [--format text|json] [--select CODES] [--ignore CODES]
+                            [--rules trap,where,defer]
+
+Each PATH is a file or a folder (searched for ``*.py``, skipping hidden folders,
+``__pycache__`` and virtual environments). Files are read and checked one at a time
+and each result is printed as soon as it is known, so a large tree streams.
+
+Exit status: 0 when every file was checked and nothing was found; 1 when something
+was found or a file could not be checked (each such file gets one line and the
+batch goes on); 2 on usage errors (bad flags, a PATH that does not exist).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tokenize
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from graphmend.cli.config import (
+    USAGE_ERROR_EXIT_CODE,
+    ConfigError,
+    OneLineErrorParser,
+    Settings,
+    apply_overrides,
+    load_settings,
+    print_warnings,
+    usage_error,
+)
+from graphmend.rewrite.findings import CATEGORY_TITLES, Finding
+from graphmend.rewrite.pipeline import ALL_RULES, MendResult, mend_module_source
+
+PROGRAM = "graphmend check"
+FOUND_EXIT_CODE = 1
+
+# Folders that hold someone else's code or none at all.
+SKIPPED_DIRECTORY_NAMES = frozenset({"__pycache__", "node_modules", "site-packages"})
+
+
+class SourceError(Exception):
+    """A file that cannot be read, decoded or parsed; one line, then the batch goes on."""
+
+
+@dataclass
+class SourceFile:
+    path: str
+    text: str
+    encoding: str  # as tokenize.detect_encoding names it; "utf-8-sig" keeps a BOM
+
+
+@dataclass
+class FileReport:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+    result: MendResult | None = None
+    source: SourceFile | None = None
+
+
+def _is_skipped_directory(parent: str, name: str) -> bool:
+    if name.startswith(".") or name in SKIPPED_DIRECTORY_NAMES:
+        return True
+    # A virtual environment, whatever its name.
+    return os.path.isfile(os.path.join(parent, name, "pyvenv.cfg"))
+
+
+def iter_python_files(path: str, on_error) -> Iterator[str]:
+    """``path`` itself if it is a file, else the ``*.py`` files under it, in sorted order.
+
+    Folders are listed one at a time as the walk reaches them, never all up front.
+    """
+    if not os.path.isdir(path):
+        yield path
+        return
+
+    def report_walk_error(exc: OSError) -> None:
+        on_error(exc.filename or path, f"cannot read folder: {exc.strerror}")
+
+    for directory, subdirectories, files in os.walk(path, onerror=report_walk_error):
+        subdirectories[:] = sorted(
+            name for name in subdirectories if not _is_skipped_directory(directory, name)
+        )
+        for name in sorted(files):
+            if name.endswith(".py"):
+                yield os.path.normpath(os.path.join(directory, name))
+
+
+def read_source(path: str) -> SourceFile:
+    """Read ``path`` as Python does: PEP 263 coding cookie or BOM, else UTF-8."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        raise SourceError("no such file or directory") from None
+    except IsADirectoryError:
+        raise SourceError("is a directory") from None
+    except OSError as exc:
+        raise SourceError(f"cannot read: {exc.strerror or exc}") from None
+    lines = iter(data.splitlines(keepends=True))
+    try:
+        encoding, _ = tokenize.detect_encoding(lambda: next(lines, b""))
+    except SyntaxError as exc:
+        # Also raised for bytes that are not UTF-8 in the first two lines, with no cookie.
+        encoding = "utf-8"
+        if "invalid or missing encoding declaration" not in str(exc):
+            raise SourceError(f"cannot decode: {exc.msg}") from None  # an unknown codec
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        shown = encoding.replace("-sig", "").upper()
+        raise SourceError(
+            f"cannot decode: not valid {shown} (byte 0x{data[exc.start]:02x} on line {line})"
+        ) from None
+    return SourceFile(path, text, encoding)
+
+
+def mend_file(path: str, settings: Settings, scope: str | None = None) -> FileReport:
+    """Read and analyse one file; every problem becomes ``FileReport.error``, never a raise."""
+    report = FileReport(path)
+    try:
+        report.source = read_source(path)
+        report.result = mend_module_source(
+            report.source.text,
+            filename=path,
+            rules=settings.rules,
+            scope=scope or settings.scope,
+        )
+    except SourceError as exc:
+        report.error = str(exc)
+    except SyntaxError as exc:
+        where = f" (line {exc.lineno})" if exc.lineno else ""
+        report.error = f"cannot parse: {exc.msg}{where}"
+    except ValueError as exc:  # e.g. null bytes, which some Python versions reject this way
+        report.error = f"cannot parse: {exc}"
+    except RecursionError:
+        report.error = "cannot parse: too deeply nested for graphmend's analysis"
+    except Exception as exc:  # noqa: BLE001 - one file's failure must not stop the batch
+        report.error = (
+            f"graphmend failed on this file ({type(exc).__name__}: {exc}); please report it"
+        )
+    else:
+        report.findings = [f for f in report.result.findings if settings.reports(f.category)]
+    return report
+
+
+def outcome(finding: Finding) -> str:
+    """What graphmend does about it: the part of ``Finding.describe`` in parentheses."""
+    return finding.describe()[len(finding.message) + 2 : -1]
+
+
+def format_finding(finding: Finding) -> str:
+    return f"{finding.path}:{finding.line}:{finding.col}: {finding.category} {finding.describe()}"
+
+
+def finding_as_json(finding: Finding) -> dict:
+    return {
+        "path": finding.path,
+        "line": finding.line,
+        "col": finding.col,
+        "code": finding.category,
+        "title": CATEGORY_TITLES.get(finding.category, ""),
+        "message": finding.message,
+        "function": finding.function,
+        "rule": finding.rule,
+        "fixed": finding.fixed,
+        "reason": finding.reason,
+        "outcome": outcome(finding),
+    }
+
+
+@dataclass
+class Summary:
+    files_checked: int = 0
+    files_with_findings: int = 0
+    break_candidates: int = 0
+    fixable: int = 0
+    declined: int = 0
+    not_fixable: int = 0
+    errors: int = 0
+    missing_paths: int = 0
+
+    def add(self, report: FileReport) -> None:
+        if report.error is not None:
+            self.errors += 1
+            return
+        self.files_checked += 1
+        if report.findings:
+            self.files_with_findings += 1
+        for finding in report.findings:
+            self.break_candidates += 1
+            if finding.fixed:
+                self.fixable += 1
+            elif finding.rule:
+                self.declined += 1
+            else:
+                self.not_fixable += 1
+
+    def line(self) -> str:
+        files = _plural(self.files_checked, "file")
+        if self.break_candidates:
+            parts = [f"{self.fixable} fixable"]
+            if self.declined:
+                parts.append(f"{self.declined} declined")
+            parts.append(f"{self.not_fixable} not fixable")
+            text = (
+                f"Found {_plural(self.break_candidates, 'break candidate')} in "
+                f"{_plural(self.files_with_findings, 'file')} ({', '.join(parts)}); "
+                f"{files} checked."
+            )
+        else:
+            text = f"No break candidates found; {files} checked."
+        if self.errors:
+            text += f" {_plural(self.errors, 'file')} could not be checked."
+        return text
+
+    def as_json(self) -> dict:
+        fields = dict(vars(self))
+        fields.pop("missing_paths")
+        return fields
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+class _TextOutput:
+    def finding(self, finding: Finding) -> None:
+        print(format_finding(finding), flush=False)
+
+    def error(self, path: str, message: str) -> None:
+        sys.stdout.flush()
+        print(f"{path}: {message}", file=sys.stderr, flush=True)
+
+    def finish(self, summary: Summary) -> None:
+        print(summary.line())
+
+
+class _JsonOutput:
+    """One JSON document, written as the findings arrive."""
+
+    def __init__(self) -> None:
+        self.first = True
+        self.errors: list[dict] = []
+        sys.stdout.write('{"findings": [')
+
+    def finding(self, finding: Finding) -> None:
+        sys.stdout.write(("\n  " if self.first else ",\n  ") + json.dumps(finding_as_json(finding)))
+        self.first = False
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append({"path": path, "error": message})
+
+    def finish(self, summary: Summary) -> None:
+        sys.stdout.write("\n],\n" if not self.first else "],\n")
+        sys.stdout.write(f' "errors": {json.dumps(self.errors)},\n')
+        sys.stdout.write(f' "summary": {json.dumps(summary.as_json())}}}\n')
+
+
+def build_parser() -> OneLineErrorParser:
+    parser = OneLineErrorParser(
+        prog=PROGRAM,
+        description="List TorchDynamo graph-break candidates and what graphmend does about each.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to check")
+    add_analysis_options(parser)
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--select", metavar="CODES", help="report only these categories, e.g. DC,LC"
+    )
+    parser.add_argument(
+        "--ignore", metavar="CODES", help="never report these categories, e.g. TI,DS"
+    )
+    return parser
+
+
+def add_analysis_options(parser: OneLineErrorParser) -> None:
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="look at every function, not only code reachable from torch.compile entry points",
+    )
+    parser.add_argument(
+        "--rules", metavar="RULES", help=f"comma-separated rules (default: {','.join(ALL_RULES)})"
+    )
+
+
+def check_command(argv: list[str]) -> int:
+    try:
+        arguments = build_parser().parse_args(argv)
+        settings = apply_overrides(
+            load_settings(arguments.paths),
+            rules=arguments.rules,
+            select=arguments.select,
+            ignore=arguments.ignore,
+            all_functions=arguments.all,
+        )
+    except ConfigError as exc:
+        return usage_error(PROGRAM, str(exc))
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    print_warnings(settings, PROGRAM)
+
+    output = _JsonOutput() if arguments.format == "json" else _TextOutput()
+    summary = Summary()
+
+    def report_error(path: str, message: str) -> None:
+        summary.errors += 1
+        output.error(path, message)
+
+    for path in arguments.paths:
+        if not os.path.exists(path):
+            summary.missing_paths += 1
+            output.error(path, "no such file or directory")
+            continue
+        for file_path in iter_python_files(path, report_error):
+            report = mend_file(file_path, settings)
+            summary.add(report)
+            if report.error is not None:
+                output.error(report.path, report.error)
+            for finding in report.findings:
+                output.finding(finding)
+    output.finish(summary)
+    sys.stdout.flush()
+    if summary.missing_paths:
+        return USAGE_ERROR_EXIT_CODE
+    return FOUND_EXIT_CODE if summary.break_candidates or summary.errors else 0

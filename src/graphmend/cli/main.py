@@ -1,0 +1,117 @@
+"""``graphmend``: the command line.
+
+    graphmend run      run a script with its graph breaks mended
+    graphmend check    list graph-break candidates and what graphmend does about each
+    graphmend fix      rewrite files in place (or show the diff)
+    graphmend explain  run a script with and without graphmend and explain each break
+    graphmend bench    benchmark harness (needs the bench extra)
+
+Each command parses its own arguments; this module only picks the command.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from graphmend import __version__
+from graphmend.cli.config import USAGE_ERROR_EXIT_CODE
+
+PROGRAM = "graphmend"
+COMMANDS = {
+    "run": "run a Python script with its graph breaks mended",
+    "check": "list graph-break candidates and what graphmend does about each",
+    "fix": "rewrite files so their graph breaks are mended (shows a diff by default)",
+    "explain": "run a script with and without graphmend and explain each graph break",
+    "bench": "run the benchmark suite (needs the bench extra)",
+}
+
+
+def _help() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [
+        f"usage: {PROGRAM} [--version] COMMAND [ARGS...]",
+        "",
+        "Remove TorchDynamo graph breaks by rewriting Python source.",
+        "",
+        "commands:",
+        *(f"  {name:<{width}}  {summary}" for name, summary in COMMANDS.items()),
+        "",
+        f"Run '{PROGRAM} COMMAND --help' for a command's options.",
+    ]
+    return "\n".join(lines)
+
+
+def _bench(argv: list[str]) -> int:
+    try:
+        from graphmend.bench.cli import bench_command
+    except ImportError:
+        print(
+            f"{PROGRAM} bench needs the bench extra: pip install graphmend[bench]", file=sys.stderr
+        )
+        return USAGE_ERROR_EXIT_CODE
+    return bench_command(argv)
+
+
+def _run(argv: list[str]) -> int:
+    from graphmend.cli.run import run_command
+
+    return run_command(argv)
+
+
+def _check(argv: list[str]) -> int:
+    from graphmend.cli.check import check_command
+
+    return check_command(argv)
+
+
+def _fix(argv: list[str]) -> int:
+    from graphmend.cli.fix import fix_command
+
+    return fix_command(argv)
+
+
+def _explain(argv: list[str]) -> int:
+    from graphmend.cli.explain import explain_command
+
+    return explain_command(argv)
+
+
+# Imported on use: ``graphmend check`` should not pay for what ``run`` imports.
+_HANDLERS = {"run": _run, "check": _check, "fix": _fix, "explain": _explain, "bench": _bench}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``graphmend`` command line with ``argv`` (default ``sys.argv[1:]``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print(_help(), file=sys.stderr)
+        return USAGE_ERROR_EXIT_CODE
+    command, rest = argv[0], argv[1:]
+    if command in ("-h", "--help"):
+        print(_help())
+        return 0
+    if command in ("-V", "--version"):
+        print(f"{PROGRAM} {__version__}")
+        return 0
+    handler = _HANDLERS.get(command)
+    if handler is None:
+        choices = ", ".join(COMMANDS)
+        print(
+            f"{PROGRAM}: error: unknown command {command!r}; choose from {choices}", file=sys.stderr
+        )
+        return USAGE_ERROR_EXIT_CODE
+    try:
+        return handler(rest)
+    except KeyboardInterrupt:
+        print(f"{PROGRAM} {command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # Output piped into ``head`` and the like: stop quietly, as cat does.
+        _silence_stdout()
+        return 1
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
