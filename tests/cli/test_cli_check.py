@@ -1,0 +1,253 @@
+"""``graphmend check``: output lines, summary, JSON, exit codes, settings, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+import graphmend.cli.check
+
+DECLINED_MODULE = """\
+import torch
+items = []
+
+
+@torch.compile
+def f(x):
+    if x.sum() > 0:
+        items.append(x)
+    return x
+"""
+
+
+def test_one_line_per_finding_then_a_summary(cli, write, compiled_module):
+    write("model.py", compiled_module)
+    result = cli("check", "model.py")
+    assert result.code == 1
+    assert result.out.splitlines() == [
+        "model.py:6:5: LC `print(...)` call (fixed by Defer)",
+        "model.py:7:5: DC data-dependent branch `if x.sum() > 0:` (fixed by Where)",
+        (
+            "model.py:11:9: TI `y.sum().item()` copies a tensor value to Python "
+            "(not fixable: the value leaves the graph; no source rewrite keeps it inside)"
+        ),
+        "Found 3 break candidates in 1 file (2 fixable, 1 not fixable); 1 file checked.",
+    ]
+    assert result.err == ""
+
+
+def test_a_declined_rewrite_says_why(cli, write):
+    write("model.py", DECLINED_MODULE)
+    result = cli("check", "model.py")
+    assert result.code == 1
+    assert (
+        "model.py:7:5: DC data-dependent branch `if x.sum() > 0:` (Where declined: " in result.out
+    )
+    assert "(0 fixable, 1 declined, 0 not fixable)" in result.out
+
+
+def test_nothing_found_exits_0(cli, write):
+    write("clean.py", "import torch\n\n@torch.compile\ndef f(x):\n    return x + 1\n")
+    result = cli("check", "clean.py")
+    assert (result.code, result.out) == (0, "No break candidates found; 1 file checked.\n")
+
+
+def test_entry_points_only_unless_all(cli, write, library_module):
+    write("library.py", library_module)
+    assert cli("check", "library.py").code == 0
+    result = cli("check", "--all", "library.py")
+    assert result.code == 1
+    assert "library.py:5:5: LC" in result.out
+
+
+def test_json_document(cli, write, compiled_module):
+    write("model.py", compiled_module)
+    write("broken.py", "def f(:\n")
+    result = cli("check", "--format", "json", "model.py", "broken.py")
+    assert result.code == 1
+    document = json.loads(result.out)
+    assert set(document) == {"findings", "errors", "summary"}
+    first = document["findings"][0]
+    assert first == {
+        "path": "model.py",
+        "line": 6,
+        "col": 5,
+        "code": "LC",
+        "title": "print/logging/warnings call",
+        "message": "`print(...)` call",
+        "function": "step",
+        "rule": "Defer",
+        "fixed": True,
+        "reason": None,
+        "outcome": "fixed by Defer",
+    }
+    assert [f["code"] for f in document["findings"]] == ["LC", "DC", "TI"]
+    assert document["errors"] == [
+        {"path": "broken.py", "error": "cannot parse: invalid syntax (line 1)"}
+    ]
+    assert document["summary"] == {
+        "files_checked": 1,
+        "files_with_findings": 1,
+        "break_candidates": 3,
+        "fixable": 2,
+        "declined": 0,
+        "not_fixable": 1,
+        "errors": 1,
+    }
+
+
+def test_json_with_nothing_found_is_valid(cli, write):
+    write("clean.py", "x = 1\n")
+    document = json.loads(cli("check", "--format=json", "clean.py").out)
+    assert document["findings"] == [] and document["summary"]["break_candidates"] == 0
+
+
+def test_select_and_ignore(cli, write, compiled_module):
+    write("model.py", compiled_module)
+    selected = cli("check", "--select", "dc,TI", "model.py")
+    assert [line.split()[1] for line in selected.out.splitlines()[:-1]] == ["DC", "TI"]
+    ignored = cli("check", "--ignore", "TI,LC,DC", "model.py")
+    assert ignored.code == 0
+    assert ignored.out.startswith("No break candidates found")
+
+
+def test_rules_option_limits_the_rules(cli, write, compiled_module):
+    write("model.py", compiled_module)
+    result = cli("check", "--rules", "where", "model.py")
+    assert " LC " not in result.out and " DC " in result.out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["check"], "the following arguments are required: PATH"),
+        (["check", "--select", "XX", "."], "--select: unknown category 'XX'"),
+        (["check", "--rules", "nope", "."], "--rules: unknown rule 'nope'"),
+        (["check", "--format", "yaml", "."], "invalid choice: 'yaml'"),
+        (["check", "--bogus", "."], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_usage_errors_exit_2_in_one_line(cli, argv, message):
+    result = cli(*argv)
+    assert result.code == 2
+    assert result.err.count("\n") == 1 and message in result.err
+    assert result.err.startswith("graphmend check: error: ")
+
+
+def test_missing_path_is_a_usage_error_but_the_rest_is_checked(cli, write, compiled_module):
+    write("model.py", compiled_module)
+    result = cli("check", "missing.py", "model.py")
+    assert result.code == 2
+    assert result.err == "missing.py: no such file or directory\n"
+    assert "model.py:6:5: LC" in result.out
+
+
+def test_bad_files_get_one_line_each_and_the_batch_goes_on(cli, write, compiled_module):
+    write("a_not_utf8.py", b"x = 1\n\ny = '\xff'\n")
+    write("b_syntax.py", "def f(:\n    pass\n")
+    write("c_bad_cookie.py", "# -*- coding: no-such-codec -*-\nx = 1\n")
+    write("d_null.py", b"x = 1\x00\n")
+    write(
+        "e_latin1.py",
+        b"# -*- coding: latin-1 -*-\nimport torch\n@torch.compile\ndef f(x):\n    print('\xe9')\n    return x\n",
+    )
+    write("f_bom.py", "\ufeffimport torch\n@torch.compile\ndef f(x):\n    print(1)\n    return x\n")
+    write("g_model.py", compiled_module)
+    result = cli("check", ".")
+    assert result.code == 1
+    errors = result.err.splitlines()
+    assert errors[:3] == [
+        "a_not_utf8.py: cannot decode: not valid UTF-8 (byte 0xff on line 3)",
+        "b_syntax.py: cannot parse: invalid syntax (line 1)",
+        "c_bad_cookie.py: cannot decode: unknown encoding: no-such-codec",
+    ]
+    assert errors[3].startswith("d_null.py: cannot parse: ") and "null bytes" in errors[3]
+    assert len(errors) == 4
+    assert "e_latin1.py:5:5: LC" in result.out
+    assert "f_bom.py:4:5: LC" in result.out
+    assert "g_model.py:11:9: TI" in result.out
+    assert result.out.splitlines()[-1].endswith("3 files checked. 4 files could not be checked.")
+    assert "Traceback" not in result.err
+
+
+def test_an_internal_failure_is_one_line_and_the_batch_goes_on(
+    cli, write, monkeypatch, compiled_module
+):
+    write("a.py", compiled_module)
+    write("b.py", compiled_module)
+    real_mend = graphmend.cli.check.mend_module_source
+
+    def failing_on_a(source, *, filename, **options):
+        if filename.endswith("a.py"):
+            raise RuntimeError("boom")
+        return real_mend(source, filename=filename, **options)
+
+    monkeypatch.setattr(graphmend.cli.check, "mend_module_source", failing_on_a)
+    result = cli("check", "a.py", "b.py")
+    assert (
+        result.err == "a.py: graphmend failed on this file (RuntimeError: boom); please report it\n"
+    )
+    assert "b.py:6:5: LC" in result.out
+    assert result.code == 1
+
+
+def test_folders_skip_hidden_caches_and_virtual_environments(cli, write, compiled_module):
+    write("pkg/model.py", compiled_module)
+    write("pkg/sub/deep.py", compiled_module)
+    write("pkg/notes.txt", "print(1)\n")
+    write(".hidden/model.py", compiled_module)
+    write("pkg/__pycache__/model.py", compiled_module)
+    write("env1/pyvenv.cfg", "home = /usr\n")
+    write("env1/lib/model.py", compiled_module)
+    write("node_modules/x.py", compiled_module)
+    result = cli("check", ".")
+    paths = sorted({line.split(":")[0] for line in result.out.splitlines()[:-1]})
+    assert paths == [os.path.join("pkg", "model.py"), os.path.join("pkg", "sub", "deep.py")]
+
+
+def test_an_explicitly_named_file_is_checked_whatever_its_name(cli, write, compiled_module):
+    write("script", compiled_module)
+    assert "script:6:5: LC" in cli("check", "script").out
+
+
+def test_many_files_stream(cli, write, tmp_path, monkeypatch):
+    """2,000 files: each read when its turn comes, none held, one bad one does not stop it."""
+    folder = tmp_path / "many"
+    for index in range(2000):
+        write(
+            f"many/d{index // 100:02d}/m{index:04d}.py",
+            f"def f{index}(x):\n    return x + {index}\n",
+        )
+    write("many/d05/zz_bad.py", "def f(:\n")
+    reads = []
+    real_read_source = graphmend.cli.check.read_source
+
+    def counting_read_source(path):
+        reads.append(path)
+        return real_read_source(path)
+
+    monkeypatch.setattr(graphmend.cli.check, "read_source", counting_read_source)
+    seen_before_listing = []
+    real_walk = os.walk
+
+    def watching_walk(*args, **kwargs):
+        for entry in real_walk(*args, **kwargs):
+            seen_before_listing.append(len(reads))
+            yield entry
+
+    monkeypatch.setattr(graphmend.cli.check.os, "walk", watching_walk)
+    started = time.perf_counter()
+    result = cli("check", str(folder))
+    elapsed = time.perf_counter() - started
+    assert result.code == 1
+    assert len(reads) == 2001
+    assert result.err.count("\n") == 1 and "zz_bad.py: cannot parse" in result.err
+    assert result.out.endswith(
+        "No break candidates found; 2000 files checked. 1 file could not be checked.\n"
+    )
+    # Streaming: later folders are listed only after earlier files were read.
+    assert seen_before_listing[-1] > 0
+    assert elapsed < 30
