@@ -93,15 +93,6 @@ class PurityAnalysis:
             self._verdicts[key] = reason
         return reason
 
-    def pure_module_functions(self) -> list[str]:
-        return [
-            name
-            for name, function in self.functions.items()
-            if isinstance(function, ast.FunctionDef)
-            and not function.decorator_list
-            and self.function_impurity(function) is None
-        ]
-
 
 class _BodyChecker:
     def __init__(self, purity: PurityAnalysis, function: ast.FunctionDef, calling_keywords):

@@ -134,12 +134,15 @@ def mend_module_source(
     rules: Sequence[str] | str = ALL_RULES,
     scope: str = "entry",
     is_package: bool = False,
+    register_pure: bool | None = None,
 ) -> MendResult:
     """Rewrite one module's source. Raises SyntaxError for text that does not parse.
 
     ``scope="entry"`` rewrites what the module's own ``torch.compile`` entry points
     reach; ``scope="all"`` rewrites every function (for library code compiled from
-    elsewhere).
+    elsewhere). ``register_pure`` records the module's pure functions with the
+    runtime (so rewrites elsewhere can hoist calls to them through attributes); by
+    default only in modules a rule changed.
     """
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
@@ -166,10 +169,16 @@ def mend_module_source(
     context.findings.sort(key=lambda f: (f.line, f.col))
     edits = _collect_edits(tree)
     pure = {}
-    if context.uses_runtime or scope == "all":
-        for name in context.purity.pure_module_functions():
-            function = context.purity.functions[name]
-            if context.purity.function_impurity(function, calling_keywords=()) is None:
+    if register_pure is None:
+        register_pure = context.uses_runtime
+    if register_pure:
+        for name, function in context.purity.functions.items():
+            # Pure when called with named keywords only (its ``**kwargs`` then empty).
+            if (
+                isinstance(function, ast.FunctionDef)
+                and not function.decorator_list
+                and context.purity.function_impurity(function, calling_keywords=()) is None
+            ):
                 arguments = function.args
                 pure[name] = [a.arg for a in arguments.args + arguments.kwonlyargs]
     if not context.uses_runtime and not pure:

@@ -98,6 +98,7 @@ class WhereRewrite:
         self.false_arm = _Arm(false_arm, f"false_{self.number}")
         self.consumed_next = consumed_next
         self.trace_time_checks: list[ast.expr] = []
+        self.bound_in_current_arm: set[str] = set()
 
     # legality conditions -------------------------------------------------------------
 
@@ -109,6 +110,8 @@ class WhereRewrite:
         if isinstance(expression, ast.Constant):
             return None
         if isinstance(expression, ast.Name):
+            if expression.id in self.bound_in_current_arm:
+                return None
             if facts.is_local(expression.id):
                 if not facts.reaching.definitely_assigned(self.node, expression.id):
                     return f"`{expression.id}` may be unbound"
@@ -271,10 +274,11 @@ class WhereRewrite:
         return reason
 
     def analyse_arm(self, arm: _Arm, ends_with: str) -> None:
+        self.bound_in_current_arm = set()
         body = list(arm.original)
         if ends_with == "return":
             last = body.pop()
-            if last.value is None:
+            if last.value is None or (isinstance(last.value, ast.Constant) and last.value.value is None):
                 raise Decline("an arm returns None")
             arm.result = last.value
         elif ends_with == "call":
@@ -282,6 +286,7 @@ class WhereRewrite:
             arm.call = last.value
         for statement in body:
             self.analyse_setup(arm, statement)
+            self.bound_in_current_arm = set(arm.renamed)
         if arm.result is not None:
             reason = self.expression_is_safe(arm.result)
             if reason:

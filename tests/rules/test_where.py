@@ -1,0 +1,239 @@
+"""[Where]: must-rewrite branches with break counts, named must-not cases, differential runs."""
+
+import textwrap
+
+import pytest
+import torch
+
+from helpers import assert_equivalent, breaks, finding_reasons, mend, original_and_mended
+
+PRELUDE = """
+import torch
+"""
+
+MUST_REWRITE = {
+    "figure_2_same_names": """
+        def f(x, y):
+            x_1 = x * 2
+            y_1 = y * 2
+            if x.sum() > 0:
+                z = x_1 + y_1
+            else:
+                z = x_1 * y_1
+            return torch.relu(z)
+    """,
+    "return_arms": """
+        def f(x, y):
+            if x.max() > 0.5:
+                return x + y
+            else:
+                return x - y
+    """,
+    "return_then_fallthrough_return": """
+        def f(x, y):
+            if (x > 0).any():
+                return torch.sigmoid(x)
+            return torch.tanh(y)
+    """,
+    "one_armed_update_of_bound_name": """
+        def f(x, y):
+            z = x * y
+            if y.mean() > 0:
+                z = z + 1
+            return z
+    """,
+    "setup_statements_renamed_per_arm": """
+        def f(x, y):
+            if x.sum() > y.sum():
+                t = x * 2
+                out = t + y
+            else:
+                t = y * 3
+                out = t - x
+            return out * t
+    """,
+    "negated_condition_and_reaching_definition": """
+        def f(x, y):
+            total = torch.max(x) + 1
+            limit = 3
+            if not total > limit:
+                out = x
+            else:
+                out = y
+            return out
+    """,
+    "same_call_different_arguments": """
+        def f(x, y):
+            collected = []
+            if x.sum() > 0:
+                collected.append(x + 1)
+            else:
+                collected.append(y - 1)
+            return collected[0]
+    """,
+    "pure_helper_call_in_arm": """
+        def scale(v, k):
+            return v * k
+
+        def f(x, y):
+            if x.sum() > 0:
+                z = scale(x, 2)
+            else:
+                z = scale(y, 3)
+            return z
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REWRITE))
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_must_rewrite_removes_every_break(name, sign):
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(MUST_REWRITE[name]))
+    assert any(f.rule == "Where" and f.fixed for f in result.findings), result.findings
+    x = torch.linspace(-1, 2, 6) * sign
+    y = torch.linspace(3, -2, 6)
+    assert breaks(original.f, x, y) >= 1
+    assert breaks(mended.f, x, y) == 0
+    assert_equivalent(original.f, mended.f, x, y)
+
+
+def test_mismatched_shapes_fall_back_to_the_original_choice():
+    """``torch.where`` would broadcast; ``select`` keeps the taken arm's exact value."""
+    source = PRELUDE + textwrap.dedent(
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                z = x + 0
+            else:
+                z = y + 0
+            return z
+        """
+    )
+    original, mended, _ = original_and_mended(source)
+    for x in (torch.ones(3), -torch.ones(3)):
+        assert_equivalent(original.f, mended.f, x, torch.ones(1, 3))
+
+
+def test_figure_3_longrope_memoized_init_and_device_move():
+    source = textwrap.dedent(
+        """
+        import torch
+
+        def compute_longrope(config, device, seq_len=None, **rope_kwargs):
+            if len(rope_kwargs) > 0:
+                raise ValueError(f"Unexpected arguments {rope_kwargs}")
+            factors = config["long_factor"] if seq_len and seq_len > config["original"] else config["short_factor"]
+            ext = torch.tensor(factors, dtype=torch.float32, device=device)
+            inv_freq = 1.0 / (ext * 10000 ** (torch.arange(0, 8, 2, dtype=torch.int64, device=device).float() / 8))
+            return inv_freq, 1.0
+
+        def longrope_frequency_update(self, position_ids, device):
+            seq_len = torch.max(position_ids) + 1
+            if hasattr(self.config_object, "original_max_position_embeddings"):
+                original_max_position_embeddings = self.config_object.original_max_position_embeddings
+            else:
+                original_max_position_embeddings = 16
+            if seq_len > original_max_position_embeddings:
+                if not hasattr(self, "long_inv_freq"):
+                    self.long_inv_freq, _ = self.rope_init_fn(
+                        self.config, device, seq_len=original_max_position_embeddings + 1
+                    )
+                self.register_buffer("inv_freq", self.long_inv_freq, persistent=False)
+            else:
+                self.original_inv_freq = self.original_inv_freq.to(device)
+                self.register_buffer("inv_freq", self.original_inv_freq, persistent=False)
+
+        class Rotary(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.config = {"long_factor": [1.0, 2.0, 3.0, 4.0], "short_factor": [1.0, 1.0, 1.0, 1.0], "original": 16}
+                self.config_object = type("Config", (), {"original_max_position_embeddings": 16})()
+                self.rope_init_fn = compute_longrope
+                inv_freq, _ = self.rope_init_fn(self.config, None)
+                self.register_buffer("inv_freq", inv_freq, persistent=False)
+                self.original_inv_freq = self.inv_freq
+
+            def forward(self, x, position_ids):
+                longrope_frequency_update(self, position_ids, device=x.device)
+                freqs = position_ids[..., None].float() * self.inv_freq
+                return x * torch.cos(freqs).sum(-1, keepdim=True)
+        """
+    )
+    original, mended, result = original_and_mended(source)
+    assert [f.fixed for f in result.findings if f.rule == "Where"] == [True]
+    x = torch.randn(1, 6, 1)
+    for positions in (torch.arange(6)[None], torch.arange(20, 26)[None]):
+        original_model, mended_model = original.Rotary(), mended.Rotary()
+        assert breaks(original_model, x, positions) >= 1
+        assert breaks(mended.Rotary(), x, positions) == 0
+        assert_equivalent(original_model, mended_model, x, positions)
+        assert torch.equal(original_model.inv_freq, mended_model.inv_freq)
+
+
+MUST_NOT_REWRITE = {
+    "arm_divides": ("def f(x, y):\n    if x.sum() > 0:\n        z = x / y\n    else:\n        z = x\n    return z", "may raise"),
+    "arm_indexes": ("def f(x, y):\n    if x.sum() > 0:\n        z = x[3]\n    else:\n        z = y\n    return z", "indexes"),
+    "arm_matmul": ("def f(x, y):\n    if x.sum() > 0:\n        z = x @ y\n    else:\n        z = y\n    return z", "may raise"),
+    "arm_calls_impure_function": (
+        "def noisy_double(v):\n    print('doubling')\n    return v * 2\n"
+        "def f(x, y):\n    if x.sum() > 0:\n        z = noisy_double(x)\n    else:\n        z = y\n    return z",
+        "noisy_double",
+    ),
+    "arm_calls_unresolved_function": (
+        "def f(x, y, helper):\n    if x.sum() > 0:\n        z = helper(x)\n    else:\n        z = y\n    return z",
+        "cannot be resolved",
+    ),
+    "arm_writes_attribute": (
+        "def f(self, x):\n    if x.sum() > 0:\n        self.count = 1\n    else:\n        self.count = 2\n    return x",
+        "escapes",
+    ),
+    "arm_raises": (
+        "def f(x, y):\n    if x.sum() > 0:\n        z = x\n        raise ValueError('p')\n    else:\n        z = y\n    return z",
+        "leaves the branch",
+    ),
+    "one_arm_returns": (
+        "def f(x, y):\n    if x.sum() > 0:\n        return x\n    else:\n        z = y\n    return z * 2",
+        "one arm returns",
+    ),
+    "returns_none": ("def f(x):\n    if x.sum() > 0:\n        return None\n    return None", "returns None"),
+    "bound_on_one_path_only": (
+        "def f(x, y):\n    if x.sum() > 0:\n        z = x + 1\n    return z", "one path only",
+    ),
+    "item_condition": ("def f(x):\n    if x.sum().item() > 0:\n        x = x + 1\n    return x", ".item()"),
+    "short_circuit_condition": (
+        "def f(x):\n    if (x > 0).all() and (x < 5).all():\n        x = x + 1\n    return x", "short-circuits",
+    ),
+    "arm_breaks_loop": (
+        "def f(x):\n    for i in range(3):\n        if x.sum() > i:\n            break\n        x = x + 1\n    return x",
+        "leaves the branch",
+    ),
+    "unpacks_unknown_value": (
+        "def f(x, pair):\n    if x.sum() > 0:\n        a, b = pair\n    else:\n        a, b = x, x\n    return a",
+        "unpacking",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUST_NOT_REWRITE))
+def test_must_not_rewrite_leaves_source_untouched(name):
+    body, expected_reason = MUST_NOT_REWRITE[name]
+    source = PRELUDE + body
+    result = mend(source, rules=("where",))
+    assert not result.changed and result.source == source
+    reasons = finding_reasons(result, "Where")
+    assert reasons and any(expected_reason in r for r in reasons), reasons
+
+
+def test_static_conditions_are_not_candidates():
+    source = PRELUDE + textwrap.dedent(
+        """
+        def f(self, x, mask=None):
+            if hasattr(self, "cache") and mask is not None:
+                x = x + 1
+            if x.shape[-1] > 3 and x.dtype == torch.float32:
+                x = x * 2
+            return x
+        """
+    )
+    result = mend(source)
+    assert not result.changed and result.findings == []
