@@ -26,4 +26,12 @@ def install(*args, **kwargs):
     return install_hook(*args, **kwargs)
 
 
-__all__ = ["ALL_RULES", "MendResult", "__version__", "install", "mend", "mend_module_source", "mend_source"]
+def __getattr__(name: str):
+    if name == "GraphmendWarning":
+        from graphmend.hook import GraphmendWarning
+
+        return GraphmendWarning
+    raise AttributeError(f"module 'graphmend' has no attribute {name!r}")
+
+
+__all__ = ["GraphmendWarning", "ALL_RULES", "MendResult", "__version__", "install", "mend", "mend_module_source", "mend_source"]

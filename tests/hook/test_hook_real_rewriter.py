@@ -65,11 +65,6 @@ def test_mended_module_behaves_like_the_original_and_survives_the_cache(
     assert handle.stats.cache_hits == 2 and handle.stats.transform_calls == 0
 
 
-@pytest.mark.xfail(
-    reason="the pipeline's .source is ast.unparse output for now, so lines after an edit "
-    "move; tracebacks then quote the wrong original line",
-    strict=False,
-)
 def test_tracebacks_from_mended_modules_quote_the_right_original_line(
     make_package, hook_handles, capsys
 ):

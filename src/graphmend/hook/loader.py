@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
 import types
 import warnings
 from collections.abc import Sequence
@@ -81,9 +82,14 @@ def mended_code(
             module_name=module_name,
             rules=options.rules,
             scope=options.scope,
+            is_package=os.path.basename(path) == "__init__.py",
+            register_pure=options.scope == "all",
         )
         if result.changed:
-            code = compile(result.source, path, "exec", dont_inherit=True)
+            # The rewritten tree keeps every original statement's line number, so
+            # tracebacks and log records point at the lines on disk.
+            rewritten = result.tree if result.tree is not None else result.source
+            code = compile(rewritten, path, "exec", dont_inherit=True)
         else:
             code = compile(source_bytes, path, "exec", dont_inherit=True)
     except Exception as exc:  # noqa: BLE001 - never break the user's program
