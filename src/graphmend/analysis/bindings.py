@@ -112,6 +112,8 @@ class ModuleBindings:
 
     def _count_nested_rebindings(self) -> None:
         """``global x`` followed by a write inside a function rebinds the module's ``x``."""
+        if not any(isinstance(node, ast.Global) for node in ast.walk(self.tree)):
+            return
         for function in ast.walk(self.tree):
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue

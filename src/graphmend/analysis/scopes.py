@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from graphmend.analysis.bindings import ModuleBindings
 from graphmend.analysis.cfg import CfgNode, ControlFlowGraph
@@ -20,17 +21,40 @@ class FunctionFacts:
     enclosing_functions: list = field(default_factory=list)
     qualified_name: str = ""
 
-    def __post_init__(self) -> None:
-        self.graph = ControlFlowGraph(self.function)
-        self.reaching = ReachingDefinitions(self.graph)
-        self.local_names = set(self.reaching.local_names)
-        self.declared_global: set[str] = set()
-        for node in ast.walk(self.function):
+    # Facts are computed on first use: most functions have no candidate at all, and a
+    # rule's cheap syntactic pre-check decides that before any graph is built.
+
+    @cached_property
+    def graph(self) -> ControlFlowGraph:
+        return ControlFlowGraph(self.function)
+
+    @cached_property
+    def reaching(self) -> ReachingDefinitions:
+        return ReachingDefinitions(self.graph)
+
+    @cached_property
+    def nodes(self) -> list[ast.AST]:
+        """Every node of the function's own body (nested definitions included)."""
+        return list(ast.walk(self.function))
+
+    @cached_property
+    def local_names(self) -> set[str]:
+        return bound_names(self.function)
+
+    @cached_property
+    def declared_global(self) -> set[str]:
+        names: set[str] = set()
+        for node in self.nodes:
             if isinstance(node, (ast.Global, ast.Nonlocal)):
-                self.declared_global.update(node.names)
-        self.outer_names: set[str] = set()
+                names.update(node.names)
+        return names
+
+    @cached_property
+    def outer_names(self) -> set[str]:
+        names: set[str] = set()
         for outer in self.enclosing_functions:
-            self.outer_names |= ReachingDefinitions(ControlFlowGraph(outer)).local_names
+            names |= bound_names(outer)
+        return names
 
     @property
     def name(self) -> str:
@@ -61,6 +85,30 @@ class FunctionFacts:
         if self.enclosing_class is not None or first == "self":
             return first
         return None
+
+
+def bound_names(function: ast.AST) -> set[str]:
+    """Names a function binds in its own scope: parameters, assignments, imports, defs."""
+    from graphmend.analysis.reaching import parameter_names
+
+    names = set(parameter_names(function))
+    stack = list(ast.iter_child_nodes(function))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            stack.extend(node.decorator_list)
+            continue  # a nested scope binds its own names
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.Lambda):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return names
 
 
 def iter_functions(tree: ast.Module, module: ModuleBindings):

@@ -19,6 +19,7 @@ from graphmend.analysis.scopes import iter_functions
 from graphmend.analysis.tensor_values import (
     DYNAMIC_SHAPE_FUNCTIONS,
     DYNAMIC_SHAPE_METHODS,
+    VALUE_METHODS,
     DataDependence,
 )
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR, TENSOR_ITEM, Finding
@@ -43,14 +44,37 @@ class Edit:
     text: str
 
 
-@dataclass
 class MendResult:
-    source: str
-    changed: bool
-    findings: list[Finding] = field(default_factory=list)
-    edits: list[Edit] = field(default_factory=list)
-    runtime_import: str | None = None
-    tree: ast.Module | None = None
+    """The outcome of mending one module.
+
+    ``tree`` keeps every original statement's line number (compile it to run the
+    result); ``source`` is its text, produced on first use (line numbers move there).
+    """
+
+    def __init__(
+        self,
+        source: str | None = None,
+        changed: bool = False,
+        findings: list[Finding] | None = None,
+        edits: list[Edit] | None = None,
+        runtime_import: str | None = None,
+        tree: ast.Module | None = None,
+    ) -> None:
+        self._source = source
+        self.changed = changed
+        self.findings = findings if findings is not None else []
+        self.edits = edits if edits is not None else []
+        self.runtime_import = runtime_import
+        self.tree = tree
+
+    @property
+    def source(self) -> str:
+        if self._source is None:
+            self._source = ast.unparse(self.tree) + "\n"
+        return self._source
+
+    def __repr__(self) -> str:
+        return f"MendResult(changed={self.changed}, findings={len(self.findings)}, edits={len(self.edits)})"
 
 
 def parse_rules(rules: Sequence[str] | str) -> tuple[str, ...]:
@@ -71,14 +95,54 @@ def _functions_in_scope(tree: ast.Module, bindings: ModuleBindings, scope: str):
     return {id(node) for node in reachable_functions(tree, entry)}
 
 
-def _report_unfixable(context: ModuleContext, in_scope) -> None:
+@dataclass
+class _FunctionSummary:
+    """What one walk of the module tells about a function before any analysis runs."""
+
+    applies_value_operation: bool = False
+    calls_output_function: bool = False
+    unfixable_calls: list = field(default_factory=list)
+
+
+_OUTPUT_METHODS = frozenset(defer.STANDARD_LOG_LEVELS) | defer.ONCE_METHODS | {"log", "exception", "warn"}
+_UNFIXABLE_METHODS = DYNAMIC_SHAPE_METHODS | {"item", "tolist"}
+
+
+def _summarise_functions(tree: ast.Module) -> dict[int, _FunctionSummary]:
+    """One walk of the tree, each node credited to its innermost function."""
+    summaries: dict[int, _FunctionSummary] = {}
+    stack: list[tuple[ast.AST, _FunctionSummary | None]] = [(tree, None)]
+    while stack:
+        node, summary = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            summary = summaries.setdefault(id(node), _FunctionSummary())
+        elif summary is not None and isinstance(node, ast.Call):
+            callee = node.func
+            name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", None)
+            if name in VALUE_METHODS:
+                summary.applies_value_operation = True
+            if name == "print" or name in _OUTPUT_METHODS:
+                summary.calls_output_function = True
+            if name in _UNFIXABLE_METHODS or name in _DYNAMIC_SHAPE_NAMES:
+                summary.unfixable_calls.append(node)
+        stack.extend((child, summary) for child in ast.iter_child_nodes(node))
+    return summaries
+
+
+_DYNAMIC_SHAPE_NAMES = frozenset(name.rsplit(".", 1)[1] for name in DYNAMIC_SHAPE_FUNCTIONS)
+
+
+def _report_unfixable(context: ModuleContext, in_scope, summaries) -> None:
     """``.item()`` and dynamic-shape operators: no source rewrite keeps them in the graph."""
     for facts in iter_functions(context.tree, context.bindings):
         if in_scope is not None and id(facts.function) not in in_scope:
             continue
+        summary = summaries.get(id(facts.function))
+        if summary is None or not summary.unfixable_calls:
+            continue
         data = DataDependence(facts)
-        for node in ast.walk(facts.function):
-            if is_original(node) or not isinstance(node, ast.Call):
+        for node in summary.unfixable_calls:
+            if is_original(node):
                 continue
             if data.first_item_call(node) is node:
                 context.report(
@@ -160,12 +224,18 @@ def mend_module_source(
         module_name=module_name,
     )
     in_scope = _functions_in_scope(tree, bindings, scope)
+    summaries = _summarise_functions(tree)
+    _report_unfixable(context, in_scope, summaries)
     for rule_name in selected:
         for facts in iter_functions(tree, bindings):
             if in_scope is not None and id(facts.function) not in in_scope:
                 continue
-            RULES[rule_name](FunctionContext(facts, context))
-    _report_unfixable(context, in_scope)
+            summary = summaries.get(id(facts.function))
+            needed = summary is not None and (
+                summary.calls_output_function if rule_name == "defer" else summary.applies_value_operation
+            )
+            if needed:
+                RULES[rule_name](FunctionContext(facts, context))
     context.findings.sort(key=lambda f: (f.line, f.col))
     edits = _collect_edits(tree)
     pure = {}
@@ -192,7 +262,6 @@ def mend_module_source(
         tree.body += registration
     ast.fix_missing_locations(tree)
     return MendResult(
-        source=ast.unparse(tree) + "\n",
         changed=True,
         findings=context.findings,
         edits=edits,

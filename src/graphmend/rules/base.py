@@ -62,6 +62,11 @@ class FunctionContext:
     def __post_init__(self) -> None:
         self.data = DataDependence(self.facts)
 
+    def may_depend_on_tensor_values(self) -> bool:
+        """Parameters are static, so no predicate is data-dependent unless the function
+        applies a tensor-value operation somewhere: a cheap test before any CFG is built."""
+        return any(self.data.is_value_operation(node) for node in self.facts.nodes)
+
 
 def first_failure(*checks: Callable[[], str | None]) -> str | None:
     for check in checks:

@@ -177,6 +177,13 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
 
 
 def apply(context: FunctionContext) -> None:
+    if not any(
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and classify_effect_call(context, node.value) is not None
+        for node in context.facts.nodes
+    ):
+        return
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
         if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
             return None

@@ -166,6 +166,8 @@ def _tensor_condition(context: FunctionContext, condition: ast.expr) -> tuple[as
 
 
 def apply(context: FunctionContext) -> None:
+    if not context.may_depend_on_tensor_values():
+        return
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
         if not isinstance(statement, ast.If):
             return None

@@ -475,6 +475,8 @@ def false_arm_of(statement: ast.If, enclosing: list[ast.stmt]):
 
 
 def apply(context: FunctionContext) -> None:
+    if not context.may_depend_on_tensor_values():
+        return
     def rewrite(statement: ast.stmt, enclosing: list[ast.stmt]) -> list[ast.stmt] | None:
         if not isinstance(statement, ast.If):
             return None
