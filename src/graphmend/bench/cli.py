@@ -1,0 +1,140 @@
+"""``graphmend bench``: run the benchmark suite and write its results.
+
+    graphmend bench --quick                          # break counts, equality, fullgraph
+    graphmend bench --models t5,bart --repeats 3     # and TorchInductor timings
+    graphmend bench --model-file my_models.py --quick
+    graphmend bench --json r.json --markdown r.md --plot r.png
+    graphmend bench --render r.json --markdown r.md  # render a saved run again
+
+Progress goes to stderr, one line per step; a table is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from graphmend.bench import report
+from graphmend.bench.runner import RunOptions, run_suite
+from graphmend.bench.suite import REGISTRY, load_model_file, select_models
+
+PROGRAM = "graphmend bench"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM,
+        description="Measure graph breaks, correctness and compile/run time of models, "
+        "original against graphmend, each arm in a fresh process.",
+    )
+    parser.add_argument(
+        "--models", default="", help=f"comma-separated; default all: {', '.join(REGISTRY)}"
+    )
+    parser.add_argument(
+        "--model-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a Python file with def build() -> (model, example_kwargs); repeatable",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="break counts, equality and fullgraph only (eager backend, 1 process per arm)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timing processes per arm (default 3)"
+    )
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=10,
+        help="timed calls per process: 1 cold start + the rest steady state (default 10)",
+    )
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--mode", default="default", choices=("default", "reduce-overhead"))
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker process")
+    parser.add_argument("--json", metavar="FILE", help="write the full results as JSON")
+    parser.add_argument("--markdown", metavar="FILE", help="write the report as Markdown")
+    parser.add_argument(
+        "--plot", metavar="FILE.png", help="plot breaks and speedups (needs matplotlib)"
+    )
+    parser.add_argument(
+        "--title", default="graphmend benchmark", help="heading of the Markdown report"
+    )
+    parser.add_argument(
+        "--render", metavar="FILE", help="render a saved --json file instead of running"
+    )
+    parser.add_argument("--list", action="store_true", help="list the suite's models and exit")
+    return parser
+
+
+def _list_models() -> str:
+    lines = []
+    for model in REGISTRY.values():
+        missing = model.missing_requirements()
+        state = f"  (missing {', '.join(missing)})" if missing else ""
+        lines.append(
+            f"{model.name:16} {model.transformers_class or '-':34} {model.paper_name or '-'}{state}"
+        )
+    return "\n".join(lines)
+
+
+def bench_command(argv: list[str]) -> int:
+    """Run ``graphmend bench`` with ``argv`` (the arguments after ``bench``); the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list:
+        print(_list_models())
+        return 0
+    if args.repeats < 1 or args.iterations < 2:
+        parser.error("--repeats must be at least 1 and --iterations at least 2")
+    if args.render:
+        with open(args.render, encoding="utf-8") as handle:
+            run = json.load(handle)
+    else:
+        try:
+            models = [] if args.model_file and not args.models else select_models(args.models)
+        except KeyError as error:
+            parser.error(str(error.args[0]))
+        for path in args.model_file:
+            if not os.path.exists(path):
+                parser.error(f"--model-file {path}: no such file")
+            models.append(load_model_file(path, import_module=False))
+        if args.device == "cuda" and args.mode == "reduce-overhead" and args.quick:
+            print(f"{PROGRAM}: --mode applies to timings only; --quick runs none", file=sys.stderr)
+        options = RunOptions(
+            quick=args.quick,
+            repeats=1 if args.quick else args.repeats,
+            iterations=args.iterations,
+            device=args.device,
+            mode=args.mode,
+            timeout=args.timeout,
+            models=",".join(model.name for model in models),
+        )
+        run = run_suite(models, options)
+    if args.json:
+        _write(args.json, json.dumps(run, indent=1, default=str) + "\n")
+    if args.markdown:
+        _write(args.markdown, report.render_markdown(run, title=args.title))
+    if args.plot and not report.write_plot(run, args.plot):
+        print(f"{PROGRAM}: matplotlib is not installed; no plot written", file=sys.stderr)
+    print(report.render_terminal(run))
+    return 0
+
+
+def _write(path: str, text: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def main() -> int:
+    return bench_command(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,498 @@
+"""Summaries of a benchmark run: per-model figures, totals, Markdown, a terminal table, a plot.
+
+Everything here works on the plain JSON-able dictionaries the runner collects, so a
+saved ``--json`` file can be rendered again without running anything.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from graphmend.bench.paper import (
+    CATEGORIES,
+    CATEGORY_ORDER,
+    PAPER_BREAKS_REMOVED,
+    PAPER_BREAKS_TOTAL,
+    PAPER_MODELS_FULLY_FIXED,
+    PAPER_MODELS_TOTAL,
+    PAPER_ROWS,
+    format_reasons,
+)
+
+
+def spread(values: Sequence[float | None]) -> dict | None:
+    """min / median / max / n of the measured values (None entries are left out)."""
+    values = [value for value in values if value is not None]
+    if not values:
+        return None
+    return {
+        "min": min(values),
+        "median": statistics.median(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def display_categories(arm: dict) -> dict[str, int]:
+    """Categories of an arm's breaks, as many as ``breaks``.
+
+    Each logged break has a category. TorchDynamo logs a break once where it happens;
+    the graph it also splits in each calling frame is counted by ``breaks`` but has no
+    record of its own. When every logged break has the same category, the extra ones
+    are of that category too; otherwise they are shown as ``unattributed``.
+    """
+    categories = dict(arm.get("categories") or {})
+    breaks = arm.get("breaks") or 0
+    extra = breaks - sum(categories.values())
+    if extra > 0:
+        if len(categories) == 1:
+            only = next(iter(categories))
+            categories[only] += extra
+        else:
+            categories["unattributed"] = extra
+    return categories
+
+
+def summarize_model(entry: dict) -> dict:
+    """The figures of one model, from what the runner collected for it."""
+    quick = entry.get("quick") or {}
+    original = quick.get("original") or {}
+    mended = quick.get("graphmend") or {}
+    equality = entry.get("equality") or {}
+    summary: dict = {
+        "name": entry["name"],
+        "paper_name": entry.get("paper_name"),
+        "skipped": entry.get("skipped"),
+        "errors": model_errors(entry),
+        "graphs_before": original.get("graphs"),
+        "graphs_after": mended.get("graphs"),
+        "breaks_before": original.get("breaks"),
+        "breaks_after": mended.get("breaks"),
+        "categories_before": display_categories(original) if "breaks" in original else None,
+        "categories_after": display_categories(mended) if "breaks" in mended else None,
+        "fullgraph_before": original.get("fullgraph"),
+        "fullgraph_after": mended.get("fullgraph"),
+        "bit_identical": equality.get("bit_identical"),
+        "rewrite_seconds": (mended.get("rewrite") or {}).get("seconds"),
+    }
+    before, after = summary["breaks_before"], summary["breaks_after"]
+    if before is not None and after is not None:
+        summary["breaks_removed"] = max(before - after, 0)
+        summary["fixed_percent"] = 100.0 * summary["breaks_removed"] / before if before else None
+        summary["fully_fixed"] = before > 0 and after == 0
+    timing = entry.get("timing") or {}
+    for arm in ("original", "graphmend"):
+        runs = [
+            run for run in timing.get(arm, []) if "timing_error" not in run and "error" not in run
+        ]
+        summary[f"cold_start_{arm}"] = spread([run.get("cold_start_seconds") for run in runs])
+        summary[f"steady_state_{arm}"] = spread([run.get("steady_state_seconds") for run in runs])
+    for kind in ("cold_start", "steady_state"):
+        original_spread = summary[f"{kind}_original"]
+        mended_spread = summary[f"{kind}_graphmend"]
+        summary[f"{kind}_speedup"] = ratio(
+            original_spread and original_spread["median"], mended_spread and mended_spread["median"]
+        )
+    return summary
+
+
+def model_errors(entry: dict) -> list[str]:
+    """One line per failed step of a model (empty when all went well)."""
+    lines = []
+    for phase in ("quick", "timing"):
+        arms = entry.get(phase) or {}
+        for arm, results in arms.items():
+            for result in results if isinstance(results, list) else [results]:
+                for key in ("error", "count_error", "eager_error", "timing_error", "worker_error"):
+                    if result.get(key):
+                        lines.append(f"{phase}/{arm}: {key}: {_last_line(result[key])}")
+    for problem in (entry.get("equality") or {}).get("problems", []):
+        lines.append(f"equality: {problem}")
+    return lines
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1][:240] if lines else ""
+
+
+def totals(summaries: Sequence[dict]) -> dict:
+    """Breaks removed over all breaks, and models fully fixed over models with breaks."""
+    counted = [
+        s
+        for s in summaries
+        if s.get("breaks_before") is not None and s.get("breaks_after") is not None
+    ]
+    with_breaks = [s for s in counted if s["breaks_before"] > 0]
+    return {
+        "models_counted": len(counted),
+        "breaks_total": sum(s["breaks_before"] for s in counted),
+        "breaks_removed": sum(s["breaks_removed"] for s in counted),
+        "models_with_breaks": len(with_breaks),
+        "models_fully_fixed": sum(1 for s in with_breaks if s["fully_fixed"]),
+        "paper_breaks_removed": PAPER_BREAKS_REMOVED,
+        "paper_breaks_total": PAPER_BREAKS_TOTAL,
+        "paper_models_fully_fixed": PAPER_MODELS_FULLY_FIXED,
+        "paper_models_total": PAPER_MODELS_TOTAL,
+    }
+
+
+# ---------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------
+
+
+def _number(value, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _yes_no(value) -> str:
+    return {True: "yes", False: "no"}.get(value, "-")
+
+
+def _speedup(value) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def _seconds(spread_value: dict | None) -> str:
+    if not spread_value:
+        return "-"
+    return (
+        f"{spread_value['median']:.4g} ({spread_value['min']:.4g}-{spread_value['max']:.4g}, "
+        f"n={spread_value['n']})"
+    )
+
+
+def _reasons(categories: dict | None) -> str:
+    if categories is None:
+        return "-"
+    return format_reasons(categories)
+
+
+def _percent(value) -> str:
+    return f"{value:.0f}" if value is not None else "-"
+
+
+def summary_rows(summaries: Sequence[dict]) -> list[list[str]]:
+    """The main table: ours beside the paper's Table 2."""
+    rows = []
+    for s in summaries:
+        paper = PAPER_ROWS.get(s.get("paper_name") or "")
+        if s.get("skipped"):
+            rows.append(
+                [s["name"], s.get("paper_name") or "-", "skipped: " + s["skipped"]] + [""] * 9
+            )
+            continue
+        rows.append(
+            [
+                s["name"],
+                s.get("paper_name") or "-",
+                _number(paper.breaks) if paper else "-",
+                paper.reasons_label() if paper else "-",
+                _number(paper.fixed_percent) if paper else "-",
+                _number(s["breaks_before"]),
+                _reasons(s["categories_before"]),
+                _number(s["breaks_after"]),
+                _reasons(s["categories_after"]),
+                _percent(s.get("fixed_percent")),
+                f"{_yes_no(s['fullgraph_before'])} / {_yes_no(s['fullgraph_after'])}",
+                _yes_no(s["bit_identical"]),
+            ]
+        )
+    return rows
+
+
+SUMMARY_HEADER = [
+    "model",
+    "paper model",
+    "paper breaks",
+    "paper reasons",
+    "paper fixed %",
+    "breaks",
+    "reasons",
+    "breaks after",
+    "reasons after",
+    "fixed %",
+    "fullgraph before / after",
+    "bit-identical",
+]
+
+TIMING_HEADER = [
+    "model",
+    "rewrite ms",
+    "cold start s original",
+    "cold start s graphmend",
+    "cold speedup",
+    "steady s original",
+    "steady s graphmend",
+    "steady speedup",
+    "paper H100 cold / steady",
+]
+
+
+def timing_rows(summaries: Sequence[dict]) -> list[list[str]]:
+    rows = []
+    for s in summaries:
+        if s.get("skipped"):
+            continue
+        paper = PAPER_ROWS.get(s.get("paper_name") or "")
+        paper_speedups = "-"
+        if paper and paper.cold_start:
+            paper_speedups = f"{paper.cold_start['H100']:.2f}x / {paper.steady_state['H100']:.2f}x"
+        rewrite = s.get("rewrite_seconds")
+        rows.append(
+            [
+                s["name"],
+                f"{rewrite * 1000:.0f}" if rewrite is not None else "-",
+                _seconds(s["cold_start_original"]),
+                _seconds(s["cold_start_graphmend"]),
+                _speedup(s["cold_start_speedup"]),
+                _seconds(s["steady_state_original"]),
+                _seconds(s["steady_state_graphmend"]),
+                _speedup(s["steady_state_speedup"]),
+                paper_speedups,
+            ]
+        )
+    return rows
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
+    """The whole report: setup, the table beside the paper's, totals, timings, failures."""
+    meta = run.get("meta", {})
+    environment = meta.get("environment") or {}
+    options = meta.get("options") or {}
+    summaries = [summarize_model(entry) for entry in run.get("models", [])]
+    total = totals(summaries)
+    out = [f"## {title}", ""]
+    out.append(
+        f"- date: {meta.get('date', '-')}; graphmend {meta.get('graphmend_version', '-')}"
+        f" (commit {meta.get('git_commit') or '-'})"
+    )
+    out.append(
+        f"- torch {environment.get('torch', '-')}, transformers {environment.get('transformers', '-')},"
+        f" Python {environment.get('python', '-')}"
+    )
+    machine = environment.get("gpu") or environment.get("processor", "-")
+    out.append(
+        f"- machine: {machine}; {environment.get('cpu_count', '-')} CPUs;"
+        f" {environment.get('platform', '-')}"
+    )
+    out.append(
+        f"- threads: torch.get_num_threads() = {environment.get('torch_threads', '-')}, "
+        f"interop {environment.get('torch_interop_threads', '-')}; environment "
+        f"{_environment_text(environment.get('thread_environment'))}"
+    )
+    out.append(f"- options: {_options_text(options)}")
+    out.append(
+        "- each arm runs in a fresh process; counts use a counting backend with dynamic=False; "
+        'fullgraph uses backend="eager"; bit-identical compares every output tensor of the '
+        "graphmend arm (eager and compiled) with the original model run eagerly in fp32 "
+        "(torch.equal)"
+    )
+    out.append("")
+    out.append(markdown_table(SUMMARY_HEADER, summary_rows(summaries)))
+    out.append("")
+    out.append(
+        f"**Totals.** Breaks removed: {total['breaks_removed']} / {total['breaks_total']} "
+        f"over {total['models_counted']} models (paper: {PAPER_BREAKS_REMOVED} / {PAPER_BREAKS_TOTAL} over "
+        f"{PAPER_MODELS_TOTAL}). Models fully fixed: {total['models_fully_fixed']} / "
+        f"{total['models_with_breaks']} models with breaks (paper: {PAPER_MODELS_FULLY_FIXED} / "
+        f"{PAPER_MODELS_TOTAL})."
+    )
+    out.append("")
+    out.append(
+        "Categories: "
+        + "; ".join(f"{name} = {text}" for name, text in CATEGORIES.items())
+        + "; unattributed = breaks without a log record of their own in a model whose logged "
+        "breaks have several categories."
+    )
+    if any(s.get("cold_start_original") or s.get("cold_start_graphmend") for s in summaries) or any(
+        s.get("rewrite_seconds") is not None for s in summaries
+    ):
+        out.append("")
+        out.append("### Timings")
+        out.append("")
+        out.append(
+            "Seconds as median (min-max, n processes); speedup = median original / median graphmend. "
+            "Cold start is the first call, TorchInductor compilation included; steady state is the "
+            "mean of the next calls. Rewrite time is graphmend rewriting the model's modeling file."
+        )
+        out.append("")
+        out.append(markdown_table(TIMING_HEADER, timing_rows(summaries)))
+    failures = [(s["name"], s["errors"]) for s in summaries if s["errors"]]
+    if failures:
+        out.append("")
+        out.append("### Failures")
+        out.append("")
+        for name, errors in failures:
+            for error in errors:
+                out.append(f"- {name}: {error}")
+    notes = [
+        (entry["name"], entry.get("notes")) for entry in run.get("models", []) if entry.get("notes")
+    ]
+    if notes:
+        out.append("")
+        out.append("### Model notes")
+        out.append("")
+        out += [f"- {name}: {note}" for name, note in notes]
+    return "\n".join(out) + "\n"
+
+
+def _environment_text(environment: dict | None) -> str:
+    if not environment:
+        return "-"
+    return ", ".join(f"{key}={value}" for key, value in environment.items())
+
+
+def _options_text(options: dict) -> str:
+    keys = ("quick", "device", "mode", "repeats", "iterations", "models")
+    return ", ".join(f"{key}={options[key]}" for key in keys if key in options) or "-"
+
+
+def render_terminal(run: dict) -> str:
+    """A plain-text table for the end of a run (``rich`` draws it when installed)."""
+    summaries = [summarize_model(entry) for entry in run.get("models", [])]
+    header = ["model", "breaks", "after", "fixed %", "fullgraph", "identical", "cold x", "steady x"]
+    rows = []
+    for s in summaries:
+        if s.get("skipped"):
+            rows.append([s["name"], "skipped", "", "", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                s["name"],
+                _number(s["breaks_before"]),
+                _number(s["breaks_after"]),
+                _percent(s.get("fixed_percent")),
+                f"{_yes_no(s['fullgraph_before'])}/{_yes_no(s['fullgraph_after'])}",
+                _yes_no(s["bit_identical"]),
+                _speedup(s["cold_start_speedup"]),
+                _speedup(s["steady_state_speedup"]),
+            ]
+        )
+    total = totals(summaries)
+    footer = (
+        f"breaks removed {total['breaks_removed']}/{total['breaks_total']} "
+        f"(paper {PAPER_BREAKS_REMOVED}/{PAPER_BREAKS_TOTAL}); fully fixed "
+        f"{total['models_fully_fixed']}/{total['models_with_breaks']} "
+        f"(paper {PAPER_MODELS_FULLY_FIXED}/{PAPER_MODELS_TOTAL})"
+    )
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        return plain_table(header, rows) + "\n" + footer + "\n"
+    table = Table(*header, caption=footer)
+    for row in rows:
+        table.add_row(*row)
+    console = Console(record=True, width=120)
+    with console.capture() as captured:
+        console.print(table)
+    return captured.get()
+
+
+def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+
+    def line(cells) -> str:
+        return "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths)).rstrip()
+
+    return "\n".join([line(header), line("-" * width for width in widths), *map(line, rows)])
+
+
+def write_plot(run: dict, path: str) -> bool:
+    """Breaks before/after per model, and the speedups where timed. False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    summaries = [s for s in map(summarize_model, run.get("models", [])) if not s.get("skipped")]
+    names = [s["name"] for s in summaries]
+    timed = [s for s in summaries if s["cold_start_speedup"] or s["steady_state_speedup"]]
+    panels = 2 if timed else 1
+    figure, axes = plt.subplots(
+        panels, 1, figsize=(max(8, 0.7 * len(names) + 2), 4 * panels), squeeze=False
+    )
+    positions = range(len(names))
+    width = 0.4
+    axis = axes[0][0]
+    axis.bar(
+        [p - width / 2 for p in positions],
+        [s["breaks_before"] or 0 for s in summaries],
+        width,
+        label="original",
+    )
+    axis.bar(
+        [p + width / 2 for p in positions],
+        [s["breaks_after"] or 0 for s in summaries],
+        width,
+        label="graphmend",
+    )
+    axis.set_xticks(list(positions), names, rotation=45, ha="right")
+    axis.set_ylabel("graph breaks")
+    axis.set_title("Graph breaks before and after graphmend")
+    axis.legend()
+    if timed:
+        axis = axes[1][0]
+        timed_names = [s["name"] for s in timed]
+        timed_positions = range(len(timed))
+        axis.bar(
+            [p - width / 2 for p in timed_positions],
+            [s["cold_start_speedup"] or 0 for s in timed],
+            width,
+            label="cold start",
+        )
+        axis.bar(
+            [p + width / 2 for p in timed_positions],
+            [s["steady_state_speedup"] or 0 for s in timed],
+            width,
+            label="steady state",
+        )
+        axis.axhline(1.0, color="gray", linewidth=0.8)
+        axis.set_xticks(list(timed_positions), timed_names, rotation=45, ha="right")
+        axis.set_ylabel("speedup (original / graphmend)")
+        axis.set_title("Speedup from graphmend (median of processes)")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return True
+
+
+__all__ = [
+    "CATEGORY_ORDER",
+    "display_categories",
+    "markdown_table",
+    "model_errors",
+    "plain_table",
+    "ratio",
+    "render_markdown",
+    "render_terminal",
+    "spread",
+    "summarize_model",
+    "totals",
+    "write_plot",
+]

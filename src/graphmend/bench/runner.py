@@ -1,0 +1,350 @@
+"""Run the suite: each model's two arms, original and graphmend, each in a fresh process.
+
+For every model:
+
+1. quick pass: one ``original`` then one ``graphmend`` worker (counts, break reasons,
+   fullgraph capture, outputs, rewrite time); the outputs are compared here.
+2. unless ``quick``: ``repeats`` rounds of timing workers, alternating
+   original, graphmend, original, graphmend, ... so that a drift of the machine
+   (thermal, other load) falls on both arms alike.
+
+Every worker gets its own empty TorchInductor cache folder, with the FX-graph and
+AOT-autograd caches off, ``OMP_NUM_THREADS=1`` and ``torch.set_num_threads(1)``
+(recorded in the results), so that each cold start is really cold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+from graphmend.bench.suite import BenchModel
+
+ARMS = ("original", "graphmend")
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RunOptions:
+    quick: bool = False
+    repeats: int = 3
+    iterations: int = 10
+    device: str = "cpu"
+    mode: str = "default"
+    threads: int = 1
+    timeout: float = 900.0
+    models: str = ""
+    model_file: str | None = None
+    python: str = field(default_factory=lambda: sys.executable)
+
+
+def _stderr_progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def worker_environment(scratch: str, options: RunOptions) -> dict[str, str]:
+    """The environment of one worker: its own empty compiler caches, one thread."""
+    environment = dict(os.environ)
+    inductor_cache = tempfile.mkdtemp(prefix="inductor-", dir=scratch)
+    environment.update(
+        {
+            "TORCHINDUCTOR_CACHE_DIR": inductor_cache,
+            "TRITON_CACHE_DIR": os.path.join(inductor_cache, "triton"),
+            "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+            "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
+            "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1",
+            "OMP_NUM_THREADS": str(options.threads),
+            "MKL_NUM_THREADS": str(options.threads),
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+    )
+    if options.device == "cpu":
+        # Two-core machines: parallel compile workers would compete with the timed process.
+        environment.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    return environment
+
+
+def run_worker_process(
+    model: BenchModel, arm: str, phase: str, options: RunOptions, scratch: str, hook_cache_dir: str
+) -> dict:
+    """Start one worker and return its JSON result (with ``worker_error`` if it died)."""
+    tag = f"{model.name}-{arm}-{phase}-{time.monotonic_ns()}"
+    result_path = os.path.join(scratch, tag + ".json")
+    outputs_path = os.path.join(scratch, tag + ".pt")
+    log_path = os.path.join(scratch, tag + ".log")
+    command = [options.python, "-m", "graphmend.bench.worker"]
+    command += ["--model-file", model.module_file] if model.module_file else ["--model", model.name]
+    command += [
+        "--arm",
+        arm,
+        "--phase",
+        phase,
+        "--device",
+        options.device,
+        "--mode",
+        options.mode,
+        "--iterations",
+        str(options.iterations),
+        "--threads",
+        str(options.threads),
+        "--hook-cache-dir",
+        hook_cache_dir,
+        "--result",
+        result_path,
+        "--outputs",
+        outputs_path,
+    ]
+    environment = worker_environment(scratch, options)
+    start = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as log:
+        try:
+            completed = subprocess.run(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=environment,
+                timeout=options.timeout,
+                check=False,
+            )
+            exit_status: int | str = completed.returncode
+        except subprocess.TimeoutExpired:
+            exit_status = "timeout"
+    shutil.rmtree(environment["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+    wall_seconds = time.perf_counter() - start
+    try:
+        with open(result_path, encoding="utf-8") as handle:
+            result = json.load(handle)
+    except (OSError, ValueError):
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            tail = handle.read()[-2000:]
+        result = {
+            "model": model.name,
+            "arm": arm,
+            "phase": phase,
+            "worker_error": f"worker exited with {exit_status} and wrote no result; log tail:\n{tail}",
+        }
+    result["wall_seconds"] = wall_seconds
+    result["exit_status"] = exit_status
+    return result
+
+
+def _load_outputs(result: dict) -> dict:
+    path = result.get("outputs_file")
+    if not path or not os.path.exists(path):
+        return {}
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def compare_outputs(reference: dict, candidate: dict) -> dict:
+    """torch.equal on every tensor the reference has; max |difference| where shapes match."""
+    import torch
+
+    different, missing = [], []
+    largest = 0.0
+    for name, expected in reference.items():
+        actual = candidate.get(name)
+        if actual is None:
+            missing.append(name)
+            continue
+        if not torch.equal(expected, actual):
+            different.append(name)
+            if (
+                expected.shape == actual.shape
+                and expected.is_floating_point()
+                and actual.is_floating_point()
+            ):
+                largest = max(largest, (expected.double() - actual.double()).abs().max().item())
+            elif expected.shape != actual.shape:
+                largest = float("inf")
+    return {
+        "equal": not different and not missing and bool(reference),
+        "different": different,
+        "missing": missing,
+        "max_abs_difference": largest,
+    }
+
+
+def compare_arms(original: dict, mended: dict) -> dict:
+    """Compare what the two quick workers saved with the original model run eagerly."""
+    original_outputs = _load_outputs(original)
+    mended_outputs = _load_outputs(mended)
+    reference = original_outputs.get("eager")
+    comparison: dict = {"main_output": original.get("main_output"), "problems": []}
+    if not reference:
+        comparison["problems"].append("no eager output of the original model to compare with")
+        comparison["bit_identical"] = None
+        return comparison
+    checks = {
+        "original_compiled": original_outputs.get("compiled"),
+        "graphmend_eager": mended_outputs.get("eager"),
+        "graphmend_compiled": mended_outputs.get("compiled"),
+    }
+    for name, candidate in checks.items():
+        if candidate is None:
+            comparison[name] = None
+            continue
+        comparison[name] = compare_outputs(reference, candidate)
+    mended_checks = [comparison["graphmend_eager"], comparison["graphmend_compiled"]]
+    if any(check is None for check in mended_checks):
+        comparison["bit_identical"] = None
+        comparison["problems"].append("the graphmend arm saved no output to compare")
+    else:
+        comparison["bit_identical"] = all(check["equal"] for check in mended_checks)
+        for name in ("graphmend_eager", "graphmend_compiled"):
+            check = comparison[name]
+            if not check["equal"]:
+                comparison["problems"].append(
+                    f"{name} differs from the original eager output in {check['different'] + check['missing']} "
+                    f"(max |difference| {check['max_abs_difference']:.3g})"
+                )
+    return comparison
+
+
+def _brief(result: dict, phase: str) -> str:
+    if result.get("skipped"):
+        return "skipped: " + result["skipped"]
+    for key in ("worker_error", "error"):
+        if result.get(key):
+            return (
+                "FAILED: "
+                + [line for line in result[key].strip().splitlines() if line.strip()][-1][:160]
+            )
+    if phase == "quick":
+        return (
+            f"graphs={result.get('graphs')} breaks={result.get('breaks')} "
+            f"fullgraph={result.get('fullgraph')}"
+            + (" (count failed)" if result.get("count_error") else "")
+        )
+    if result.get("timing_error"):
+        return "timing FAILED"
+    cold, steady = result.get("cold_start_seconds"), result.get("steady_state_seconds")
+    return (
+        f"cold={cold:.3f}s steady={steady * 1000:.3f}ms"
+        if cold is not None and steady is not None
+        else "-"
+    )
+
+
+def run_model(
+    model: BenchModel,
+    options: RunOptions,
+    scratch: str,
+    hook_cache_dir: str,
+    progress: Progress,
+    step: list[int],
+    steps: int,
+) -> dict:
+    entry: dict = {
+        "name": model.name,
+        "paper_name": model.paper_name,
+        "transformers_class": model.transformers_class,
+        "notes": model.notes,
+    }
+    missing = [] if model.module_file else model.missing_requirements()
+    if missing:
+        entry["skipped"] = f"missing {', '.join(missing)}"
+        progress(f"[{model.name}] skipped: missing {', '.join(missing)}")
+        step[0] += 2 + (0 if options.quick else 2 * options.repeats)
+        return entry
+
+    def one(arm: str, phase: str) -> dict:
+        step[0] += 1
+        progress(f"[{step[0]}/{steps}] {model.name} {arm} {phase} ...")
+        result = run_worker_process(model, arm, phase, options, scratch, hook_cache_dir)
+        progress(
+            f"[{step[0]}/{steps}] {model.name} {arm} {phase}: {_brief(result, phase)} "
+            f"({result['wall_seconds']:.1f}s)"
+        )
+        return result
+
+    quick = {arm: one(arm, "quick") for arm in ARMS}
+    entry["quick"] = quick
+    skipped = [result.get("skipped") for result in quick.values() if result.get("skipped")]
+    if skipped:
+        entry["skipped"] = skipped[0]
+        return entry
+    entry["equality"] = compare_arms(quick["original"], quick["graphmend"])
+    if not options.quick:
+        timing: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+        for _ in range(options.repeats):
+            for arm in ARMS:
+                timing[arm].append(one(arm, "timing"))
+        entry["timing"] = timing
+    return entry
+
+
+def git_commit() -> str | None:
+    folder = os.path.dirname(os.path.abspath(__file__))
+    try:
+        completed = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return completed.stdout.strip() or None
+
+
+def run_suite(
+    models: Sequence[BenchModel], options: RunOptions, progress: Progress = _stderr_progress
+) -> dict:
+    """Run every model and return the whole run as a JSON-able dictionary."""
+    import graphmend
+
+    steps = len(models) * (2 + (0 if options.quick else 2 * options.repeats))
+    step = [0]
+    started = datetime.now(timezone.utc)
+    entries = []
+    scratch = tempfile.mkdtemp(prefix="graphmend-bench-")
+    # One rewritten-code cache for all graphmend workers of this run: import-time
+    # rewriting is paid once, and never inside a timed call.
+    hook_cache_dir = os.path.join(scratch, "hook-cache")
+    try:
+        for model in models:
+            entries.append(
+                run_model(model, options, scratch, hook_cache_dir, progress, step, steps)
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    environment = next(
+        (
+            arm["environment"]
+            for entry in entries
+            for arm in (entry.get("quick") or {}).values()
+            if arm.get("environment")
+        ),
+        {},
+    )
+    for entry in entries:
+        for arm in (entry.get("quick") or {}).values():
+            arm.pop("outputs_file", None)
+        for runs in (entry.get("timing") or {}).values():
+            for run in runs:
+                run.pop("outputs_file", None)
+    return {
+        "meta": {
+            "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+            "seconds": (datetime.now(timezone.utc) - started).total_seconds(),
+            "graphmend_version": graphmend.__version__,
+            "git_commit": git_commit(),
+            "argv": sys.argv,
+            "options": asdict(options),
+            "environment": environment,
+        },
+        "models": entries,
+    }

@@ -1,0 +1,391 @@
+"""One arm of one model, in this (fresh) process: ``python -m graphmend.bench.worker``.
+
+The runner starts one worker per measurement so that nothing is shared between arms:
+no imported (or rewritten) modules, no TorchDynamo or TorchInductor caches, no warm
+allocator. The worker writes a JSON result (always, even when a step fails) and the
+model's outputs with ``torch.save``; the runner compares outputs across processes.
+
+Phases:
+
+* ``quick``: graph and break counts under a counting backend (``dynamic=False``), each
+  logged break with its category, a ``fullgraph=True`` capture with the eager backend,
+  the outputs of an eager run and of the counted compiled run, and (graphmend arm) the
+  time to rewrite the model's modeling file.
+* ``timing``: ``torch.compile`` with TorchInductor; the first call (cold start,
+  compilation included) and the mean of the next calls (steady state).
+
+In the graphmend arm the import hook is installed before anything of the model's
+packages is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import json
+import logging
+import os
+import platform
+import sys
+import time
+import traceback
+
+ARMS = ("original", "graphmend")
+PHASES = ("quick", "timing")
+
+
+def _error_text(error: BaseException, limit: int = 2000) -> str:
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return text[-limit:]
+
+
+def _error_headline(error: BaseException) -> str:
+    first = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {first[0] if first else ''}"[:300]
+
+
+class _RecordsHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # A record we cannot format is not a graph break.
+        with contextlib.suppress(Exception):
+            self.messages.append(record.getMessage())
+
+
+# TorchDynamo's loggers of the ``graph_breaks`` artifact. Our handler sits on them
+# directly: ``graphmend.counting`` swaps the handlers of ``torch._dynamo`` while it
+# counts, so a handler there would see nothing.
+GRAPH_BREAK_LOGGERS = tuple(
+    f"torch._dynamo.{module}.__graph_breaks"
+    for module in ("symbolic_convert", "exc", "convert_frame")
+)
+
+
+@contextlib.contextmanager
+def capture_graph_break_logs():
+    """Collect TorchDynamo's ``graph_breaks`` artifact messages (they also see breaks
+    that happen before the first graph, which graph counting alone misses).
+    ``count_breaks`` turns the artifact on while it runs."""
+    handler = _RecordsHandler()
+    loggers = [logging.getLogger(name) for name in GRAPH_BREAK_LOGGERS]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler.messages
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+def clear_warning_once_caches() -> None:
+    """transformers' ``logger.warning_once`` remembers what it said; forget it so each
+    run takes the same path as a first run."""
+    for method in (
+        getattr(logging.Logger, "warning_once", None),
+        getattr(logging.Logger, "info_once", None),
+    ):
+        if method is not None and hasattr(method, "cache_clear"):
+            method.cache_clear()
+
+
+def tensor_leaves(value, prefix: str = "output") -> dict:
+    """Every tensor in a model output, by path (``output.logits``, ``output.0.1``).
+
+    Model outputs are dataclass-like mappings, tuples or tensors; other objects (a
+    ``Cache``, None) are left out.
+    """
+    import torch
+
+    leaves = {}
+    if isinstance(value, torch.Tensor):
+        leaves[prefix] = value.detach().to("cpu")
+    elif isinstance(value, dict) or hasattr(value, "keys") and hasattr(value, "__getitem__"):
+        for key in list(value.keys()):
+            leaves.update(tensor_leaves(value[key], f"{prefix}.{key}"))
+    elif isinstance(value, (tuple, list)):
+        for index, item in enumerate(value):
+            leaves.update(tensor_leaves(item, f"{prefix}.{index}"))
+    return leaves
+
+
+def main_output_name(leaves: dict) -> str | None:
+    """The output compared first: ``logits`` where there is one, else the first tensor."""
+    for name in leaves:
+        if name.rsplit(".", 1)[-1] == "logits":
+            return name
+    return next(iter(leaves), None)
+
+
+def _to_device(value, device: str):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {key: _to_device(item, device) for key, item in value.items()}
+    return value
+
+
+def _synchronize(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def environment_facts(device: str) -> dict:
+    import torch
+
+    facts = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "processor": _processor_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "thread_environment": {
+            name: os.environ.get(name)
+            for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS")
+        },
+        "inductor_environment": {
+            name: os.environ.get(name)
+            for name in (
+                "TORCHINDUCTOR_CACHE_DIR",
+                "TORCHINDUCTOR_FX_GRAPH_CACHE",
+                "TORCHINDUCTOR_AUTOGRAD_CACHE",
+            )
+        },
+    }
+    try:
+        import transformers
+
+        facts["transformers"] = transformers.__version__
+    except Exception:  # noqa: BLE001 - a model without transformers is fine
+        facts["transformers"] = None
+    if device.startswith("cuda") and torch.cuda.is_available():
+        facts["gpu"] = torch.cuda.get_device_name()
+        facts["cuda"] = torch.version.cuda
+    return facts
+
+
+def _processor_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _resolve_model(name: str | None, model_file: str | None):
+    from graphmend.bench import suite
+
+    if model_file:
+        return suite.load_model_file(model_file, import_module=False)
+    return suite.get_model(name)
+
+
+def _rewrite_seconds(model, packages) -> dict:
+    """Time ``mend_module_source`` on the module that defines the model's class."""
+    from graphmend.rewrite.pipeline import mend_module_source
+
+    module = sys.modules.get(type(model).__module__)
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py"):
+        return {"file": path, "seconds": None}
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    start = time.perf_counter()
+    result = mend_module_source(source, filename=path, module_name=module.__name__, scope="all")
+    seconds = time.perf_counter() - start
+    return {
+        "file": path,
+        "lines": source.count("\n") + 1,
+        "seconds": seconds,
+        "changed": result.changed,
+        "findings": len(result.findings),
+    }
+
+
+def run_quick(model, example_kwargs, result: dict, outputs: dict) -> None:
+    import torch
+
+    from graphmend.bench.categories import count_categories, parse_graph_break_log
+    from graphmend.counting import count_breaks
+
+    # 1. Counting backend: graphs, breaks, and each logged break.
+    clear_warning_once_caches()
+    start = time.perf_counter()
+    try:
+        with capture_graph_break_logs() as messages, torch.no_grad():
+            compiled_output, count = count_breaks(model, **copy.deepcopy(example_kwargs))
+        breaks = [item for item in map(parse_graph_break_log, messages) if item is not None]
+        result["graphs"] = count.graphs
+        result["breaks"] = count.breaks
+        result["dynamo_break_reasons"] = {
+            key.splitlines()[0][:200]: value for key, value in count.reasons.items()
+        }
+        result["logged_breaks"] = [item.to_json() for item in breaks]
+        result["categories"] = count_categories(breaks)
+        outputs["compiled"] = tensor_leaves(compiled_output)
+    except Exception as error:  # noqa: BLE001 - report and go on with the other steps
+        result["count_error"] = _error_text(error)
+    result["count_seconds"] = time.perf_counter() - start
+
+    # 2. Eager run of this arm's (possibly rewritten) model.
+    torch._dynamo.reset()
+    clear_warning_once_caches()
+    try:
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+            outputs["eager"] = tensor_leaves(model(**copy.deepcopy(example_kwargs)))
+    except Exception as error:  # noqa: BLE001
+        result["eager_error"] = _error_text(error)
+
+    # 3. fullgraph=True capture with the eager backend.
+    torch._dynamo.reset()
+    clear_warning_once_caches()
+    try:
+        whole = torch.compile(model, fullgraph=True, backend="eager", dynamic=False)
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+            outputs["fullgraph"] = tensor_leaves(whole(**copy.deepcopy(example_kwargs)))
+        result["fullgraph"] = True
+    except Exception as error:  # noqa: BLE001
+        result["fullgraph"] = False
+        result["fullgraph_error"] = _error_headline(error)
+    torch._dynamo.reset()
+
+
+def run_timing(
+    model, example_kwargs, result: dict, outputs: dict, device: str, mode: str, iterations: int
+) -> None:
+    import torch
+
+    clear_warning_once_caches()
+    compile_mode = None if mode == "default" else mode
+    try:
+        compiled = torch.compile(model, backend="inductor", mode=compile_mode, dynamic=False)
+        seconds = []
+        output = None
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+            for _ in range(iterations):
+                arguments = dict(example_kwargs)
+                _synchronize(device)
+                start = time.perf_counter()
+                output = compiled(**arguments)
+                _synchronize(device)
+                seconds.append(time.perf_counter() - start)
+        result["call_seconds"] = seconds
+        result["cold_start_seconds"] = seconds[0]
+        rest = seconds[1:]
+        result["steady_state_seconds"] = sum(rest) / len(rest) if rest else None
+        outputs["inductor"] = tensor_leaves(output)
+    except Exception as error:  # noqa: BLE001
+        result["timing_error"] = _error_text(error)
+
+
+def run_worker(args: argparse.Namespace) -> dict:
+    result: dict = {
+        "model": args.model,
+        "arm": args.arm,
+        "phase": args.phase,
+        "device": args.device,
+        "mode": args.mode,
+        "pid": os.getpid(),
+    }
+    outputs: dict = {}
+    process_start = time.perf_counter()
+    try:
+        bench_model = _resolve_model(args.model, args.model_file)
+        result["model"] = bench_model.name
+        missing = bench_model.missing_requirements()
+        if missing:
+            result["skipped"] = f"missing requirement(s): {', '.join(missing)}"
+            return result
+        hook = None
+        if args.arm == "graphmend":
+            import graphmend.hook
+
+            hook = graphmend.hook.install(list(bench_model.packages), cache_dir=args.hook_cache_dir)
+        import torch
+
+        torch.set_num_threads(args.threads)
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        model, example_kwargs = bench_model.build()
+        model.eval()
+        model.to(args.device)
+        example_kwargs = _to_device(example_kwargs, args.device)
+        result["build_seconds"] = time.perf_counter() - start
+        result["environment"] = environment_facts(args.device)
+        if hook is not None:
+            stats = hook.stats
+            result["hook"] = {
+                "transform_calls": stats.transform_calls,
+                "cache_hits": stats.cache_hits,
+                "fallbacks": stats.fallbacks,
+            }
+        if args.phase == "quick":
+            run_quick(model, example_kwargs, result, outputs)
+            if args.arm == "graphmend":
+                try:
+                    result["rewrite"] = _rewrite_seconds(model, bench_model.packages)
+                except Exception as error:  # noqa: BLE001
+                    result["rewrite"] = {"error": _error_headline(error)}
+        else:
+            run_timing(
+                model, example_kwargs, result, outputs, args.device, args.mode, args.iterations
+            )
+    except Exception as error:  # noqa: BLE001 - the runner reads the error from the JSON
+        result["error"] = _error_text(error)
+    finally:
+        result["process_seconds"] = time.perf_counter() - process_start
+        if outputs and args.outputs:
+            import torch
+
+            torch.save(outputs, args.outputs)
+            result["outputs_file"] = args.outputs
+            result["main_output"] = main_output_name(
+                outputs.get("eager") or next(iter(outputs.values()))
+            )
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m graphmend.bench.worker")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="a registered bench model")
+    which.add_argument("--model-file", help="a Python file defining build()")
+    parser.add_argument("--arm", choices=ARMS, required=True)
+    parser.add_argument("--phase", choices=PHASES, default="quick")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--mode", default="default", choices=("default", "reduce-overhead", "max-autotune")
+    )
+    parser.add_argument(
+        "--iterations", type=int, default=10, help="timed calls: 1 cold + the rest steady"
+    )
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--hook-cache-dir", default=None)
+    parser.add_argument("--result", required=True, help="where to write the JSON result")
+    parser.add_argument("--outputs", default=None, help="where to torch.save the outputs")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result = run_worker(args)
+    with open(args.result, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

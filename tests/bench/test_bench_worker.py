@@ -1,0 +1,111 @@
+"""The worker protocol end to end, on a plain-torch model (no transformers needed).
+
+tiny_model.py prints and branches on a tensor value: two graph breaks (LC, DC). Each
+arm runs in its own process, as in a real benchmark, in quick mode.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from graphmend.bench.runner import RunOptions, compare_outputs, run_suite, worker_environment
+from graphmend.bench.suite import load_model_file
+
+TINY_MODEL = os.path.join(os.path.dirname(__file__), "tiny_model.py")
+
+
+@pytest.fixture(scope="module")
+def quick_run():
+    model = load_model_file(TINY_MODEL, import_module=False)
+    messages = []
+    run = run_suite([model], RunOptions(quick=True, timeout=300), progress=messages.append)
+    return run, messages
+
+
+def test_quick_run_counts_and_categorizes_the_original_breaks(quick_run):
+    run, _ = quick_run
+    (entry,) = run["models"]
+    assert entry["name"] == "tiny-model"
+    original = entry["quick"]["original"]
+    assert "error" not in original and "count_error" not in original, original
+    assert original["graphs"] >= 2 and original["breaks"] >= 2
+    assert original["categories"] == {"DC": 1, "LC": 1}
+    assert {item["line"] for item in original["logged_breaks"]} == {15, 16}
+    assert original["fullgraph"] is False and original["fullgraph_error"]
+    assert original["environment"]["torch_threads"] == 1
+    assert original["environment"]["thread_environment"]["OMP_NUM_THREADS"] == "1"
+    assert original["environment"]["inductor_environment"]["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "0"
+    assert "timing" not in entry
+
+
+def test_graphmend_arm_preserves_the_outputs(quick_run):
+    run, _ = quick_run
+    (entry,) = run["models"]
+    mended = entry["quick"]["graphmend"]
+    assert "error" not in mended and "count_error" not in mended, mended
+    assert mended["breaks"] <= entry["quick"]["original"]["breaks"]
+    assert mended["rewrite"]["seconds"] is not None and mended["rewrite"]["file"] == TINY_MODEL
+    assert entry["equality"]["bit_identical"] is True, entry["equality"]
+    assert entry["equality"]["original_compiled"]["equal"] is True
+
+
+def test_progress_and_metadata(quick_run):
+    run, messages = quick_run
+    assert [m for m in messages if m.endswith("...")] == [
+        "[1/2] tiny-model original quick ...",
+        "[2/2] tiny-model graphmend quick ...",
+    ]
+    assert run["meta"]["options"]["quick"] is True
+    assert run["meta"]["environment"]["torch"] == torch.__version__
+    json.dumps(run)  # the whole run is JSON-able
+
+
+def test_each_worker_gets_its_own_empty_inductor_cache(tmp_path):
+    options = RunOptions()
+    first, second = (
+        worker_environment(str(tmp_path), options),
+        worker_environment(str(tmp_path), options),
+    )
+    assert first["TORCHINDUCTOR_CACHE_DIR"] != second["TORCHINDUCTOR_CACHE_DIR"]
+    assert os.listdir(first["TORCHINDUCTOR_CACHE_DIR"]) == []
+    assert first["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "0" and first["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_worker_that_fails_still_writes_a_result(tmp_path):
+    broken = tmp_path / "broken_model.py"
+    broken.write_text("def build():\n    raise RuntimeError('no model today')\n")
+    result_path = tmp_path / "result.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphmend.bench.worker",
+            "--model-file",
+            str(broken),
+            "--arm",
+            "original",
+            "--result",
+            str(result_path),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    result = json.loads(result_path.read_text())
+    assert "RuntimeError: no model today" in result["error"]
+
+
+def test_compare_outputs():
+    reference = {"output.logits": torch.tensor([1.0, 2.0]), "output.mask": torch.tensor([1, 0])}
+    assert compare_outputs(reference, dict(reference))["equal"]
+    nudged = dict(reference, **{"output.logits": torch.tensor([1.0, 2.5])})
+    result = compare_outputs(reference, nudged)
+    assert not result["equal"] and result["different"] == ["output.logits"]
+    assert result["max_abs_difference"] == pytest.approx(0.5)
+    result = compare_outputs(reference, {"output.logits": reference["output.logits"]})
+    assert not result["equal"] and result["missing"] == ["output.mask"]
+    assert not compare_outputs({}, {})["equal"]
