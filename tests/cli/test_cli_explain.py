@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
-import torch
 
 from graphmend.cli.config import Settings
 from graphmend.cli.explain import (
@@ -17,7 +17,9 @@ from graphmend.cli.explain import (
     split_script_arguments,
 )
 
-TORCH_FILE = os.path.join(os.path.dirname(torch.__file__), "nn", "modules", "module.py")
+# Found as explain finds it: the parent process need not import torch.
+TORCH_DIRECTORY = importlib.util.find_spec("torch").submodule_search_locations[0]
+TORCH_FILE = os.path.join(TORCH_DIRECTORY, "nn", "modules", "module.py")
 
 # As torch 2.13 logs it, cut down; the innermost frame is inside torch.
 FULL_RECORD = f'''\

@@ -17,6 +17,8 @@ every function for a package), checked against the mended run.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import linecache
 import logging
@@ -147,9 +149,15 @@ def _is_user_file(path: str) -> bool:
     absolute = os.path.abspath(path)
     if absolute.startswith(_GRAPHMEND_DIRECTORY):
         return False
-    torch_module = sys.modules.get("torch")
-    torch_directory = os.path.dirname(getattr(torch_module, "__file__", "") or "")
-    return not (torch_directory and absolute.startswith(torch_directory + os.sep))
+    return not any(absolute.startswith(directory) for directory in _torch_directories())
+
+
+@functools.cache
+def _torch_directories() -> tuple[str, ...]:
+    """Where torch lives, found without importing it (this process may never need it)."""
+    spec = importlib.util.find_spec("torch")
+    locations = spec.submodule_search_locations if spec is not None else None
+    return tuple(os.path.abspath(location) + os.sep for location in locations or ())
 
 
 def parse_break_record(message: str) -> GraphBreak | None:
