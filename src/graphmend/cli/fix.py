@@ -44,7 +44,6 @@ from graphmend.cli.config import (
 )
 from graphmend.rewrite.findings import Finding
 from graphmend.rewrite.pipeline import Edit, MendResult
-from graphmend.rewrite.templates import RUNTIME_IMPORT
 
 PROGRAM = "graphmend fix"
 CHANGED_OR_FAILED_EXIT_CODE = 1
@@ -142,7 +141,7 @@ def rewrite_text(source: SourceFile, result: MendResult) -> str:
         lines[edit.first_line - 1 : edit.last_line] = [block]
         replaced_until = edit.first_line
 
-    import_line = result.runtime_import or _planned_runtime_import(planned)
+    import_line = result.runtime_import
     if import_line is not None:
         position = _import_position(original_tree, split_lines("".join(lines)))
         lines = split_lines("".join(lines))
@@ -151,13 +150,6 @@ def rewrite_text(source: SourceFile, result: MendResult) -> str:
         lines.insert(position, import_line + default_newline)
     text = "".join(lines)
     return text + _appended_statements(text, planned, default_newline)
-
-
-def _planned_runtime_import(planned: ast.Module) -> str | None:
-    # The pipeline imports the runtime for pure-function registrations too, but names
-    # the import in ``runtime_import`` only when a rewritten statement needs it.
-    wanted = ast.dump(ast.parse(RUNTIME_IMPORT).body[0])
-    return RUNTIME_IMPORT if any(ast.dump(s) == wanted for s in planned.body) else None
 
 
 def _appended_statements(text: str, planned: ast.Module, newline: str) -> str:
