@@ -71,6 +71,20 @@ MUST_REWRITE = {
                 collected.append(y - 1)
             return collected[0]
     """,
+    "data_dependent_and_or": """
+        def f(x, y):
+            if (x > 0).all() or (torch.isnan(y).any() and y.sum() > 1):
+                z = x + y
+            else:
+                z = x - y
+            return z
+    """,
+    "static_prefix_one_armed": """
+        def f(x, y, mask=None):
+            if mask is None and (x == 0.5).any():
+                y = y * 2
+            return y
+    """,
     "pure_helper_call_in_arm": """
         def scale(v, k):
             return v * k
@@ -200,8 +214,13 @@ MUST_NOT_REWRITE = {
         "def f(x, y):\n    if x.sum() > 0:\n        z = x + 1\n    return z", "one path only",
     ),
     "item_condition": ("def f(x):\n    if x.sum().item() > 0:\n        x = x + 1\n    return x", ".item()"),
-    "short_circuit_condition": (
-        "def f(x):\n    if (x > 0).all() and (x < 5).all():\n        x = x + 1\n    return x", "short-circuits",
+    "short_circuit_operand_may_raise": (
+        "def f(x):\n    if (x > 0).all() and (x.sum() / x.max()) > 0:\n        x = x + 1\n    return x", "short-circuits",
+    ),
+    "static_and_with_else_arm": (
+        "def f(x, m):\n    if m is not None and (m > 0).any():\n        x = x + 1\n    else:\n        x = x - 1\n"
+        "    return x",
+        "else arm",
     ),
     "arm_breaks_loop": (
         "def f(x):\n    for i in range(3):\n        if x.sum() > i:\n            break\n        x = x + 1\n    return x",

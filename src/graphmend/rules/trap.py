@@ -24,6 +24,12 @@ import copy
 from graphmend.rewrite.findings import VALIDATION_GUARD
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, enclosing_statements, first_failure, rewrite_statements
+from graphmend.rules.conditions import (
+    conjunction,
+    holds_expression,
+    split_static_prefix,
+    why_not_tensorizable,
+)
 
 RULE = "Trap"
 
@@ -31,32 +37,6 @@ RULE = "Trap"
 def guard_body_only_raises(statement: ast.If) -> str | None:
     if len(statement.body) != 1 or not isinstance(statement.body[0], ast.Raise):
         return "the guard's body does more than raise"
-    return None
-
-
-def split_static_prefix(context: FunctionContext, test: ast.expr, node) -> tuple[list, ast.expr]:
-    """``a is not None and (a == b).all()`` -> ([a is not None], (a == b).all())."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        static = []
-        for index, value in enumerate(test.values):
-            if context.data.is_data_dependent(value, node):
-                rest = test.values[index:]
-                dynamic = rest[0] if len(rest) == 1 else ast.BoolOp(op=ast.And(), values=rest)
-                return static, dynamic
-            static.append(value)
-    return [], test
-
-
-def condition_tensorizable(context: FunctionContext, condition: ast.expr, node) -> str | None:
-    if not context.data.is_data_dependent(condition, node):
-        return "the condition does not depend on tensor values"
-    if context.data.first_item_call(condition) is not None:
-        return "the condition calls `.item()`, which needs the value on the host"
-    if isinstance(condition, ast.BoolOp):
-        return "a data-dependent `and`/`or` short-circuits on a tensor value"
-    for part in ast.walk(condition):
-        if isinstance(part, (ast.NamedExpr, ast.Await, ast.Yield, ast.Lambda)):
-            return "the condition binds a name or suspends"
     return None
 
 
@@ -136,84 +116,74 @@ def dotted_path(expression: ast.expr) -> str | None:
     return ".".join([expression.id] + list(reversed(parts)))
 
 
-def _tensor_condition(context: FunctionContext, condition: ast.expr) -> tuple[ast.expr, bool]:
-    """(expression, holds_when_truthy) with ``not`` peeled and ``torch.equal`` replaced."""
-    holds_when_truthy = False  # the guard raises when the condition is truthy
-    while isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
-        condition = condition.operand
-        holds_when_truthy = not holds_when_truthy
-
-    class ReplaceEqual(ast.NodeTransformer):
-        def visit_Call(self, call: ast.Call):
-            self.generic_visit(call)
-            if context.facts.qualified_name_of(call.func) == "torch.equal" and len(call.args) == 2:
-                return ast.copy_location(
-                    ast.Call(
-                        func=ast.Attribute(
-                            value=ast.Name(id=RUNTIME_NAME, ctx=ast.Load()),
-                            attr="equal_as_tensor",
-                            ctx=ast.Load(),
-                        ),
-                        args=call.args,
-                        keywords=[],
-                    ),
-                    call,
-                )
-            return call
-
-    rewritten = ReplaceEqual().visit(copy.deepcopy(condition))
-    return rewritten, holds_when_truthy
+def _as_guard(statement: ast.Assert) -> ast.If:
+    """``assert C, msg`` is ``if not C: raise AssertionError(msg)`` (under ``__debug__``)."""
+    exception = ast.Name(id="AssertionError", ctx=ast.Load())
+    if statement.msg is not None:
+        exception = ast.Call(func=exception, args=[statement.msg], keywords=[])
+    guard = ast.If(
+        test=ast.UnaryOp(op=ast.Not(), operand=statement.test),
+        body=[ast.Raise(exc=exception, cause=None)],
+        orelse=[],
+    )
+    for node in ast.walk(guard):
+        ast.copy_location(node, statement)
+    return guard
 
 
 def apply(context: FunctionContext) -> None:
     if not context.may_depend_on_tensor_values():
         return
+
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
-        if not isinstance(statement, ast.If):
+        if isinstance(statement, ast.Assert):
+            guard = _as_guard(statement)
+        elif isinstance(statement, ast.If):
+            guard = statement
+        else:
             return None
         node = context.facts.node_for(statement)
-        if not context.data.is_data_dependent(statement.test, node):
+        if not context.data.is_data_dependent(guard.test, node):
             return None
-        if guard_body_only_raises(statement) is not None:
+        if guard_body_only_raises(guard) is not None:
             return None  # not a validation guard: [Where] considers it
-        raise_statement = statement.body[0]
-        static_prefix, dynamic = split_static_prefix(context, statement.test, node)
+        raise_statement = guard.body[0]
+        static_prefix, dynamic = split_static_prefix(context, guard.test, node)
         reason = first_failure(
-            lambda: condition_tensorizable(context, dynamic, node),
+            lambda: why_not_tensorizable(context, dynamic, node),
             lambda: exception_restorable(context, raise_statement),
             lambda: message_restorable(context, raise_statement, node),
             lambda: not_caught_in_function(context, statement),
         )
+        shown = f"assert {ast.unparse(statement.test)}" if isinstance(statement, ast.Assert) else (
+            f"if {ast.unparse(statement.test)}: raise"
+        )
         context.module.report(
-            context.facts, statement, VALIDATION_GUARD,
-            f"validation guard `if {ast.unparse(statement.test)}: raise`", RULE, reason,
+            context.facts, statement, VALIDATION_GUARD, f"validation guard `{shown}`", RULE, reason
         )
         if reason:
             return None
         context.module.uses_runtime = True
-        condition, holds_when_truthy = _tensor_condition(context, dynamic)
         exception = raise_statement.exc
         message = exception.args[0] if isinstance(exception, ast.Call) and exception.args else None
         exception_path = dotted_path(exception.func if isinstance(exception, ast.Call) else exception)
+        # The guard raises when the condition is truthy; the assertion must hold otherwise.
         assertion = statements(
-            f"{RUNTIME_NAME}.assert_guard({RUNTIME_NAME}.guard_holds(CONDITION, HOLDS), "
-            f"{RUNTIME_NAME}.trap_message(__name__, PATH, MESSAGE))",
-            CONDITION=condition,
-            HOLDS=ast.Constant(holds_when_truthy),
+            f"{RUNTIME_NAME}.assert_guard(HOLDS, {RUNTIME_NAME}.trap_message(__name__, PATH, MESSAGE))",
+            HOLDS=holds_expression(context, dynamic, False),
             PATH=ast.Constant(exception_path),
             MESSAGE=message if message is not None else ast.Constant(None),
         )
         if static_prefix:
-            prefix = static_prefix[0] if len(static_prefix) == 1 else ast.BoolOp(
-                op=ast.And(), values=static_prefix
-            )
-            assertion = statements("if PREFIX:\n    BODY", PREFIX=prefix, BODY=assertion)
+            assertion = statements("if PREFIX:\n    BODY", PREFIX=conjunction(static_prefix), BODY=assertion)
+        if isinstance(statement, ast.Assert):
+            assertion = statements("if __debug__:\n    BODY", BODY=assertion)
         place(assertion, statement)
         for lowered in assertion:
             lowered._graphmend_trap = True
-        compiled = assertion + copy.deepcopy(statement.orelse)
-        guard = compiled_or_original(compiled, [statement], f"{RULE}: original guard")
-        guard._graphmend_trap = True
-        return [guard]
+        compiled = assertion + copy.deepcopy(guard.orelse)
+        wrapped = compiled_or_original(compiled, [statement], f"{RULE}: original guard")
+        wrapped._graphmend_trap = True
+        return [wrapped]
 
     rewrite_statements(context.facts.function, rewrite)

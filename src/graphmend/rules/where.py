@@ -31,29 +31,15 @@ import copy
 from graphmend.rewrite.findings import DATA_DEPENDENT_CONTROL_FLOW
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
-from graphmend.rules.trap import _tensor_condition
-from graphmend.analysis.purity import is_known_pure
+from graphmend.rules.safety import ExpressionSafety
+from graphmend.rules.conditions import (
+    conjunction,
+    holds_expression,
+    split_static_prefix,
+    why_not_tensorizable,
+)
 
 RULE = "Where"
-SAFE_BINARY_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Pow, ast.BitAnd, ast.BitOr, ast.BitXor)
-SAFE_UNARY_OPERATORS = (ast.USub, ast.UAdd, ast.Invert)
-SAFE_COMPARISONS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
-POINTWISE_TORCH = frozenset(
-    f"torch.{name}"
-    for name in (
-        "relu", "sigmoid", "tanh", "exp", "sin", "cos", "abs", "neg", "maximum", "minimum",
-        "where", "zeros_like", "ones_like", "full_like", "logical_not", "logical_and",
-        "logical_or", "square", "sign", "erf", "exp2", "expm1",
-    )
-) | frozenset(
-    f"torch.nn.functional.{name}" for name in ("relu", "gelu", "silu", "sigmoid", "tanh", "elu")
-)
-SAFE_METHODS = frozenset(
-    {"to", "float", "double", "half", "bfloat16", "clone", "detach", "contiguous", "type_as",
-     "abs", "exp", "relu", "sigmoid", "tanh", "neg", "sin", "cos", "square", "sign"}
-)
-
-
 class Decline(Exception):
     pass
 
@@ -89,108 +75,21 @@ class _Arm:
 
 
 class WhereRewrite:
-    def __init__(self, context: FunctionContext, statement: ast.If, false_arm, consumed_next):
+    def __init__(self, context: FunctionContext, statement: ast.If, false_arm, consumed_next, test=None):
         self.context = context
         self.statement = statement
+        self.test = test if test is not None else statement.test
         self.node = context.facts.node_for(statement)
         self.number = context.module.fresh_suffix()
         self.true_arm = _Arm(statement.body, f"true_{self.number}")
         self.false_arm = _Arm(false_arm, f"false_{self.number}")
         self.consumed_next = consumed_next
         self.trace_time_checks: list[ast.expr] = []
-        self.bound_in_current_arm: set[str] = set()
+        self.safety = ExpressionSafety(context, self.node)
+        self.expression_is_safe = self.safety.expression_is_safe
+        self.call_is_safe = self.safety.call_is_safe
 
     # legality conditions -------------------------------------------------------------
-
-    def expression_is_safe(self, expression: ast.expr | None) -> str | None:
-        """None when evaluating ``expression`` cannot raise or write anything."""
-        if expression is None:
-            return None
-        facts = self.context.facts
-        if isinstance(expression, ast.Constant):
-            return None
-        if isinstance(expression, ast.Name):
-            if expression.id in self.bound_in_current_arm:
-                return None
-            if facts.is_local(expression.id):
-                if not facts.reaching.definitely_assigned(self.node, expression.id):
-                    return f"`{expression.id}` may be unbound"
-                return None
-            bindings = self.context.module.bindings
-            if bindings.binding_counts[expression.id] or bindings.is_unbound_builtin(expression.id):
-                return None
-            return f"`{expression.id}` is not defined in this module"
-        if isinstance(expression, ast.Attribute):
-            return self.expression_is_safe(expression.value)
-        if isinstance(expression, ast.BinOp):
-            if not isinstance(expression.op, SAFE_BINARY_OPERATORS):
-                symbol = ast.unparse(expression)
-                return f"`{symbol}` may raise (division, modulo and matmul can fail at run time)"
-            return self.expression_is_safe(expression.left) or self.expression_is_safe(expression.right)
-        if isinstance(expression, ast.UnaryOp):
-            if not isinstance(expression.op, SAFE_UNARY_OPERATORS):
-                return f"`{ast.unparse(expression)}` takes the truth value of a tensor"
-            return self.expression_is_safe(expression.operand)
-        if isinstance(expression, ast.Compare):
-            if not all(isinstance(op, SAFE_COMPARISONS) for op in expression.ops):
-                return f"`{ast.unparse(expression)}` may raise"
-            return first_failure(
-                *[lambda e=e: self.expression_is_safe(e) for e in [expression.left] + expression.comparators]
-            )
-        if isinstance(expression, (ast.Tuple, ast.List)):
-            return first_failure(*[lambda e=e: self.expression_is_safe(e) for e in expression.elts])
-        if isinstance(expression, ast.Call):
-            return self.call_is_safe(expression)
-        if isinstance(expression, ast.Subscript):
-            return f"`{ast.unparse(expression)}` indexes, which may raise"
-        return f"`{ast.unparse(expression)}` is not known to be free of exceptions"
-
-    def call_is_safe(self, call: ast.Call) -> str | None:
-        facts = self.context.facts
-        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-            return f"`{ast.unparse(call)}` unpacks its arguments"
-        arguments_reason = first_failure(
-            *[lambda e=e: self.expression_is_safe(e) for e in call.args + [k.value for k in call.keywords]]
-        )
-        if arguments_reason:
-            return arguments_reason
-        qualified = facts.qualified_name_of(call.func)
-        if qualified in POINTWISE_TORCH:
-            return None
-        callee = call.func
-        if isinstance(callee, ast.Attribute) and callee.attr in SAFE_METHODS and qualified is None:
-            return self.expression_is_safe(callee.value)
-        purity = self.context.module.purity
-        if isinstance(callee, ast.Name) and not facts.is_local(callee.id) and callee.id in purity.functions:
-            impurity = purity.function_impurity(
-                purity.functions[callee.id], [k.arg for k in call.keywords]
-            )
-            return f"the call `{ast.unparse(callee)}` is impure: {impurity}" if impurity else None
-        method = self._same_class_method(callee)
-        if method is not None:
-            impurity = purity.function_impurity(method, [k.arg for k in call.keywords])
-            return f"the call `{ast.unparse(callee)}` is impure: {impurity}" if impurity else None
-        if qualified is not None and is_known_pure(qualified) and qualified not in (
-            "torch.matmul", "torch.mm", "torch.bmm", "torch.cat", "torch.stack"
-        ):
-            return None
-        return f"the call `{ast.unparse(call.func)}` cannot be resolved and validated"
-
-    def _same_class_method(self, callee: ast.expr):
-        facts = self.context.facts
-        if not (
-            isinstance(callee, ast.Attribute)
-            and isinstance(callee.value, ast.Name)
-            and callee.value.id == facts.self_name
-            and facts.enclosing_class is not None
-        ):
-            return None
-        for statement in facts.enclosing_class.body:
-            if isinstance(statement, ast.FunctionDef) and statement.name == callee.attr:
-                if statement.decorator_list:
-                    return None
-                return statement
-        return None
 
     # arm analysis -------------------------------------------------------------------
 
@@ -274,7 +173,7 @@ class WhereRewrite:
         return reason
 
     def analyse_arm(self, arm: _Arm, ends_with: str) -> None:
-        self.bound_in_current_arm = set()
+        self.safety.bound_names = set()
         body = list(arm.original)
         if ends_with == "return":
             last = body.pop()
@@ -286,7 +185,7 @@ class WhereRewrite:
             arm.call = last.value
         for statement in body:
             self.analyse_setup(arm, statement)
-            self.bound_in_current_arm = set(arm.renamed)
+            self.safety.bound_names = set(arm.renamed)
         if arm.result is not None:
             reason = self.expression_is_safe(arm.result)
             if reason:
@@ -409,13 +308,8 @@ class WhereRewrite:
         shape = self.shape()
         self.analyse_arm(self.true_arm, shape)
         self.analyse_arm(self.false_arm, shape)
-        condition, holds_when_truthy = _tensor_condition(self.context, self.statement.test)
         taken = f"_gm_taken_{self.number}"
-        planned = statements(
-            f"{taken} = {RUNTIME_NAME}.guard_holds(CONDITION, TRUTH)",
-            CONDITION=condition,
-            TRUTH=ast.Constant(not holds_when_truthy),
-        )
+        planned = statements(f"{taken} = HOLDS", HOLDS=holds_expression(self.context, self.test, True))
         planned += self.true_arm.setup + self.false_arm.setup
         taken_name = ast.Name(id=taken, ctx=ast.Load())
         if shape == "return":
@@ -484,16 +378,12 @@ def apply(context: FunctionContext) -> None:
         if not context.data.is_data_dependent(statement.test, node):
             return None
         false_arm, consumed_next = false_arm_of(statement, enclosing)
-        rewrite_plan = WhereRewrite(context, statement, false_arm, consumed_next)
-        reason = None
-        test = statement.test
-        while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            test = test.operand
-        if context.data.first_item_call(statement.test) is not None:
-            reason = "the condition calls `.item()`, which needs the value on the host"
-        elif isinstance(test, ast.BoolOp):
-            reason = "a data-dependent `and`/`or` short-circuits on a tensor value"
-        else:
+        static_prefix, dynamic = split_static_prefix(context, statement.test, node)
+        reason = why_not_tensorizable(context, dynamic, node)
+        if reason is None and static_prefix and (false_arm or consumed_next):
+            reason = "a static `and` part guards a branch with an else arm"
+        if reason is None:
+            rewrite_plan = WhereRewrite(context, statement, false_arm, consumed_next, test=dynamic)
             try:
                 planned = rewrite_plan.plan()
             except Decline as decline:
@@ -505,6 +395,9 @@ def apply(context: FunctionContext) -> None:
         if reason:
             return None
         context.module.uses_runtime = True
+        if static_prefix:
+            # ``if S and D: body`` is ``if S: (if D: body)``: S keeps short-circuiting.
+            planned = statements("if PREFIX:\n    BODY", PREFIX=conjunction(static_prefix), BODY=planned)
         place(planned, statement)
         original = [statement] + ([consumed_next] if consumed_next is not None else [])
         also = None

@@ -31,6 +31,8 @@ from graphmend.runtime.compiled_calls import (
 from graphmend.runtime.traps import (
     TRAP_MARKER,
     TrapFailure,
+    all_of,
+    any_of,
     assert_guard,
     equal_as_tensor,
     guard_holds,
@@ -46,6 +48,8 @@ __all__ = [
     "PENDING_EFFECTS",
     "TRAP_MARKER",
     "TrapFailure",
+    "all_of",
+    "any_of",
     "assert_guard",
     "guard_holds",
     "proven_pure",

@@ -113,3 +113,39 @@ def assert_guard(holds, message: str) -> None:
         torch._assert_async(holds, message)
     elif not holds:
         raise RuntimeError(message)
+
+
+def _truths(values):
+    return [guard_holds(value, True) for value in values]
+
+
+def all_of(*values):
+    """``v1 and v2 and ...`` as a truth value, every operand evaluated (they are safe)."""
+    tensors = []
+    for truth in _truths(values):
+        if isinstance(truth, torch.Tensor):
+            tensors.append(truth)
+        elif not truth:
+            return False
+    if not tensors:
+        return True
+    combined = tensors[0]
+    for truth in tensors[1:]:
+        combined = torch.logical_and(combined, truth)
+    return combined
+
+
+def any_of(*values):
+    """``v1 or v2 or ...`` as a truth value, every operand evaluated (they are safe)."""
+    tensors = []
+    for truth in _truths(values):
+        if isinstance(truth, torch.Tensor):
+            tensors.append(truth)
+        elif truth:
+            return True
+    if not tensors:
+        return False
+    combined = tensors[0]
+    for truth in tensors[1:]:
+        combined = torch.logical_or(combined, truth)
+    return combined

@@ -1,0 +1,117 @@
+"""tensorize(C): a condition as a value whose truth TorchDynamo can keep in the graph.
+
+``truth_expression(C)`` builds an expression that evaluates to a 0-d bool tensor
+(or, where the operands are not one-element tensors, a plain bool) with the truth
+value of ``C``: ``not`` becomes ``guard_holds(..., False)``, ``and``/``or`` of
+data-dependent operands become ``all_of``/``any_of``, and ``torch.equal`` becomes
+``equal_as_tensor`` (shape checked statically first). ``and``/``or`` evaluate every
+operand, so each operand after the first must be safe to evaluate unconditionally.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+from graphmend.rewrite.templates import RUNTIME_NAME, runtime
+from graphmend.rules.base import FunctionContext, first_failure
+from graphmend.rules.safety import ExpressionSafety
+
+
+def _call(name: str, *arguments: ast.expr) -> ast.Call:
+    return ast.Call(func=runtime(name), args=list(arguments), keywords=[])
+
+
+def why_not_tensorizable(context: FunctionContext, condition: ast.expr, node) -> str | None:
+    if not context.data.is_data_dependent(condition, node):
+        return "the condition does not depend on tensor values"
+    if context.data.first_item_call(condition) is not None:
+        return "the condition calls `.item()`, which needs the value on the host"
+    for part in ast.walk(condition):
+        if isinstance(part, (ast.NamedExpr, ast.Await, ast.Yield, ast.Lambda)):
+            return "the condition binds a name or suspends"
+    return _why_not_short_circuit_free(context, condition, node)
+
+
+def _why_not_short_circuit_free(context: FunctionContext, condition: ast.expr, node) -> str | None:
+    while isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
+        condition = condition.operand
+    if not isinstance(condition, ast.BoolOp):
+        return None
+    for operand in condition.values:
+        if not context.data.is_data_dependent(operand, node):
+            return (
+                f"`{ast.unparse(operand)}` is static but `and`/`or` with a tensor value would "
+                "evaluate what it guards"
+            )
+    safety = ExpressionSafety(context, node)
+    for index, operand in enumerate(condition.values):
+        inner = operand
+        while isinstance(inner, ast.UnaryOp) and isinstance(inner.op, ast.Not):
+            inner = inner.operand
+        if isinstance(inner, ast.BoolOp):
+            reason = _why_not_short_circuit_free(context, inner, node)
+            if reason:
+                return reason
+            if index > 0:
+                # Every operand of the nested and/or now runs unconditionally.
+                reason = first_failure(*[lambda v=v: safety.expression_is_safe(v) for v in inner.values])
+        elif index > 0:
+            reason = safety.expression_is_safe(inner)
+        else:
+            reason = None
+        if reason:
+            return f"`and`/`or` short-circuits, and its operand may raise: {reason}"
+    return None
+
+
+def truth_expression(context: FunctionContext, condition: ast.expr) -> ast.expr:
+    """An expression with the truth value of ``condition`` that keeps tensors as tensors."""
+    if isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
+        return _call("guard_holds", truth_expression(context, condition.operand), ast.Constant(False))
+    if isinstance(condition, ast.BoolOp):
+        combine = "all_of" if isinstance(condition.op, ast.And) else "any_of"
+        return _call(combine, *[truth_expression(context, value) for value in condition.values])
+
+    class ReplaceEqual(ast.NodeTransformer):
+        def visit_Call(self, call: ast.Call):
+            self.generic_visit(call)
+            if context.facts.qualified_name_of(call.func) == "torch.equal" and len(call.args) == 2:
+                return ast.copy_location(_call("equal_as_tensor", *call.args), call)
+            return call
+
+    return ReplaceEqual().visit(copy.deepcopy(condition))
+
+
+def holds_expression(context: FunctionContext, condition: ast.expr, expected_truth: bool) -> ast.expr:
+    """``guard_holds(truth(C), expected)``: true exactly when ``bool(C) == expected_truth``."""
+    while isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
+        condition, expected_truth = condition.operand, not expected_truth
+    return _call("guard_holds", truth_expression(context, condition), ast.Constant(expected_truth))
+
+
+def split_static_prefix(context: FunctionContext, test: ast.expr, node) -> tuple[list, ast.expr]:
+    """``a is not None and (a == b).all()`` -> ([a is not None], (a == b).all())."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        static = []
+        for index, value in enumerate(test.values):
+            if context.data.is_data_dependent(value, node):
+                rest = test.values[index:]
+                dynamic = rest[0] if len(rest) == 1 else ast.BoolOp(op=ast.And(), values=rest)
+                return static, dynamic
+            static.append(value)
+    return [], test
+
+
+def conjunction(values: list[ast.expr]) -> ast.expr:
+    return values[0] if len(values) == 1 else ast.BoolOp(op=ast.And(), values=values)
+
+
+__all__ = [
+    "RUNTIME_NAME",
+    "conjunction",
+    "holds_expression",
+    "split_static_prefix",
+    "truth_expression",
+    "why_not_tensorizable",
+]
