@@ -5,6 +5,7 @@
     graphmend bench --model-file my_models.py --quick
     graphmend bench --json r.json --markdown r.md --plot r.png
     graphmend bench --render r.json --markdown r.md  # render a saved run again
+    graphmend bench --render a.json --render b.json --json ab.json   # merge runs
 
 Progress goes to stderr, one line per step; a table is printed at the end.
 """
@@ -45,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="break counts, equality and fullgraph only (eager backend, 1 process per arm)",
     )
     parser.add_argument(
+        "--timing-only", action="store_true", help="timings only: no quick pass (counts, equality)"
+    )
+    parser.add_argument(
         "--repeats", type=int, default=3, help="timing processes per arm (default 3)"
     )
     parser.add_argument(
@@ -65,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--title", default="graphmend benchmark", help="heading of the Markdown report"
     )
     parser.add_argument(
-        "--render", metavar="FILE", help="render a saved --json file instead of running"
+        "--render",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="render saved --json file(s) instead of running; several are merged in order",
     )
     parser.add_argument("--list", action="store_true", help="list the suite's models and exit")
     return parser
@@ -92,8 +100,7 @@ def bench_command(argv: list[str]) -> int:
     if args.repeats < 1 or args.iterations < 2:
         parser.error("--repeats must be at least 1 and --iterations at least 2")
     if args.render:
-        with open(args.render, encoding="utf-8") as handle:
-            run = json.load(handle)
+        run = merge_runs([_read_json(path) for path in args.render])
     else:
         try:
             models = [] if args.model_file and not args.models else select_models(args.models)
@@ -107,6 +114,7 @@ def bench_command(argv: list[str]) -> int:
             print(f"{PROGRAM}: --mode applies to timings only; --quick runs none", file=sys.stderr)
         options = RunOptions(
             quick=args.quick,
+            timing_only=args.timing_only and not args.quick,
             repeats=1 if args.quick else args.repeats,
             iterations=args.iterations,
             device=args.device,
@@ -123,6 +131,21 @@ def bench_command(argv: list[str]) -> int:
         print(f"{PROGRAM}: matplotlib is not installed; no plot written", file=sys.stderr)
     print(report.render_terminal(run))
     return 0
+
+
+def _read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def merge_runs(runs: list[dict]) -> dict:
+    """One run from several (models in order); the first run's metadata is kept."""
+    merged = {"meta": dict(runs[0].get("meta", {})), "models": []}
+    for run in runs:
+        merged["models"] += run.get("models", [])
+    if len(runs) > 1:
+        merged["meta"]["merged_runs"] = [run.get("meta", {}).get("options") for run in runs]
+    return merged
 
 
 def _write(path: str, text: str) -> None:

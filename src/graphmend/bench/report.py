@@ -241,6 +241,31 @@ TIMING_HEADER = [
 ]
 
 
+REWRITE_HEADER = ["model", "modeling file", "lines", "rewrite ms", "modules rewritten on import"]
+
+
+def rewrite_rows(entries: Sequence[dict]) -> list[list[str]]:
+    rows = []
+    for entry in entries:
+        mended = (entry.get("quick") or {}).get("graphmend") or {}
+        rewrite = mended.get("rewrite") or {}
+        if rewrite.get("seconds") is None:
+            continue
+        path = rewrite.get("file") or "-"
+        short = path.split("site-packages/")[-1]
+        hook = mended.get("hook") or {}
+        rows.append(
+            [
+                entry["name"],
+                short,
+                _number(rewrite.get("lines")),
+                f"{rewrite['seconds'] * 1000:.0f}",
+                _number(hook.get("transform_calls")),
+            ]
+        )
+    return rows
+
+
 def timing_rows(summaries: Sequence[dict]) -> list[list[str]]:
     rows = []
     for s in summaries:
@@ -302,6 +327,19 @@ def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
         f"interop {environment.get('torch_interop_threads', '-')}; environment "
         f"{_environment_text(environment.get('thread_environment'))}"
     )
+    loads = [
+        arm["environment"]["load_average_1min"]
+        for entry in run.get("models", [])
+        for phase in ("quick", "timing")
+        for results in (entry.get(phase) or {}).values()
+        for arm in (results if isinstance(results, list) else [results])
+        if (arm.get("environment") or {}).get("load_average_1min") is not None
+    ]
+    if loads:
+        out.append(
+            f"- machine load (1-minute load average when each worker started): "
+            f"{min(loads):.1f} to {max(loads):.1f}"
+        )
     out.append(f"- options: {_options_text(options)}")
     out.append(
         "- each arm runs in a fresh process; counts use a counting backend with dynamic=False; "
@@ -326,19 +364,29 @@ def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
         + "; unattributed = breaks without a log record of their own in a model whose logged "
         "breaks have several categories."
     )
-    if any(s.get("cold_start_original") or s.get("cold_start_graphmend") for s in summaries) or any(
-        s.get("rewrite_seconds") is not None for s in summaries
-    ):
+    timed = any(s.get("cold_start_original") or s.get("cold_start_graphmend") for s in summaries)
+    if timed:
         out.append("")
         out.append("### Timings")
         out.append("")
         out.append(
-            "Seconds as median (min-max, n processes); speedup = median original / median graphmend. "
-            "Cold start is the first call, TorchInductor compilation included; steady state is the "
-            "mean of the next calls. Rewrite time is graphmend rewriting the model's modeling file."
+            "Seconds as median (min-max, n processes); speedup = median original / median "
+            "graphmend. Cold start is the first call, TorchInductor compilation included; steady "
+            "state is the mean of the next calls. Rewrite time is graphmend rewriting the "
+            "model's modeling file."
         )
         out.append("")
         out.append(markdown_table(TIMING_HEADER, timing_rows(summaries)))
+    elif any(s.get("rewrite_seconds") is not None for s in summaries):
+        out.append("")
+        out.append("### Rewrite time")
+        out.append("")
+        out.append(
+            "Time for graphmend to rewrite the file that defines the model's class (once, in the "
+            "graphmend arm's process), and how many modules the import hook rewrote in that process."
+        )
+        out.append("")
+        out.append(markdown_table(REWRITE_HEADER, rewrite_rows(run.get("models", []))))
     failures = [(s["name"], s["errors"]) for s in summaries if s["errors"]]
     if failures:
         out.append("")

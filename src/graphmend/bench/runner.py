@@ -3,7 +3,8 @@
 For every model:
 
 1. quick pass: one ``original`` then one ``graphmend`` worker (counts, break reasons,
-   fullgraph capture, outputs, rewrite time); the outputs are compared here.
+   fullgraph capture, outputs, rewrite time); the outputs are compared here
+   (left out with ``timing_only``).
 2. unless ``quick``: ``repeats`` rounds of timing workers, alternating
    original, graphmend, original, graphmend, ... so that a drift of the machine
    (thermal, other load) falls on both arms alike.
@@ -35,6 +36,7 @@ Progress = Callable[[str], None]
 @dataclass
 class RunOptions:
     quick: bool = False
+    timing_only: bool = False
     repeats: int = 3
     iterations: int = 10
     device: str = "cpu"
@@ -236,6 +238,10 @@ def _brief(result: dict, phase: str) -> str:
     )
 
 
+def _steps_per_model(options: RunOptions) -> int:
+    return (0 if options.timing_only else 2) + (0 if options.quick else 2 * options.repeats)
+
+
 def run_model(
     model: BenchModel,
     options: RunOptions,
@@ -255,7 +261,7 @@ def run_model(
     if missing:
         entry["skipped"] = f"missing {', '.join(missing)}"
         progress(f"[{model.name}] skipped: missing {', '.join(missing)}")
-        step[0] += 2 + (0 if options.quick else 2 * options.repeats)
+        step[0] += _steps_per_model(options)
         return entry
 
     def one(arm: str, phase: str) -> dict:
@@ -268,13 +274,14 @@ def run_model(
         )
         return result
 
-    quick = {arm: one(arm, "quick") for arm in ARMS}
-    entry["quick"] = quick
-    skipped = [result.get("skipped") for result in quick.values() if result.get("skipped")]
-    if skipped:
-        entry["skipped"] = skipped[0]
-        return entry
-    entry["equality"] = compare_arms(quick["original"], quick["graphmend"])
+    if not options.timing_only:
+        quick = {arm: one(arm, "quick") for arm in ARMS}
+        entry["quick"] = quick
+        skipped = [result.get("skipped") for result in quick.values() if result.get("skipped")]
+        if skipped:
+            entry["skipped"] = skipped[0]
+            return entry
+        entry["equality"] = compare_arms(quick["original"], quick["graphmend"])
     if not options.quick:
         timing: dict[str, list[dict]] = {arm: [] for arm in ARMS}
         for _ in range(options.repeats):
@@ -306,7 +313,7 @@ def run_suite(
     """Run every model and return the whole run as a JSON-able dictionary."""
     import graphmend
 
-    steps = len(models) * (2 + (0 if options.quick else 2 * options.repeats))
+    steps = len(models) * _steps_per_model(options)
     step = [0]
     started = datetime.now(timezone.utc)
     entries = []
