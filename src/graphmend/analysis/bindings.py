@@ -58,13 +58,13 @@ class ModuleBindings:
     def _bind_module_statement(self, statement: ast.stmt, is_package: bool) -> None:
         if isinstance(statement, ast.Import):
             for alias in statement.names:
-                if alias.asname:
-                    self._bind(alias.asname)
-                    self.imports[alias.asname] = alias.name
-                else:
-                    head = alias.name.split(".")[0]
-                    self._bind(head)
-                    self.imports[head] = head
+                local = alias.asname or alias.name.split(".")[0]
+                target = alias.name if alias.asname else local
+                # ``import torch`` then ``import torch.nn`` bind ``torch`` to one module.
+                if self.imports.get(local) == target and self.binding_counts[local]:
+                    continue
+                self._bind(local)
+                self.imports[local] = target
         elif isinstance(statement, ast.ImportFrom):
             source = _resolve_relative(self.module_name, is_package, statement.level, statement.module)
             for alias in statement.names:

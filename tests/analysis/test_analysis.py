@@ -1,0 +1,154 @@
+"""The analysis core: bindings, entry points, reaching definitions, data dependence, purity."""
+
+import ast
+import textwrap
+
+import pytest
+
+from graphmend.analysis.bindings import ModuleBindings
+from graphmend.analysis.entry_points import find_entry_points, reachable_functions
+from graphmend.analysis.purity import PurityAnalysis
+from graphmend.analysis.scopes import iter_functions
+from graphmend.analysis.tensor_values import DataDependence
+
+
+def parse(source: str):
+    tree = ast.parse(textwrap.dedent(source))
+    return tree, ModuleBindings(tree, "transformers.models.t5.modeling_t5")
+
+
+def branch_dependence(source: str) -> list[bool]:
+    """For each ``if`` in function ``f``: is its test data-dependent?"""
+    tree, bindings = parse(source)
+    facts = next(f for f in iter_functions(tree, bindings) if f.name == "f")
+    data = DataDependence(facts)
+    return [
+        data.is_data_dependent(node.test, facts.node_for(node))
+        for node in ast.walk(facts.function)
+        if isinstance(node, ast.If)
+    ]
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import torch\ndef f(x):\n    if x.sum() > 0:\n        pass", [True]),
+        ("import torch\ndef f(x):\n    s = torch.max(x) + 1\n    if s > 3:\n        pass", [True]),
+        # Parameters, shapes, dtypes, hasattr and flags are static.
+        ("def f(self, x, flag):\n    if flag and hasattr(self, 'a') and x.shape[0] > 2 and x.dtype == 1:\n        pass", [False]),
+        # The last definition kills the earlier one...
+        ("def f(x):\n    y = x.sum()\n    y = 3\n    if y > 0:\n        pass", [False]),
+        # ...but an earlier definition reaching through a loop's back edge still counts.
+        ("def f(x):\n    y = 3\n    for i in range(2):\n        if y > 0:\n            pass\n        y = x.sum()", [True]),
+        # One of two reaching definitions is data-dependent.
+        ("def f(x, c):\n    if c:\n        y = x.sum()\n    else:\n        y = 1\n    if y > 0:\n        pass", [False, True]),
+        # Augmented assignment propagates dependence.
+        ("def f(x):\n    n = 0\n    n += x.max()\n    if n:\n        pass", [True]),
+        # A builtin called with the same name as a tensor method is not a tensor value.
+        ("import math\ndef f(x):\n    if math.floor(2.5) > 1:\n        pass", [False]),
+    ],
+)
+def test_data_dependence_is_flow_sensitive(source, expected):
+    assert branch_dependence(source) == expected
+
+
+def test_bindings_resolve_aliases_and_detect_rebinding():
+    tree, bindings = parse(
+        """
+        import torch as T
+        import torch.nn
+        from torch import compile as compile_fn
+        import logging
+        from ...utils import logging as hf_logging
+        logger = logging.getLogger(__name__)
+        hf = hf_logging.get_logger(__name__)
+        twice = logging.getLogger("a")
+        twice = logging.getLogger("b")
+        def rebinds():
+            global print
+            print = None
+        """
+    )
+    assert bindings.qualified_name(ast.parse("T.equal", mode="eval").body) == "torch.equal"
+    assert bindings.qualified_name(ast.parse("compile_fn", mode="eval").body) == "torch.compile"
+    assert bindings.qualified_name(ast.parse("torch.nn.Linear", mode="eval").body) == "torch.nn.Linear"
+    assert bindings.loggers == {"logger", "hf"}
+    assert not bindings.is_unbound_builtin("print")
+    assert bindings.is_unbound_builtin("len")
+
+
+@pytest.mark.parametrize(
+    "source, functions, classes",
+    [
+        ("import torch\n@torch.compile\ndef f(x):\n    return x", {"f"}, set()),
+        ("import torch\n@torch.compile(backend='eager')\ndef f(x):\n    return x", {"f"}, set()),
+        ("import torch as T\ndef f(x):\n    return x\ng = T.compile(f)", {"f"}, set()),
+        ("from torch import compile\ndef f(x):\n    return x\ng = compile(f, fullgraph=True)", {"f"}, set()),
+        ("import torch\nclass M(torch.nn.Module):\n    pass\nm = M()\nc = torch.compile(m)", set(), {"M"}),
+        ("import torch\nclass M(torch.nn.Module):\n    pass\nm = M().eval()\nm.compile()", set(), {"M"}),
+    ],
+)
+def test_entry_points_in_every_spelling(source, functions, classes):
+    tree, bindings = parse(source)
+    found = find_entry_points(tree, bindings)
+    assert found.functions == functions and found.classes == classes and not found.everything
+
+
+def test_reachability_follows_calls_and_instantiated_classes():
+    tree, bindings = parse(
+        """
+        import torch
+        def helper(x):
+            return x
+        def unrelated(x):
+            return x
+        class Block(torch.nn.Module):
+            def forward(self, x):
+                return helper(x)
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.block = Block()
+            def forward(self, x):
+                return self.block(x)
+        compiled = torch.compile(Model())
+        """
+    )
+    reached = {node.name for node in reachable_functions(tree, find_entry_points(tree, bindings))}
+    assert {"helper", "forward", "__init__"} <= reached and "unrelated" not in reached
+
+
+def test_unresolvable_compile_target_puts_everything_in_scope():
+    tree, bindings = parse("import torch\ndef make():\n    pass\nc = torch.compile(make())")
+    assert find_entry_points(tree, bindings).everything
+
+
+@pytest.mark.parametrize(
+    "body, pure",
+    [
+        ("def g(x):\n    y = torch.relu(x) * 2\n    return math.sqrt(2) * y", True),
+        ("def g(x):\n    print(x)\n    return x", False),
+        ("def g(x):\n    if x is None:\n        raise ValueError('x')\n    return x", False),
+        ("def g(self, x):\n    self.cache = x\n    return x", False),
+        ("def g(x):\n    return torch.rand(3) + x", False),
+        ("def g(x):\n    return unknown_function(x)", False),
+        ("def g(x):\n    return x.add_(1)", False),
+        ("def g(x):\n    return h(x)\ndef h(x):\n    return x * 3", True),
+    ],
+)
+def test_purity_unknown_means_impure(body, pure):
+    tree, bindings = parse("import math\nimport torch\n" + body)
+    purity = PurityAnalysis(tree, bindings)
+    assert (purity.function_impurity(purity.functions["g"]) is None) is pure
+
+
+def test_purity_with_empty_kwargs_allows_the_kwargs_validation_raise():
+    tree, bindings = parse(
+        "def g(config, seq_len=None, **rope_kwargs):\n"
+        "    if len(rope_kwargs) > 0:\n        raise ValueError('unexpected')\n    return config"
+    )
+    purity = PurityAnalysis(tree, bindings)
+    function = purity.functions["g"]
+    assert purity.function_impurity(function) is not None
+    assert purity.function_impurity(function, calling_keywords=("seq_len",)) is None
+    assert purity.function_impurity(function, calling_keywords=("other",)) is not None
