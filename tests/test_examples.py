@@ -1,0 +1,51 @@
+"""The bundled examples: the README's main command, and the per-model scripts."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def run(*arguments: str) -> subprocess.CompletedProcess:
+    environment = dict(os.environ, GRAPHMEND_CACHE_DIR=os.environ.get("GRAPHMEND_TEST_CACHE", ""))
+    environment.pop("GRAPHMEND_CACHE_DIR") if not environment["GRAPHMEND_CACHE_DIR"] else None
+    return subprocess.run(
+        [sys.executable, *arguments], capture_output=True, text=True, timeout=600, cwd=ROOT, env=environment
+    )
+
+
+def program_output(completed: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in completed.stdout.splitlines() if not line.startswith("graphs:")]
+
+
+def test_paper_figures_lose_every_break_under_graphmend_run_with_the_same_output():
+    plain = run(str(EXAMPLES / "paper_figures.py"))
+    mended = run("-m", "graphmend", "run", str(EXAMPLES / "paper_figures.py"))
+    assert plain.returncode == 0 and mended.returncode == 0, mended.stderr[-2000:]
+    assert plain.stdout.splitlines()[-1] == "graphs: 5, graph breaks: 5"
+    assert mended.stdout.splitlines()[-1] == "graphs: 3, graph breaks: 0"
+    assert program_output(plain) == program_output(mended)
+    warning_lines = [line for line in plain.stderr.splitlines() if line.startswith("WARNING paper_figures")]
+    assert warning_lines and warning_lines == [
+        line for line in mended.stderr.splitlines() if line.startswith("WARNING paper_figures")
+    ]
+
+
+MODELS = sorted(p.stem for p in (EXAMPLES / "models").glob("[!_]*.py"))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_model_examples_compile_to_one_graph_under_graphmend_run(model):
+    pytest.importorskip("transformers")
+    script = str(EXAMPLES / "models" / f"{model}.py")
+    plain = run(script)
+    mended = run("-m", "graphmend", "run", "--package", "transformers", script)
+    assert mended.returncode == 0, mended.stderr[-2000:]
+    assert "graph breaks 0" in mended.stdout and "graph breaks 0" not in plain.stdout
+    assert "output identical to eager: yes" in mended.stdout
+    assert "fullgraph=True, backend='eager'): captured" in mended.stdout
