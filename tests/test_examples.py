@@ -12,10 +12,8 @@ EXAMPLES = ROOT / "examples"
 
 
 def run(*arguments: str) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, GRAPHMEND_CACHE_DIR=os.environ.get("GRAPHMEND_TEST_CACHE", ""))
-    environment.pop("GRAPHMEND_CACHE_DIR") if not environment["GRAPHMEND_CACHE_DIR"] else None
     return subprocess.run(
-        [sys.executable, *arguments], capture_output=True, text=True, timeout=600, cwd=ROOT, env=environment
+        [sys.executable, *arguments], capture_output=True, text=True, timeout=600, cwd=ROOT, env=dict(os.environ)
     )
 
 
