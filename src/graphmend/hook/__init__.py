@@ -40,6 +40,7 @@ from graphmend.hook.finder import (
     MendingFinder,
     check_package_name,
     main_directory_modules,
+    route_file_location_specs,
     warn_about_imported_modules,
 )
 from graphmend.hook.loader import (
@@ -129,4 +130,5 @@ def install(
     finder = MendingFinder(packages, options, HookStats(), main_directory, main_names)
     warn_about_imported_modules(finder, stacklevel=2)
     sys.meta_path.insert(0, finder)
+    route_file_location_specs()
     return InstallHandle(finder)

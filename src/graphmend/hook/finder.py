@@ -83,17 +83,17 @@ class MendingFinder:
             or not spec.origin.endswith(".py")
         ):
             return None
-        if not self._accepts_origin(fullname, spec.origin):
+        if not self.accepts(fullname, spec.origin):
             return None
         loader = MendingLoader(fullname, spec.origin, self.options, self.stats)
-        return importlib.util.spec_from_file_location(
+        return _plain_spec_from_file_location(
             fullname,
             spec.origin,
             loader=loader,
             submodule_search_locations=spec.submodule_search_locations,
         )
 
-    def _accepts_origin(self, fullname: str, origin: str) -> bool:
+    def accepts(self, fullname: str, origin: str) -> bool:
         if any(_is_in_package(fullname, package) for package in self.packages):
             return True
         # Targeted only through include_main: a same-named module found elsewhere on
@@ -161,3 +161,33 @@ def warn_about_imported_modules(finder: MendingFinder, stacklevel: int) -> None:
         ),
         stacklevel=stacklevel + 1,
     )
+
+
+_plain_spec_from_file_location = importlib.util.spec_from_file_location
+
+
+def _spec_from_file_location(name, *args, **kwargs):
+    """``importlib.util.spec_from_file_location``, mending targeted source modules.
+
+    transformers loads remote code (``transformers_modules.*``) with
+    ``spec_from_file_location`` and ``exec_module``, never asking ``sys.meta_path``;
+    while a graphmend finder is installed, such a spec gets the mending loader.
+    """
+    spec = _plain_spec_from_file_location(name, *args, **kwargs)
+    if (
+        spec is None
+        or type(spec.loader) is not importlib.machinery.SourceFileLoader
+        or not (spec.origin or "").endswith(".py")
+    ):
+        return spec
+    for finder in sys.meta_path:
+        if isinstance(finder, MendingFinder) and finder.is_targeted(name) and finder.accepts(name, spec.origin):
+            spec.loader = MendingLoader(name, spec.origin, finder.options, finder.stats)
+            break
+    return spec
+
+
+def route_file_location_specs() -> None:
+    """Install the ``spec_from_file_location`` route once; it is inert without a finder."""
+    if importlib.util.spec_from_file_location is not _spec_from_file_location:
+        importlib.util.spec_from_file_location = _spec_from_file_location
