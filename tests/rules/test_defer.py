@@ -50,6 +50,13 @@ MUST_REWRITE = {
             print("after", y)
             return y
     """,
+    "fstring_of_static_values": """
+        def f(x):
+            for i in range(2):
+                print(f"step {i} of shape {tuple(x.shape)} with {x.numel()} values")
+                x = x * 2
+            return x
+    """,
     "inside_static_branch_and_loop": """
         def f(x, verbose=True):
             for i in range(2):
@@ -97,7 +104,13 @@ MUST_NOT_REWRITE = {
         "with",
     ),
     # arguments_do_not_format_tensor_values
-    "fstring_of_tensor_value": ("def f(x):\n    print(f'{x.sum()}')\n    return x", "formats a tensor"),
+    "fstring_of_tensor_value": ("def f(x):\n    print(f'{x.sum()}')\n    return x", "may be a tensor"),
+    "fstring_of_possible_tensor": ("def f(x):\n    z = x + 1\n    print(f'v {z}')\n    z.add_(1)\n    return z", "may be a tensor"),
+    "percent_format_of_possible_tensor": ("def f(x):\n    print('v %s' % x)\n    return x", "%-formats"),
+    # no_eager_output_after
+    "eager_output_follows": (
+        "def f(x):\n    print('a', x)\n    print(f'b {x.sum()}')\n    return x", "stays eager",
+    ),
     "item_in_argument": ("def f(x):\n    print(x.sum().item())\n    return x", ".item()"),
     # no_trap_after
     "trap_follows": (

@@ -85,6 +85,15 @@ MUST_REWRITE = {
                 y = y * 2
             return y
     """,
+    "name_read_only_by_later_augmented_assignment": """
+        def f(x, y):
+            if x.sum() > 0:
+                h = x + 1.0
+            else:
+                h = x - 1.0
+            h += y
+            return x * 2.0
+    """,
     "pure_helper_call_in_arm": """
         def scale(v, k):
             return v * k
@@ -225,6 +234,9 @@ MUST_NOT_REWRITE = {
     "arm_breaks_loop": (
         "def f(x):\n    for i in range(3):\n        if x.sum() > i:\n            break\n        x = x + 1\n    return x",
         "leaves the branch",
+    ),
+    "augmented_assignment_in_arm": (
+        "def f(x, y):\n    if y.sum() > 0:\n        x += 1.0\n    return x * 2.0", "in place",
     ),
     "unpacks_unknown_value": (
         "def f(x, pair):\n    if x.sum() > 0:\n        a, b = pair\n    else:\n        a, b = x, x\n    return a",

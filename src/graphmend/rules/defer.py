@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 import logging
 
+from graphmend.analysis.reaching import ASSIGNED
+from graphmend.analysis.tensor_values import STATIC_ATTRIBUTES, STATIC_METHODS
 from graphmend.rewrite.findings import LOGGER_CALL
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, enclosing_statements, first_failure, rewrite_statements
@@ -108,13 +110,89 @@ def not_inside_with(context: FunctionContext, statement: ast.stmt) -> str | None
     return None
 
 
+def _is_static_value(context: FunctionContext, expression: ast.expr, node, seen=frozenset()) -> bool:
+    """Provably not a tensor: constants, shapes, dtypes, sizes, lengths, ``range`` indices."""
+    if isinstance(expression, ast.Constant):
+        return True
+    if isinstance(expression, ast.Attribute):
+        return expression.attr in STATIC_ATTRIBUTES
+    if isinstance(expression, ast.Subscript):
+        return _is_static_value(context, expression.value, node, seen) and _is_static_value(
+            context, expression.slice, node, seen
+        )
+    if isinstance(expression, (ast.Tuple, ast.List)):
+        return all(_is_static_value(context, e, node, seen) for e in expression.elts)
+    if isinstance(expression, ast.BinOp):
+        return _is_static_value(context, expression.left, node, seen) and _is_static_value(
+            context, expression.right, node, seen
+        )
+    if isinstance(expression, ast.Call):
+        callee = expression.func
+        if isinstance(callee, ast.Attribute) and callee.attr in STATIC_METHODS:
+            return True
+        qualified = context.facts.qualified_name_of(callee)
+        if qualified in ("builtins.len", "builtins.range", "builtins.type", "builtins.id"):
+            return True
+        if qualified in ("builtins.tuple", "builtins.str", "builtins.int") and expression.args:
+            return all(_is_static_value(context, a, node, seen) for a in expression.args)
+        return False
+    if isinstance(expression, ast.Name) and node is not None:
+        definitions = context.facts.reaching.reaching(node, expression.id)
+        if not definitions or any(d.kind != ASSIGNED or d.value is None for d in definitions):
+            return False
+        return all(
+            d in seen or _is_static_value(context, d.value, d.node, seen | {d}) for d in definitions
+        )
+    return False
+
+
 def arguments_do_not_format_tensor_values(context: FunctionContext, call: ast.Call, node) -> str | None:
+    """Formatting runs at the call; a tensor formatted there is read when the effect is
+    replayed (after later in-place updates), or breaks the graph at the call."""
     for argument in list(call.args) + [k.value for k in call.keywords]:
         for part in ast.walk(argument):
-            if isinstance(part, ast.FormattedValue) and context.data.is_data_dependent(part.value, node):
-                return "an argument formats a tensor value at the call"
+            if isinstance(part, ast.FormattedValue) and not _is_static_value(context, part.value, node):
+                return f"an argument formats `{ast.unparse(part.value)}`, which may be a tensor, at the call"
+            if (
+                isinstance(part, ast.BinOp)
+                and isinstance(part.op, ast.Mod)
+                and isinstance(part.left, (ast.Constant, ast.JoinedStr))
+                and not _is_static_value(context, part.right, node)
+            ):
+                return "an argument %-formats a value that may be a tensor at the call"
+            if (
+                isinstance(part, ast.Call)
+                and isinstance(part.func, ast.Attribute)
+                and part.func.attr == "format"
+                and not all(_is_static_value(context, a, node) for a in part.args + [k.value for k in part.keywords])
+            ):
+                return "an argument `.format()`s a value that may be a tensor at the call"
             if isinstance(part, ast.Call) and context.data.first_item_call(part) is not None:
                 return "an argument calls `.item()`, which syncs and breaks the graph at the call"
+            if isinstance(part, ast.Call) and context.facts.qualified_name_of(part.func) in (
+                "builtins.str", "builtins.repr", "builtins.format", "builtins.float", "builtins.int"
+            ) and not all(_is_static_value(context, a, node) for a in part.args):
+                return f"an argument converts a value that may be a tensor with `{ast.unparse(part.func)}`"
+    return None
+
+
+def no_eager_output_after(context: FunctionContext, statement: ast.stmt, eager_outputs: set) -> str | None:
+    """Output that stays eager after a graph break would be printed before this one."""
+    node = context.facts.node_for(statement)
+    if node is None or not eager_outputs:
+        return None
+    seen, frontier = set(), list(node.successors)
+    while frontier:
+        current = frontier.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if current.statement is not None and id(current.statement) in eager_outputs:
+            return (
+                f"the output call at line {current.statement.lineno} stays eager and would be "
+                "printed before this deferred one"
+            )
+        frontier.extend(current.successors)
     return None
 
 
@@ -176,36 +254,58 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
     )
 
 
+def _output_calls(context: FunctionContext) -> list[tuple[ast.Expr, str, str]]:
+    calls = []
+    for node in context.facts.nodes:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            classified = classify_effect_call(context, node.value)
+            if classified is not None:
+                calls.append((node, *classified))
+    return calls
+
+
 def apply(context: FunctionContext) -> None:
-    if not any(
-        isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Call)
-        and classify_effect_call(context, node.value) is not None
-        for node in context.facts.nodes
-    ):
+    candidates = _output_calls(context)
+    if not candidates:
         return
-    def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
-        if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
-            return None
+    # Decide every call first: a call that stays eager makes the deferrable calls that
+    # can reach it stay eager too (they would otherwise be replayed after it). Declining
+    # one can decline others, so iterate until nothing changes.
+    reasons: dict[int, str | None] = {}
+    for statement, kind, _ in candidates:
         call = statement.value
-        classified = classify_effect_call(context, call)
-        if classified is None:
-            return None
-        kind, detail = classified
         node = context.facts.node_for(statement)
-        reason = first_failure(
+        reasons[id(statement)] = first_failure(
             lambda: callee_is_real(context, call, kind),
             lambda: keywords_supported(call, kind),
             lambda: not_inside_with(context, statement),
             lambda: arguments_do_not_format_tensor_values(context, call, node),
             lambda: no_trap_after(context, statement),
         )
+    changed = True
+    while changed:
+        changed = False
+        eager = {key for key, reason in reasons.items() if reason}
+        for statement, _, _ in candidates:
+            if reasons[id(statement)] is None:
+                reason = no_eager_output_after(context, statement, eager)
+                if reason:
+                    reasons[id(statement)] = reason
+                    changed = True
+    details = {id(statement): (kind, detail) for statement, kind, detail in candidates}
+
+    def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
+        if id(statement) not in details:
+            return None
+        kind, detail = details[id(statement)]
+        reason = reasons[id(statement)]
         context.module.report(
             context.facts, statement, LOGGER_CALL, f"`{detail}(...)` call", RULE, reason
         )
         if reason:
             return None
         context.module.uses_runtime = True
+        call = statement.value
         recording = place(_recording_call(context, call, kind), statement)
         flush = place(statements(f"{RUNTIME_NAME}.flush_pending_effects()"), statement)
         return [compiled_or_original(recording, flush + [statement], f"{RULE}: original call")]

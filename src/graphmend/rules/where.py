@@ -235,17 +235,9 @@ class WhereRewrite:
                     )
             arm.setup.append(ast.copy_location(ast.Assign(targets=targets, value=value), statement))
             return
-        if isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name):
-            combined = ast.BinOp(
-                left=ast.Name(id=statement.target.id, ctx=ast.Load()), op=statement.op, right=statement.value
-            )
-            reason = self.expression_is_safe(combined)
-            if reason:
-                raise Decline(f"line {line}: {reason}")
-            value = arm.load(combined)
-            target = ast.Name(id=arm.bind(statement.target.id), ctx=ast.Store())
-            arm.setup.append(ast.copy_location(ast.Assign(targets=[target], value=value), statement))
-            return
+        if isinstance(statement, ast.AugAssign):
+            # ``x += 1`` calls ``__iadd__``: on a tensor it mutates the caller's object.
+            raise Decline(f"line {line}: `{ast.unparse(statement)}` may update a tensor in place")
         if isinstance(statement, ast.Expr):
             call = statement.value
             if isinstance(call, ast.Call):
@@ -296,13 +288,18 @@ class WhereRewrite:
         )
 
     def names_used_after(self) -> set[str]:
+        """Names read outside the branch (``h += y`` and ``del h`` read ``h`` too)."""
         function = self.context.facts.function
         inside = {id(node) for node in ast.walk(self.statement)}
-        return {
-            node.id
-            for node in ast.walk(function)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in inside
-        }
+        used = set()
+        for node in ast.walk(function):
+            if id(node) in inside:
+                continue
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del)):
+                used.add(node.id)
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                used.add(node.target.id)
+        return used
 
     def plan(self) -> list[ast.stmt]:
         shape = self.shape()
