@@ -129,6 +129,10 @@ def install(
     main_directory, main_names = main_directory_modules() if include_main else (None, [])
     finder = MendingFinder(packages, options, HookStats(), main_directory, main_names)
     warn_about_imported_modules(finder, stacklevel=2)
+    # Wrap torch.compile before any user code binds it (``from torch import compile``),
+    # so every compiled call flushes deferred output and restores trapped exceptions.
+    import graphmend.runtime  # noqa: F401
+
     sys.meta_path.insert(0, finder)
     route_file_location_specs()
     return InstallHandle(finder)
