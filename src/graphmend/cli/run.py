@@ -129,6 +129,10 @@ def run_command(argv: list[str]) -> int:
         return UNCAUGHT_EXCEPTION_EXIT_CODE
 
     handle = install(packages, rules=rules, cache=use_cache) if packages else None
+    # The boundary of compiled calls must be in place before the script binds
+    # ``torch.compile`` (install() does this too when packages are named).
+    import graphmend.runtime  # noqa: F401
+
     try:
         return _run_as_main(code, script, path, script_arguments)
     finally:
