@@ -119,14 +119,43 @@ def read_source(path: str) -> SourceFile:
     return SourceFile(path, text, encoding)
 
 
+def module_name_for(path: str) -> tuple[str | None, bool]:
+    """``(dotted module name, is_package)`` for a file inside a package, as import names it.
+
+    The package is found by walking up the folders that hold an ``__init__.py``, so
+    ``.../transformers/models/t5/modeling_t5.py`` is ``transformers.models.t5.modeling_t5``
+    and its relative imports (``from ...utils import logging``) resolve as they do
+    when ``graphmend run --package`` rewrites it on import. A file outside any package
+    gets ``None``: it can have no relative imports.
+    """
+    absolute = os.path.abspath(path)
+    folder, name = os.path.split(absolute)
+    stem, extension = os.path.splitext(name)
+    is_package = name == "__init__.py"
+    if extension != ".py" or not os.path.isfile(os.path.join(folder, "__init__.py")):
+        return None, False
+    parts = [] if is_package else [stem]
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder, package = os.path.split(folder)
+        if not package.isidentifier():
+            return None, False
+        parts.append(package)
+    if not parts or not all(part.isidentifier() for part in parts):
+        return None, False
+    return ".".join(reversed(parts)), is_package
+
+
 def mend_file(path: str, settings: Settings, scope: str | None = None) -> FileReport:
     """Read and analyse one file; every problem becomes ``FileReport.error``, never a raise."""
     report = FileReport(path)
     try:
         report.source = read_source(path)
+        module_name, is_package = module_name_for(path)
         report.result = mend_module_source(
             report.source.text,
             filename=path,
+            module_name=module_name,
+            is_package=is_package,
             rules=settings.rules,
             scope=scope or settings.scope,
         )
