@@ -50,6 +50,7 @@ CHANGED_OR_FAILED_EXIT_CODE = 1
 COMMENT_PREFIX = "# graphmend: "
 # PEP 263: a coding declaration on line 1 or 2 must stay there.
 CODING_COOKIE = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
+_ELIF = re.compile(r"^[ \t\f]*elif\b")
 
 
 class FixError(Exception):
@@ -137,6 +138,10 @@ def rewrite_text(source: SourceFile, result: MendResult) -> str:
         newline = _line_ending(first, default_newline)
         last_newline = _line_ending(lines[edit.last_line - 1], "")
         new_lines = [why_comment(edit, result.findings), *edit.text.splitlines()]
+        if _ELIF.match(first) and new_lines[1].startswith("if "):
+            # The statement is an ``elif`` clause (an ``if`` alone in the ``orelse`` of
+            # the one above): written as ``if`` it would end that chain.
+            new_lines[1] = "el" + new_lines[1]
         block = newline.join(indent + line if line else line for line in new_lines) + last_newline
         lines[edit.first_line - 1 : edit.last_line] = [block]
         replaced_until = edit.first_line
