@@ -176,28 +176,8 @@ def arguments_do_not_format_tensor_values(context: FunctionContext, call: ast.Ca
     return None
 
 
-def no_eager_output_after(context: FunctionContext, statement: ast.stmt, eager_outputs: set) -> str | None:
-    """Output that stays eager after a graph break would be printed before this one."""
-    node = context.facts.node_for(statement)
-    if node is None or not eager_outputs:
-        return None
-    seen, frontier = set(), list(node.successors)
-    while frontier:
-        current = frontier.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        if current.statement is not None and id(current.statement) in eager_outputs:
-            return (
-                f"the output call at line {current.statement.lineno} stays eager and would be "
-                "printed before this deferred one"
-            )
-        frontier.extend(current.successors)
-    return None
-
-
-def no_trap_after(context: FunctionContext, statement: ast.stmt) -> str | None:
-    """A lowered guard that fails inside the graph would discard effects recorded before it."""
+def _first_reachable_statement(context: FunctionContext, statement: ast.stmt, matches) -> ast.AST | None:
+    """The first statement after ``statement`` on some path of the CFG that ``matches``."""
     node = context.facts.node_for(statement)
     if node is None:
         return None
@@ -207,13 +187,33 @@ def no_trap_after(context: FunctionContext, statement: ast.stmt) -> str | None:
         if current in seen:
             continue
         seen.add(current)
-        if current.statement is not None and getattr(current.statement, "_graphmend_trap", False):
-            return (
-                f"a lowered validation guard follows at line {current.statement.lineno}; "
-                "its failure inside the graph would drop this output"
-            )
+        if current.statement is not None and matches(current.statement):
+            return current.statement
         frontier.extend(current.successors)
     return None
+
+
+def no_trap_after(context: FunctionContext, statement: ast.stmt) -> str | None:
+    """A lowered guard that fails inside the graph would discard effects recorded before it."""
+    trap = _first_reachable_statement(
+        context, statement, lambda reached: getattr(reached, "_graphmend_trap", False)
+    )
+    if trap is None:
+        return None
+    return (
+        f"a lowered validation guard follows at line {trap.lineno}; "
+        "its failure inside the graph would drop this output"
+    )
+
+
+def no_eager_output_after(context: FunctionContext, statement: ast.stmt, eager_outputs: set) -> str | None:
+    """Output that stays eager after a graph break would be printed before this one."""
+    if not eager_outputs:
+        return None
+    eager = _first_reachable_statement(context, statement, lambda reached: id(reached) in eager_outputs)
+    if eager is None:
+        return None
+    return f"the output call at line {eager.lineno} stays eager and would be printed before this deferred one"
 
 
 def _tuple_of(expressions: list[ast.expr]) -> ast.Tuple:

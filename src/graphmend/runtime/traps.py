@@ -115,37 +115,29 @@ def assert_guard(holds, message: str) -> None:
         raise RuntimeError(message)
 
 
-def _truths(values):
-    return [guard_holds(value, True) for value in values]
+def _combine(values, deciding_truth: bool, combine):
+    """Fold truth values: a plain bool equal to ``deciding_truth`` decides at once (as
+    Python's short-circuit would); tensor truths are combined inside the graph."""
+    tensors = []
+    for value in values:
+        truth = guard_holds(value, True)
+        if isinstance(truth, torch.Tensor):
+            tensors.append(truth)
+        elif truth == deciding_truth:
+            return deciding_truth
+    if not tensors:
+        return not deciding_truth
+    combined = tensors[0]
+    for truth in tensors[1:]:
+        combined = combine(combined, truth)
+    return combined
 
 
 def all_of(*values):
     """``v1 and v2 and ...`` as a truth value, every operand evaluated (they are safe)."""
-    tensors = []
-    for truth in _truths(values):
-        if isinstance(truth, torch.Tensor):
-            tensors.append(truth)
-        elif not truth:
-            return False
-    if not tensors:
-        return True
-    combined = tensors[0]
-    for truth in tensors[1:]:
-        combined = torch.logical_and(combined, truth)
-    return combined
+    return _combine(values, False, torch.logical_and)
 
 
 def any_of(*values):
     """``v1 or v2 or ...`` as a truth value, every operand evaluated (they are safe)."""
-    tensors = []
-    for truth in _truths(values):
-        if isinstance(truth, torch.Tensor):
-            tensors.append(truth)
-        elif truth:
-            return True
-    if not tensors:
-        return False
-    combined = tensors[0]
-    for truth in tensors[1:]:
-        combined = torch.logical_or(combined, truth)
-    return combined
+    return _combine(values, True, torch.logical_or)
