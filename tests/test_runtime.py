@@ -1,0 +1,121 @@
+"""The runtime: every torch.compile spelling flushes deferred effects and restores traps."""
+
+import textwrap
+
+import pytest
+import torch
+
+import graphmend.runtime as runtime
+from helpers import load_module, mend
+
+SOURCE = textwrap.dedent(
+    """
+    import torch
+
+    class GuardError(Exception):
+        pass
+
+    def body(x):
+        print("body saw", x.shape)
+        if (x < 0).any():
+            raise GuardError("negative input")
+        return x * 2
+
+    @torch.compile
+    def bare_decorator(x):
+        return body(x)
+
+    @torch.compile(backend="eager", dynamic=False)
+    def decorator_with_arguments(x):
+        return body(x)
+
+    def plain(x):
+        return body(x)
+
+    called = torch.compile(plain, backend="eager")
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, x):
+            return body(x) * self.scale
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def module():
+    result = mend(SOURCE)
+    assert result.changed
+    return load_module(result.tree, "runtime_spellings")
+
+
+def spellings(module):
+    compiled_model = torch.compile(module.Model(), backend="eager")
+    method_model = module.Model()
+    method_model.compile(backend="eager")
+    return {
+        "decorator_with_arguments": module.decorator_with_arguments,
+        "call": module.called,
+        "compiled_module": compiled_model,
+        "module_compile_method": method_model,
+    }
+
+
+@pytest.mark.parametrize(
+    "spelling", ["decorator_with_arguments", "call", "compiled_module", "module_compile_method"]
+)
+def test_every_spelling_flushes_and_restores(module, spelling, capsys):
+    torch._dynamo.reset()
+    compiled = spellings(module)[spelling]
+    assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 2.0))
+    assert capsys.readouterr().out == "body saw torch.Size([3])\n"
+    with pytest.raises(module.GuardError, match="negative input"):
+        compiled(-torch.ones(3))
+    assert capsys.readouterr().out == "body saw torch.Size([3])\n"
+    assert runtime.pending_effect_count() == 0
+
+
+def test_compiled_module_keeps_its_attributes(module):
+    model = module.Model()
+    compiled = torch.compile(model, backend="eager")
+    assert isinstance(compiled, torch.nn.Module)
+    assert compiled.scale is model.scale
+    assert set(compiled.state_dict()) == {"_orig_mod.scale"}
+
+
+def test_unrelated_runtime_errors_propagate_unchanged():
+    def broken(x):
+        return x @ torch.ones(5, 5)
+
+    compiled = torch.compile(broken, backend="eager")
+    with pytest.raises(Exception) as caught:
+        compiled(torch.ones(3, 3))
+    assert "graphmend" not in str(caught.value)
+
+
+def test_trap_whose_class_cannot_be_found_raises_trap_failure():
+    message = runtime.trap_message("no.such.module", "MissingError", "lost class")
+    with pytest.raises(runtime.TrapFailure, match="lost class"):
+        runtime.raise_original_for_trap_failure(RuntimeError(message))
+
+
+def test_trap_message_round_trips_without_a_message():
+    message = runtime.trap_message("builtins", "OverflowError", None)
+    with pytest.raises(OverflowError) as caught:
+        runtime.raise_original_for_trap_failure(RuntimeError(message))
+    assert caught.value.args == ()
+
+
+def test_select_uses_where_only_for_matching_tensors():
+    taken = torch.tensor(True)
+    assert torch.equal(runtime.select(taken, torch.ones(2), torch.zeros(2)), torch.ones(2))
+    assert runtime.select(torch.tensor(False), 1, 2) == 2
+    mismatched = runtime.select(taken, torch.ones(2), torch.zeros(1, 2))
+    assert mismatched.shape == (2,)
+
+
+def test_bare_decorator_is_wrapped_at_the_boundary(module):
+    assert getattr(module.bare_decorator, "__graphmend_wrapped__", False)
