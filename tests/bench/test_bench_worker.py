@@ -109,3 +109,29 @@ def test_compare_outputs():
     result = compare_outputs(reference, {"output.logits": reference["output.logits"]})
     assert not result["equal"] and result["missing"] == ["output.mask"]
     assert not compare_outputs({}, {})["equal"]
+
+
+def test_compare_arms_checks_every_graphmend_output_against_the_original_eager(tmp_path):
+    from graphmend.bench.runner import compare_arms
+
+    logits = torch.tensor([1.0, 2.0])
+
+    def saved(name, **outputs):
+        path = tmp_path / f"{name}.pt"
+        torch.save({key: {"output.logits": value} for key, value in outputs.items()}, path)
+        return {"outputs_file": str(path), "main_output": "output.logits"}
+
+    original = saved("original", eager=logits, compiled=logits.clone())
+    same = saved("same", eager=logits.clone(), compiled=logits.clone(), fullgraph=logits.clone())
+    result = compare_arms(original, same)
+    assert result["bit_identical"] is True and result["problems"] == []
+    assert result["graphmend_fullgraph"]["compared"] == 1
+
+    off = saved("off", eager=logits.clone(), compiled=logits.clone(), fullgraph=logits + 1e-6)
+    result = compare_arms(original, off)
+    assert result["bit_identical"] is False
+    assert result["problems"][0].startswith("graphmend_fullgraph differs")
+
+    result = compare_arms(original, {"error": "crashed"})
+    assert result["bit_identical"] is None
+    assert result["problems"] == ["the graphmend arm saved no output to compare"]
