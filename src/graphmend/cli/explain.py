@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 import graphmend
-from graphmend.cli.check import mend_file
+from graphmend.cli.check import mend_file, module_name_for
 from graphmend.cli.config import (
     ConfigError,
     OneLineErrorParser,
@@ -271,9 +271,31 @@ def _best_finding(findings: list[Finding], category: str) -> Finding | None:
     return findings[0] if findings else None
 
 
+def module_of(path: str) -> str:
+    """The dotted name ``path`` is imported under (a loose file: its stem)."""
+    name, _ = module_name_for(path)
+    return name or os.path.splitext(os.path.basename(path))[0]
+
+
+def is_mended(path: str, packages: list[str]) -> bool:
+    """Whether the mended run rewrites ``path`` as one of its ``--package`` modules."""
+    module = module_of(path)
+    return any(module == name or module.startswith(name + ".") for name in packages)
+
+
 def what_graphmend_did(
-    graph_break: GraphBreak, finding: Finding | None, remaining: set, wider: Finding | None
+    graph_break: GraphBreak,
+    finding: Finding | None,
+    remaining: set,
+    wider: Finding | None,
+    not_a_package: bool = False,
 ) -> str:
+    if finding is not None and finding.fixed and not_a_package:
+        top = module_of(graph_break.file).split(".")[0]
+        return (
+            f"not rewritten: {top} is not a --package of this run "
+            f"({finding.rule} would fix it with --package {top} before the script name)"
+        )
     if finding is None:
         if wider is not None and wider.fixed:
             return (
@@ -305,8 +327,12 @@ def _count_by_location(breaks: list[GraphBreak]) -> dict[tuple[str, int], list[G
 
 
 def explain_breaks(
-    original: list[GraphBreak], mended: list[GraphBreak], static: StaticView
+    original: list[GraphBreak],
+    mended: list[GraphBreak],
+    static: StaticView,
+    packages: list[str] | None = None,
 ) -> list[str]:
+    """``packages``: the mended run's ``--package`` names (None: not known, assume rewritten)."""
     lines = [f"original run: {_plural(len(original), 'graph break')}"]
     remaining = {graph_break.location for graph_break in mended}
     for (file, line), group in _count_by_location(original).items():
@@ -325,7 +351,11 @@ def explain_breaks(
         if source_line:
             lines.append(f"      {source_line}")
         lines.append(f"    reason: {graph_break.summary()}")
-        lines.append(f"    graphmend: {what_graphmend_did(graph_break, finding, remaining, wider)}")
+        not_a_package = (
+            packages is not None and file != static.script and not is_mended(file, packages)
+        )
+        did = what_graphmend_did(graph_break, finding, remaining, wider, not_a_package)
+        lines.append(f"    graphmend: {did}")
     original_locations = {graph_break.location for graph_break in original}
     new = [b for b in mended if b.location not in original_locations]
     if new:
@@ -462,6 +492,23 @@ def _report_failure(mode: str, status: int, errors: str) -> None:
         print(f"  {line}", file=sys.stderr)
 
 
+def _note_options_after_the_script(script_arguments: list[str]) -> None:
+    """``explain script.py --package x`` hands ``--package x`` to the script; say so."""
+    for index, word in enumerate(script_arguments):
+        if word in ("--package", "-p") and index + 1 < len(script_arguments):
+            given = f"{word} {script_arguments[index + 1]}"
+        elif word.startswith("--package="):
+            given = word
+        else:
+            continue
+        print(
+            f"{PROGRAM}: note: {given!r} comes after the script, so it is the script's "
+            "argument; put it before the script to rewrite that package in the mended run",
+            file=sys.stderr,
+        )
+        return
+
+
 def explain_command(argv: list[str]) -> int:
     try:
         ours, script_arguments = split_script_arguments(list(argv))
@@ -481,6 +528,7 @@ def explain_command(argv: list[str]) -> int:
         for name in option.split(",")
         if name.strip()
     ]
+    _note_options_after_the_script(script_arguments)
 
     mended_arguments = [f"--package={name}" for name in packages]
     mended_arguments += [f"--rules={','.join(settings.rules)}", script, *script_arguments]
@@ -492,5 +540,5 @@ def explain_command(argv: list[str]) -> int:
             _report_failure(run.mode, run.status, run.errors)
 
     static = StaticView(settings, script)
-    print("\n".join(explain_breaks(original.breaks, mended.breaks, static)))
+    print("\n".join(explain_breaks(original.breaks, mended.breaks, static, packages)))
     return SCRIPT_FAILED_EXIT_CODE if original.status or mended.status else 0
