@@ -1,0 +1,1 @@
+"""Differential tests: generated programs against their mended versions."""
