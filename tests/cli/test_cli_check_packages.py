@@ -31,8 +31,11 @@ def forward(x, use_cache):
 
 def _package(write):
     # Named as transformers is: its ``utils.logging.get_logger`` is a known logger factory.
-    for name in ("src/transformers/__init__.py", "src/transformers/utils/__init__.py",
-                 "src/transformers/models/__init__.py"):
+    for name in (
+        "src/transformers/__init__.py",
+        "src/transformers/utils/__init__.py",
+        "src/transformers/models/__init__.py",
+    ):
         write(name, "")
     write("src/transformers/utils/logging.py", UTILS_LOGGING)
     return write("src/transformers/models/model.py", MODEL)
@@ -54,7 +57,10 @@ def test_module_name_for_walks_up_the_package(write, tmp_path):
 def test_a_logger_bound_through_a_relative_import_is_fixable(cli, write):
     model = _package(write)
     outcome = cli("check", "--all", model)
-    assert ":9:" in outcome.out and "LC `logger.warning_once(...)` call (fixed by Defer)" in outcome.out
+    assert (
+        ":9:" in outcome.out
+        and "LC `logger.warning_once(...)` call (fixed by Defer)" in outcome.out
+    )
 
 
 def test_fix_writes_it(cli, write):

@@ -51,7 +51,7 @@ def test_a_package_left_out_is_named_not_blamed_on_the_rule(tmp_path):
 
 
 def test_a_package_option_after_the_script_gets_a_note(cli, write, monkeypatch):
-    import graphmend.cli.explain as explain
+    from graphmend.cli import explain
 
     write("script.py", "print('hi')\n")
     monkeypatch.setattr(explain, "run_both", lambda original, mended: None)
