@@ -38,20 +38,12 @@ FILENAME = "/graphmend-differential/program_{seed}.py"
 
 # Seeds whose programs hit a known behavioural difference (each with its minimal
 # repro in test_regressions.py). strict: once fixed, these seeds must pass.
-_RESUME_LINE = (
-    "a warning or log record made in a TorchDynamo resume function of the rewritten tree "
-    "names a wrong line (test_regressions.py::"
-    "test_warning_after_a_rewritten_branch_in_a_resume_function_keeps_its_line)"
-)
 _SKIPPED_FRAME = (
     "the original's frame is skipped by TorchDynamo (break in a loop) and counted as 1 break "
     "(test_regressions.py::"
     "test_mending_does_not_appear_to_add_breaks_when_the_original_frame_was_skipped)"
 )
 KNOWN_DIFFERENCES: dict[int, str] = {
-    27: _RESUME_LINE,
-    34: _RESUME_LINE,
-    80: _RESUME_LINE,
     125: _SKIPPED_FRAME,
     158: _SKIPPED_FRAME,
 }

@@ -122,13 +122,6 @@ def test_where_keeps_the_in_place_effect_of_an_augmented_assignment_in_an_arm():
     assert actual.arguments_after == expected.arguments_after  # x is [2., 3.] after the original
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Line numbers: the rewritten tree (compiled by the hook and by these tests) has "
-    "non-monotonic line numbers around rewritten statements; in a TorchDynamo resume "
-    "function a later warning is then attributed to a line past the function's end "
-    "(15 instead of 12); compiling mend_source's text gives the right line for its text",
-)
 def test_warning_after_a_rewritten_branch_in_a_resume_function_keeps_its_line():
     source = """\
 import warnings

@@ -55,10 +55,13 @@ def place(nodes, like: ast.AST):
     for node in nodes if isinstance(nodes, list) else [nodes]:
         for child in ast.walk(node):
             if "lineno" in child._attributes and not hasattr(child, "_graphmend_keep_location"):
+                # One line per generated node: TorchDynamo's resume functions rebuild
+                # line tables from instruction positions, and a span reaching past the
+                # statement's first line shifts the lines reported after it.
                 child.lineno = like.lineno
                 child.col_offset = like.col_offset
-                child.end_lineno = getattr(like, "end_lineno", like.lineno)
-                child.end_col_offset = getattr(like, "end_col_offset", like.col_offset)
+                child.end_lineno = like.lineno
+                child.end_col_offset = like.col_offset
     return nodes
 
 
