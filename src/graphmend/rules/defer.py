@@ -11,6 +11,15 @@ becomes
 Arguments are evaluated at the call and captured (tensors cloned, containers
 copied); the runtime replays the effects in order when the compiled call returns
 or raises. The eager path flushes first, so output never overtakes earlier output.
+
+Legality conditions: ``callee_is_real`` (the builtin ``print``, a logger bound once
+by ``getLogger``/``get_logger``, ``warnings.warn``; never shadowed or rebound),
+``keywords_supported`` (nothing that depends on the call stack: ``stacklevel``,
+``exc_info``, ``stack_info``), ``not_inside_with`` (a context manager may redirect or
+capture output), ``arguments_do_not_format_tensor_values`` (formatting at the call
+would read a tensor later, or break there), ``no_trap_after`` (a lowered guard failing
+inside the graph would drop recorded output) and ``no_eager_output_after`` (output
+that stays eager would overtake this one).
 """
 
 from __future__ import annotations

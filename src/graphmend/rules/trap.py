@@ -10,10 +10,16 @@ becomes
     else:
         <the original if>
 
-``torch.equal`` keeps its meaning: shapes and dtypes are compared statically first.
-The message always reaches ``torch._assert_async`` (inductor drops an assertion
-without one), and the compiled-call boundary raises the original class with the
-original message.
+``torch.equal`` keeps its meaning: shapes are compared statically first (so
+broadcasting cannot call a [4] and a [1, 4] tensor equal), values after dtype
+promotion. The message always reaches ``torch._assert_async`` (inductor drops an
+assertion without one), and the compiled-call boundary raises the original class
+with the original message. ``assert C, msg`` is lowered the same way, under
+``__debug__``.
+
+Legality conditions (each a function below, returning the reason it fails):
+``guard_body_only_raises``, ``why_not_tensorizable`` (conditions.py),
+``exception_restorable``, ``message_restorable``, ``not_caught_in_function``.
 """
 
 from __future__ import annotations

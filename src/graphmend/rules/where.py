@@ -19,6 +19,13 @@ per arm), apart from two licensed writes that are idempotent: a device move
 check ``if not hasattr(self, "a"): self.a = f(...)``. ``select`` uses
 ``torch.where`` only when both values are tensors of one shape, dtype and device.
 
+Legality conditions: the condition is tensorizable (``conditions.why_not_tensorizable``:
+no ``.item()``, and/or operands safe to evaluate unconditionally); the arms have one
+of the three shapes and leave only by their final ``return``; every setup statement
+is safe on the untaken path (``ExpressionSafety`` in safety.py, the two licensed
+writes, no augmented assignment, which may update a tensor in place); a name live
+after the branch is bound on both paths; no arm returns None.
+
 Not modelled (documented assumption): elementwise arithmetic is taken not to raise;
 a broadcasting error between operand shapes would surface while tracing.
 """
