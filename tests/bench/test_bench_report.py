@@ -224,3 +224,17 @@ def test_cli_refuses_unknown_models():
     with pytest.raises(SystemExit) as error:
         bench_command(["--models", "nope", "--quick"])
     assert error.value.code == 2
+
+
+def test_a_recompilation_among_the_steady_calls_is_noted():
+    run = synthetic_run()
+    calls = [30.0, 0.010, 17.5, 0.010, 0.011, 0.009, 0.010, 0.010, 0.010, 0.010]
+    run["models"][0]["timing"]["graphmend"][0]["call_seconds"] = calls
+    notes = report.slow_steady_calls(run["models"])
+    assert notes == [
+        (
+            "t5, graphmend process 1: call 3 took 17.50 s against a median of 10.00 ms for calls 2-10 "
+            "(a recompilation); the steady-state mean includes it"
+        )
+    ]
+    assert "- " + notes[0] in report.render_markdown(run)

@@ -266,6 +266,35 @@ def rewrite_rows(entries: Sequence[dict]) -> list[list[str]]:
     return rows
 
 
+SLOW_CALL_FACTOR = 10
+
+
+def slow_steady_calls(entries: Sequence[dict]) -> list[str]:
+    """Notes on steady-state calls far slower than their process's median call: a
+    recompilation (a guard that failed after the first call) lands in the mean."""
+    notes = []
+    for entry in entries:
+        for arm, runs in (entry.get("timing") or {}).items():
+            for number, run in enumerate(runs, 1):
+                steady = (run.get("call_seconds") or [])[1:]
+                if len(steady) < 2:
+                    continue
+                typical = statistics.median(steady)
+                slow = [
+                    (index, value)
+                    for index, value in enumerate(steady, 2)
+                    if value > SLOW_CALL_FACTOR * typical
+                ]
+                if slow:
+                    calls = ", ".join(f"call {index} took {value:.2f} s" for index, value in slow)
+                    notes.append(
+                        f"{entry['name']}, {arm} process {number}: {calls} against a median of "
+                        f"{typical * 1000:.2f} ms for calls 2-{len(steady) + 1} (a recompilation); "
+                        "the steady-state mean includes it"
+                    )
+    return notes
+
+
 def timing_rows(summaries: Sequence[dict]) -> list[list[str]]:
     rows = []
     for s in summaries:
@@ -377,6 +406,10 @@ def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
         )
         out.append("")
         out.append(markdown_table(TIMING_HEADER, timing_rows(summaries)))
+        slow_calls = slow_steady_calls(run.get("models", []))
+        if slow_calls:
+            out.append("")
+            out += [f"- {note}" for note in slow_calls]
     elif any(s.get("rewrite_seconds") is not None for s in summaries):
         out.append("")
         out.append("### Rewrite time")

@@ -297,6 +297,10 @@ def run_timing(
         rest = seconds[1:]
         result["steady_state_seconds"] = sum(rest) / len(rest) if rest else None
         result["steady_state_median_seconds"] = statistics.median(rest) if rest else None
+        from torch._dynamo.utils import counters
+
+        # A guard that fails on a later call recompiles inside the steady-state calls.
+        result["dynamo_stats"] = dict(counters["stats"])
         outputs["inductor"] = tensor_leaves(output)
     except Exception as error:  # noqa: BLE001
         result["timing_error"] = _error_text(error)
