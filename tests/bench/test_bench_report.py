@@ -234,7 +234,14 @@ def test_a_recompilation_among_the_steady_calls_is_noted():
     assert notes == [
         (
             "t5, graphmend process 1: call 3 took 17.50 s against a median of 10.00 ms for calls 2-10 "
-            "(a recompilation); the steady-state mean includes it"
+            "(likely a recompilation); the steady-state mean includes it"
         )
     ]
     assert "- " + notes[0] in report.render_markdown(run)
+
+
+def test_a_slow_call_below_half_a_second_is_noise():
+    run = synthetic_run()
+    calls = [30.0, 0.001, 0.05, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001]
+    run["models"][0]["timing"]["graphmend"][0]["call_seconds"] = calls
+    assert report.slow_steady_calls(run["models"]) == []

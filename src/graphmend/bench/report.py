@@ -162,7 +162,17 @@ def _yes_no(value) -> str:
 
 
 def _speedup(value) -> str:
-    return f"{value:.2f}x" if value is not None else "-"
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
+
+
+def _milliseconds(spread_value: dict | None) -> str:
+    if not spread_value:
+        return "-"
+    return _seconds(
+        {key: value * 1000 if key != "n" else value for key, value in spread_value.items()}
+    )
 
 
 def _seconds(spread_value: dict | None) -> str:
@@ -234,8 +244,8 @@ TIMING_HEADER = [
     "cold start s original",
     "cold start s graphmend",
     "cold speedup",
-    "steady s original",
-    "steady s graphmend",
+    "steady ms original",
+    "steady ms graphmend",
     "steady speedup",
     "paper H100 cold / steady",
 ]
@@ -267,6 +277,7 @@ def rewrite_rows(entries: Sequence[dict]) -> list[list[str]]:
 
 
 SLOW_CALL_FACTOR = 10
+SLOW_CALL_SECONDS = 0.5  # below this, a slow call is timer noise, not a compilation
 
 
 def slow_steady_calls(entries: Sequence[dict]) -> list[str]:
@@ -283,13 +294,13 @@ def slow_steady_calls(entries: Sequence[dict]) -> list[str]:
                 slow = [
                     (index, value)
                     for index, value in enumerate(steady, 2)
-                    if value > SLOW_CALL_FACTOR * typical
+                    if value > SLOW_CALL_FACTOR * typical and value > SLOW_CALL_SECONDS
                 ]
                 if slow:
                     calls = ", ".join(f"call {index} took {value:.2f} s" for index, value in slow)
                     notes.append(
                         f"{entry['name']}, {arm} process {number}: {calls} against a median of "
-                        f"{typical * 1000:.2f} ms for calls 2-{len(steady) + 1} (a recompilation); "
+                        f"{typical * 1000:.2f} ms for calls 2-{len(steady) + 1} (likely a recompilation); "
                         "the steady-state mean includes it"
                     )
     return notes
@@ -312,8 +323,8 @@ def timing_rows(summaries: Sequence[dict]) -> list[list[str]]:
                 _seconds(s["cold_start_original"]),
                 _seconds(s["cold_start_graphmend"]),
                 _speedup(s["cold_start_speedup"]),
-                _seconds(s["steady_state_original"]),
-                _seconds(s["steady_state_graphmend"]),
+                _milliseconds(s["steady_state_original"]),
+                _milliseconds(s["steady_state_graphmend"]),
                 _speedup(s["steady_state_speedup"]),
                 paper_speedups,
             ]
