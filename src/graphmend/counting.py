@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-_BREAK_RECORD = re.compile(r"Graph break in user code at (?P<file>.*?):(?P<line>\d+)\s*\nGraph Break Reason: (?P<reason>.*)", re.S)
+# Repeats read "Graph break (user stack suppressed due to duplicate graph break) in ...".
+_BREAK_RECORD = re.compile(
+    r"Graph break(?: \([^)]*\))? in user code at (?P<file>.*?):(?P<line>\d+)\s*\n"
+    r"Graph Break Reason: (?P<reason>.*)",
+    re.S,
+)
 
 
 @dataclass

@@ -241,21 +241,21 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
     keywords = _dict_of(call.keywords)
     if kind == "print":
         return statements(f"{RUNTIME_NAME}.defer_print(ARGS, KWARGS)", ARGS=arguments, KWARGS=keywords)
+    # The location names the module, not a path: the file is looked up when the effect
+    # is replayed, so a fixed file that moves (or is installed elsewhere) stays right.
     location_line = ast.Constant(call.lineno)
-    filename = ast.Constant(context.module.filename)
     if kind == "warn":
         return statements(
-            f"{RUNTIME_NAME}.defer_warning((FILE, LINE, __name__), ARGS, KWARGS)",
-            FILE=filename, LINE=location_line, ARGS=arguments, KWARGS=keywords,
+            f"{RUNTIME_NAME}.defer_warning((__name__, LINE), ARGS, KWARGS)",
+            LINE=location_line, ARGS=arguments, KWARGS=keywords,
         )
     method = call.func.attr
     level = "log" if method == "log" else STANDARD_LOG_LEVELS.get(method)
     return statements(
-        f"{RUNTIME_NAME}.defer_log(LOGGER, METHOD, LEVEL, (FILE, LINE, FUNCTION), ARGS, KWARGS)",
+        f"{RUNTIME_NAME}.defer_log(LOGGER, METHOD, LEVEL, (__name__, LINE, FUNCTION), ARGS, KWARGS)",
         LOGGER=call.func.value,
         METHOD=ast.Constant(method),
         LEVEL=ast.Constant(level),
-        FILE=filename,
         LINE=location_line,
         FUNCTION=ast.Constant(context.facts.name),
         ARGS=arguments,
