@@ -245,3 +245,27 @@ def test_a_slow_call_below_half_a_second_is_noise():
     calls = [30.0, 0.001, 0.05, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001]
     run["models"][0]["timing"]["graphmend"][0]["call_seconds"] = calls
     assert report.slow_steady_calls(run["models"]) == []
+
+
+def test_merged_runs_keep_every_models_and_name_each_run(tmp_path):
+    first, second = synthetic_run(), synthetic_run()
+    second["meta"]["git_commit"] = "def5678"
+    second["models"] = second["models"][:1]
+    paths = []
+    for index, run in enumerate((first, second)):
+        path = tmp_path / f"run{index}.json"
+        path.write_text(json.dumps(run))
+        paths += ["--render", str(path)]
+    merged_path = tmp_path / "merged.json"
+    markdown = tmp_path / "merged.md"
+    assert bench_command([*paths, "--json", str(merged_path), "--markdown", str(markdown)]) == 0
+    merged = json.loads(merged_path.read_text())
+    assert [entry["name"] for entry in merged["models"]] == [
+        "t5",
+        "grounding-dino",
+        "clap",
+        "chronos-bolt",
+        "t5",
+    ]
+    text = markdown.read_text()
+    assert "- merged run 2: 2026-11-29 10:00 UTC, commit def5678," in text

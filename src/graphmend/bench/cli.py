@@ -144,7 +144,10 @@ def merge_runs(runs: list[dict]) -> dict:
     for run in runs:
         merged["models"] += run.get("models", [])
     if len(runs) > 1:
-        merged["meta"]["merged_runs"] = [run.get("meta", {}).get("options") for run in runs]
+        merged["meta"]["merged_runs"] = [
+            {key: run.get("meta", {}).get(key) for key in ("date", "git_commit", "options")}
+            for run in runs
+        ]
     return merged
 
 

@@ -251,7 +251,7 @@ TIMING_HEADER = [
 ]
 
 
-REWRITE_HEADER = ["model", "modeling file", "lines", "rewrite ms", "modules rewritten on import"]
+REWRITE_HEADER = ["model", "modeling file", "lines", "rewrite ms", "modules the hook loaded"]
 
 
 def rewrite_rows(entries: Sequence[dict]) -> list[list[str]]:
@@ -270,7 +270,10 @@ def rewrite_rows(entries: Sequence[dict]) -> list[list[str]]:
                 short,
                 _number(rewrite.get("lines")),
                 f"{rewrite['seconds'] * 1000:.0f}",
-                _number(hook.get("transform_calls")),
+                (
+                    f"{_number(hook.get('transform_calls'))} rewritten, "
+                    f"{_number(hook.get('cache_hits'))} from the cache"
+                ),
             ]
         )
     return rows
@@ -381,6 +384,11 @@ def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
             f"{min(loads):.1f} to {max(loads):.1f}"
         )
     out.append(f"- options: {_options_text(options)}")
+    for number, merged in enumerate(meta.get("merged_runs") or [], 1):
+        out.append(
+            f"- merged run {number}: {merged.get('date', '-')}, commit {merged.get('git_commit') or '-'}, "
+            f"{_options_text(merged.get('options') or {})}"
+        )
     out.append(
         "- each arm runs in a fresh process; counts use a counting backend with dynamic=False; "
         'fullgraph uses backend="eager"; bit-identical compares every output tensor of the '
@@ -427,7 +435,9 @@ def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
         out.append("")
         out.append(
             "Time for graphmend to rewrite the file that defines the model's class (once, in the "
-            "graphmend arm's process), and how many modules the import hook rewrote in that process."
+            "graphmend arm's process), and the modules the import hook loaded in that process: "
+            "rewritten, or taken from the rewritten-code cache that the run's graphmend processes "
+            "share (off where PYTHONDONTWRITEBYTECODE was set for the whole run)."
         )
         out.append("")
         out.append(markdown_table(REWRITE_HEADER, rewrite_rows(run.get("models", []))))
