@@ -148,6 +148,7 @@ def test_markdown_puts_ours_beside_the_papers():
     assert "Breaks removed: 13 / 24 over 2 models (paper: 107 / 147 over 27)" in text
     assert "Models fully fixed: 1 / 2 models with breaks (paper: 21 / 27)" in text
     assert "| t5 | 500 | 31 (30-32, n=3) | 10 (9-11, n=3) | 3.10x |" in text
+    assert "| 1.10x | - | 6.23x / 1.10x |" in text
     assert "6.23x / 1.10x" in text  # the paper's H100 figures for t5-small
     assert "- clap: quick/graphmend: error: RuntimeError: boom" in text
     assert "skipped: missing chronos" in text
