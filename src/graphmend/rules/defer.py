@@ -241,22 +241,25 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
     keywords = _dict_of(call.keywords)
     if kind == "print":
         return statements(f"{RUNTIME_NAME}.defer_print(ARGS, KWARGS)", ARGS=arguments, KWARGS=keywords)
-    # The location names the module, not a path: the file is looked up when the effect
-    # is replayed, so a fixed file that moves (or is installed elsewhere) stays right.
+    # The location names the module: its file is looked up when the effect is replayed,
+    # so a fixed file that moves stays right. The file name given to the rewriter is
+    # only the fallback for code run without ``__file__`` (exec'd text).
     location_line = ast.Constant(call.lineno)
+    filename = ast.Constant(context.module.filename)
     if kind == "warn":
         return statements(
-            f"{RUNTIME_NAME}.defer_warning((__name__, LINE), ARGS, KWARGS)",
-            LINE=location_line, ARGS=arguments, KWARGS=keywords,
+            f"{RUNTIME_NAME}.defer_warning((__name__, LINE, FILE), ARGS, KWARGS)",
+            LINE=location_line, FILE=filename, ARGS=arguments, KWARGS=keywords,
         )
     method = call.func.attr
     level = "log" if method == "log" else STANDARD_LOG_LEVELS.get(method)
     return statements(
-        f"{RUNTIME_NAME}.defer_log(LOGGER, METHOD, LEVEL, (__name__, LINE, FUNCTION), ARGS, KWARGS)",
+        f"{RUNTIME_NAME}.defer_log(LOGGER, METHOD, LEVEL, (__name__, LINE, FUNCTION, FILE), ARGS, KWARGS)",
         LOGGER=call.func.value,
         METHOD=ast.Constant(method),
         LEVEL=ast.Constant(level),
         LINE=location_line,
+        FILE=filename,
         FUNCTION=ast.Constant(context.facts.name),
         ARGS=arguments,
         KWARGS=keywords,

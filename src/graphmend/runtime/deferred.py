@@ -109,12 +109,10 @@ def _replay(effect: tuple) -> None:
         _emit_warning(location, args, kwargs)
 
 
-def _source_file(module_name: str) -> str:
+def _source_file(module_name: str, fallback: str) -> str:
     """The file a module's code was compiled from, as ``co_filename`` would name it."""
     module = sys.modules.get(module_name)
-    spec = getattr(module, "__spec__", None)
-    origin = getattr(spec, "origin", None) if spec is not None and spec.has_location else None
-    return getattr(module, "__file__", None) or origin or "<unknown>"
+    return getattr(module, "__file__", None) or fallback
 
 
 def _emit_log_record(logger: logging.Logger, level, location: tuple, args: tuple, kwargs: dict):
@@ -129,8 +127,8 @@ def _emit_log_record(logger: logging.Logger, level, location: tuple, args: tuple
     if not logger.isEnabledFor(level):
         return
     msg, *msg_args = args
-    module_name, lineno, function_name = location
-    pathname = _source_file(module_name)
+    module_name, lineno, function_name, fallback_file = location
+    pathname = _source_file(module_name, fallback_file)
     record = logger.makeRecord(
         logger.name,
         level,
@@ -148,8 +146,8 @@ def _emit_log_record(logger: logging.Logger, level, location: tuple, args: tuple
 
 def _emit_warning(location: tuple, args: tuple, kwargs: dict) -> None:
     """Do what ``warnings.warn`` does for a call at ``location`` with stacklevel 1."""
-    module_name, lineno = location
-    filename = _source_file(module_name)
+    module_name, lineno, fallback_file = location
+    filename = _source_file(module_name, fallback_file)
     message, *rest = args
     category = rest[0] if rest else kwargs.get("category")
     source = kwargs.get("source")
