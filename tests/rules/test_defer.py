@@ -57,6 +57,17 @@ MUST_REWRITE = {
                 x = x * 2
             return x
     """,
+    "fstring_of_configuration_value": """
+        class Config:
+            attention_window = 4
+
+        config = Config()
+
+        def f(x):
+            window = config.attention_window if isinstance(config.attention_window, int) else max(config.attention_window)
+            logger.warning(f"padded to a multiple of {window}")
+            return x + 1
+    """,
     "inside_static_branch_and_loop": """
         def f(x, verbose=True):
             for i in range(2):

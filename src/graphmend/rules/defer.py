@@ -119,12 +119,27 @@ def not_inside_with(context: FunctionContext, statement: ast.stmt) -> str | None
     return None
 
 
+def _reads_config(expression: ast.expr) -> bool:
+    """``self.config.x`` / ``config.x``: model configurations hold plain Python values
+    (a documented assumption, as transformers' ``PretrainedConfig`` does)."""
+    while isinstance(expression, ast.Attribute):
+        if expression.attr == "config":
+            return True
+        expression = expression.value
+    return isinstance(expression, ast.Name) and expression.id == "config"
+
+
 def _is_static_value(context: FunctionContext, expression: ast.expr, node, seen=frozenset()) -> bool:
-    """Provably not a tensor: constants, shapes, dtypes, sizes, lengths, ``range`` indices."""
+    """Not a tensor: constants, shapes, dtypes, sizes, lengths, ``range`` indices, and
+    configuration values."""
     if isinstance(expression, ast.Constant):
         return True
     if isinstance(expression, ast.Attribute):
-        return expression.attr in STATIC_ATTRIBUTES
+        return expression.attr in STATIC_ATTRIBUTES or _reads_config(expression.value)
+    if isinstance(expression, ast.IfExp):
+        return _is_static_value(context, expression.body, node, seen) and _is_static_value(
+            context, expression.orelse, node, seen
+        )
     if isinstance(expression, ast.Subscript):
         return _is_static_value(context, expression.value, node, seen) and _is_static_value(
             context, expression.slice, node, seen
@@ -142,7 +157,9 @@ def _is_static_value(context: FunctionContext, expression: ast.expr, node, seen=
         qualified = context.facts.qualified_name_of(callee)
         if qualified in ("builtins.len", "builtins.range", "builtins.type", "builtins.id"):
             return True
-        if qualified in ("builtins.tuple", "builtins.str", "builtins.int") and expression.args:
+        if qualified in (
+            "builtins.tuple", "builtins.str", "builtins.int", "builtins.max", "builtins.min"
+        ) and expression.args:
             return all(_is_static_value(context, a, node, seen) for a in expression.args)
         return False
     if isinstance(expression, ast.Name) and node is not None:
