@@ -393,7 +393,8 @@ def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
             f"- machine load (1-minute load average when each worker started): "
             f"{min(loads):.1f} to {max(loads):.1f}"
         )
-    out.append(f"- options: {_options_text(options)}")
+    if not meta.get("merged_runs"):
+        out.append(f"- options: {_options_text(options)}")
     for number, merged in enumerate(meta.get("merged_runs") or [], 1):
         out.append(
             f"- merged run {number}: {merged.get('date', '-')}, commit {merged.get('git_commit') or '-'}, "
