@@ -52,18 +52,6 @@ _HEADER = re.compile(r"^Graph break(?: \(.*?\))? in user code at (?P<file>.*):(?
 # --- the worker: one model, one transformers, in its own interpreter --------------------
 
 
-def _main_output(output):
-    import torch
-
-    for name in ("logits", "last_hidden_state", "pred_boxes"):
-        value = getattr(output, name, None)
-        if isinstance(value, torch.Tensor):
-            return value
-    if isinstance(output, (tuple, list)):
-        return output[0]
-    return output
-
-
 def worker(arguments) -> int:
     """Build, run eagerly, compile with the counting backend; print one JSON line."""
     import logging
@@ -72,7 +60,7 @@ def worker(arguments) -> int:
     import transformers
     from torch._dynamo.utils import counters
 
-    from graphmend.bench.suite import get_model
+    from graphmend.bench.suite import get_model, main_output
     from graphmend.counting import BreakCount, CountingBackend
 
     messages: list[str] = []
@@ -85,7 +73,7 @@ def worker(arguments) -> int:
     model, inputs = get_model(arguments.model).build()
     model.eval()
     with torch.no_grad():
-        eager = _main_output(model(**inputs))
+        eager = main_output(model(**inputs))
 
     torch._dynamo.reset()
     counters.clear()
@@ -96,7 +84,7 @@ def worker(arguments) -> int:
     dynamo_logger.handlers, dynamo_logger.propagate = [Recorder(logging.DEBUG)], False
     try:
         with torch.no_grad():
-            compiled = _main_output(torch.compile(model, backend=backend, dynamic=False)(**inputs))
+            compiled = main_output(torch.compile(model, backend=backend, dynamic=False)(**inputs))
     finally:
         dynamo_logger.handlers, dynamo_logger.propagate = saved
         torch._logging.set_logs()

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from graphmend.bench.suite import get_model
+from graphmend.bench.suite import get_model, main_output
 from graphmend.counting import count_breaks
-
-
-def _main_output(output):
-    for name in ("logits", "last_hidden_state", "pred_boxes"):
-        value = getattr(output, name, None)
-        if isinstance(value, torch.Tensor):
-            return value
-    if isinstance(output, (tuple, list)):
-        return output[0]
-    return output
 
 
 def run_model(name: str) -> None:
@@ -23,9 +13,9 @@ def run_model(name: str) -> None:
     model, inputs = get_model(name).build()
     model.eval()
     with torch.no_grad():
-        eager = _main_output(model(**inputs))
+        eager = main_output(model(**inputs))
         compiled_output, count = count_breaks(model, **inputs)
-    identical = torch.equal(_main_output(compiled_output), eager)
+    identical = torch.equal(main_output(compiled_output), eager)
     torch._dynamo.reset()
     try:
         with torch.no_grad():

@@ -591,3 +591,16 @@ def _register_builtin_models() -> None:
 
 
 _register_builtin_models()
+
+
+def main_output(output):
+    """The tensor a model's output is judged by: logits, last hidden state, boxes, or the first."""
+    import torch
+
+    for name in ("logits", "last_hidden_state", "pred_boxes"):
+        value = getattr(output, name, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    if isinstance(output, (tuple, list)):
+        return output[0]
+    return output
