@@ -12,7 +12,6 @@ arguments, and arithmetic on plain Python numbers, are taken not to raise.
 from __future__ import annotations
 
 import ast
-import builtins
 
 from graphmend.analysis.bindings import ModuleBindings
 
@@ -214,6 +213,3 @@ class _BodyChecker:
             return None
         return f"`{ast.unparse(callee)}` cannot be resolved"
 
-
-def is_builtin_name(name: str) -> bool:
-    return hasattr(builtins, name)

@@ -159,7 +159,7 @@ def _report_unfixable(context: ModuleContext, in_scope, summaries) -> None:
                 )
 
 
-def _insert_runtime_import(tree: ast.Module) -> int:
+def _insert_runtime_import(tree: ast.Module) -> None:
     """Insert the runtime import after the docstring and ``__future__`` imports."""
     index = 0
     body = tree.body
@@ -169,11 +169,12 @@ def _insert_runtime_import(tree: ast.Module) -> int:
         index = 1
     while index < len(body) and isinstance(body[index], ast.ImportFrom) and body[index].module == "__future__":
         index += 1
-    line = body[index - 1].end_lineno + 1 if index else 1
     node = statements(RUNTIME_IMPORT)[0]
-    ast.fix_missing_locations(ast.copy_location(node, body[index] if index < len(body) else body[-1]))
+    neighbour = body[index] if index < len(body) else (body[-1] if body else None)
+    if neighbour is not None:
+        ast.copy_location(node, neighbour)
+    ast.fix_missing_locations(node)
     tree.body.insert(index, node)
-    return line
 
 
 def _collect_edits(tree: ast.Module) -> list[Edit]:
@@ -253,7 +254,7 @@ def mend_module_source(
                 pure[name] = [a.arg for a in arguments.args + arguments.kwonlyargs]
     if not context.uses_runtime and not pure:
         return MendResult(source=source, changed=False, findings=context.findings, tree=tree)
-    import_line = _insert_runtime_import(tree)
+    _insert_runtime_import(tree)
     if pure:
         registration = statements(
             f"{RUNTIME_NAME}.register_pure_functions(__name__, PURE)",
