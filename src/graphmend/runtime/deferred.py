@@ -162,6 +162,6 @@ def _emit_warning(location: tuple, args: tuple, kwargs: dict) -> None:
     module = sys.modules.get(module_name)
     module_globals = vars(module) if module is not None else {"__name__": module_name}
     registry = module_globals.setdefault("__warningregistry__", {})
-    warnings.warn_explicit(
-        message, category, filename, lineno, module_name, registry, module_globals, source
-    )
+    # No module_globals, as warnings.warn itself does: with them, warn_explicit reads
+    # the module's whole source through its loader on every call, shown or not.
+    warnings.warn_explicit(message, category, filename, lineno, module_name, registry, None, source)
