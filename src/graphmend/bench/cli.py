@@ -20,12 +20,14 @@ import sys
 from graphmend.bench import report
 from graphmend.bench.runner import RunOptions, run_suite
 from graphmend.bench.suite import REGISTRY, load_model_file, select_models
+from graphmend.cli.config import ConfigError, OneLineErrorParser, usage_error
 
 PROGRAM = "graphmend bench"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    # Usage errors are one line (the CLI's shared parser), not argparse's usage block.
+    parser = OneLineErrorParser(
         prog=PROGRAM,
         description="Measure graph breaks, correctness and compile/run time of models, "
         "original against graphmend, each arm in a fresh process.",
@@ -92,6 +94,13 @@ def _list_models() -> str:
 
 def bench_command(argv: list[str]) -> int:
     """Run ``graphmend bench`` with ``argv`` (the arguments after ``bench``); the exit status."""
+    try:
+        return _bench(argv)
+    except ConfigError as error:
+        return usage_error(PROGRAM, str(error))
+
+
+def _bench(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.list:
