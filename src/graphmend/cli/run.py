@@ -20,6 +20,7 @@ import sys
 import traceback
 import types
 
+from graphmend.cli.config import ConfigError, OneLineErrorParser
 from graphmend.hook import CACHE_DIR_ENVIRONMENT_VARIABLE, install
 from graphmend.hook.finder import check_package_name
 from graphmend.hook.loader import HookStats, MendOptions, mended_code, normalize_rules
@@ -31,20 +32,11 @@ UNCAUGHT_EXCEPTION_EXIT_CODE = 1
 KEYBOARD_INTERRUPT_EXIT_CODE = 130
 
 
-class UsageError(Exception):
-    """Bad command-line input; reported in one line, exit code 2."""
-
-
-class _OneLineErrorParser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UsageError(message)
-
-
 _OPTIONS_WITH_A_SEPARATE_VALUE = frozenset({"--package", "-p", "--rules"})
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineErrorParser(
+    parser = OneLineErrorParser(
         prog=PROGRAM,
         allow_abbrev=False,  # split_script_arguments knows only the full option names
         description="Run a Python script with its TorchDynamo graph breaks mended.",
@@ -102,7 +94,7 @@ def run_command(argv: list[str]) -> int:
             for name in option.split(",")
             if name.strip()
         ]
-    except (UsageError, ValueError) as exc:
+    except (ConfigError, ValueError) as exc:
         return _usage_error(str(exc))
     except SystemExit as exc:  # --help
         return _exit_code(exc)
