@@ -18,6 +18,9 @@ KIND=timing
 for argument in "$@"; do [ "$argument" = "--quick" ] && KIND=quick; done
 PREFIX="$ROOT/docs/results-tf452-$KIND"
 cd "$ROOT"
+# bench/reproduce.sh renders one page from both versions' JSON: it sets RESULTS_JSON_ONLY=1.
+outputs=(--json "$PREFIX.json")
+if [ "${RESULTS_JSON_ONLY:-0}" != 1 ]; then outputs+=(--markdown "$PREFIX.md" --plot "$PREFIX.png"); fi
 "$VENV/bin/python" -m graphmend.bench "$@" \
     --title "transformers 4.52.4, $KIND" \
-    --json "$PREFIX.json" --markdown "$PREFIX.md" --plot "$PREFIX.png"
+    "${outputs[@]}"

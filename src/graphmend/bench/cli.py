@@ -6,6 +6,7 @@
     graphmend bench --json r.json --markdown r.md --plot r.png
     graphmend bench --render r.json --markdown r.md  # render a saved run again
     graphmend bench --render a.json --render b.json --json ab.json   # merge runs
+    graphmend bench --render new.json --compare-to old.json  # did new.json reproduce old.json?
 
 Progress goes to stderr, one line per step; a table is printed at the end.
 """
@@ -17,7 +18,7 @@ import json
 import os
 import sys
 
-from graphmend.bench import report
+from graphmend.bench import report, reproduction
 from graphmend.bench.runner import RunOptions, run_suite
 from graphmend.bench.suite import REGISTRY, load_model_file, select_models
 from graphmend.cli.config import ConfigError, OneLineErrorParser, usage_error
@@ -77,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="render saved --json file(s) instead of running; several are merged in order",
     )
+    parser.add_argument(
+        "--compare-to",
+        metavar="FILE",
+        help="check this run against an earlier --json file: break counts, fullgraph and "
+        "bit-identity must match, speedups must fall inside its range; exit 1 if not",
+    )
     parser.add_argument("--list", action="store_true", help="list the suite's models and exit")
     return parser
 
@@ -108,8 +115,11 @@ def _bench(argv: list[str]) -> int:
         return 0
     if args.repeats < 1 or args.iterations < 2:
         parser.error("--repeats must be at least 1 and --iterations at least 2")
+    reference = None
+    if args.compare_to:
+        reference = _read_json_or_fail(parser, "--compare-to", args.compare_to)
     if args.render:
-        run = merge_runs([_read_json(path) for path in args.render])
+        run = merge_runs([_read_json_or_fail(parser, "--render", path) for path in args.render])
     else:
         try:
             models = [] if args.model_file and not args.models else select_models(args.models)
@@ -139,12 +149,43 @@ def _bench(argv: list[str]) -> int:
     if args.plot and not report.write_plot(run, args.plot):
         print(f"{PROGRAM}: matplotlib is not installed; no plot written", file=sys.stderr)
     print(report.render_terminal(run))
+    if reference is not None:
+        return _print_reproduction(reference, run)
     return 0
+
+
+def _print_reproduction(reference: dict, run: dict) -> int:
+    checks = reproduction.compare_runs(reference, run)
+    if not checks:
+        print(f"{PROGRAM}: --compare-to: no model was measured in both runs", file=sys.stderr)
+        return 1
+    print(
+        report.plain_table(reproduction.PER_MODEL_HEADER, reproduction.per_model_rows(checks))
+    )
+    for check in reproduction.failed_checks(checks):
+        print(
+            f"not reproduced: {check.model} {check.measure}: earlier {check.reference}, "
+            f"now {check.candidate}"
+        )
+    print(reproduction.summary_line(checks))
+    return 1 if reproduction.failed_checks(checks) else 0
 
 
 def _read_json(path: str) -> dict:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def _read_json_or_fail(parser: argparse.ArgumentParser, option: str, path: str) -> dict:
+    try:
+        run = _read_json(path)
+    except OSError as error:
+        parser.error(f"{option} {path}: {error.strerror or error}")
+    except ValueError as error:
+        parser.error(f"{option} {path}: not a JSON file ({error})")
+    if not isinstance(run, dict) or not isinstance(run.get("models"), list):
+        parser.error(f"{option} {path}: not a graphmend bench --json file")
+    return run
 
 
 def merge_runs(runs: list[dict]) -> dict:

@@ -101,7 +101,17 @@ def summarize_model(entry: dict) -> dict:
         summary[f"{kind}_speedup"] = ratio(
             original_spread and original_spread["median"], mended_spread and mended_spread["median"]
         )
+        summary[f"{kind}_speedup_range"] = speedup_range(original_spread, mended_spread)
     return summary
+
+
+def speedup_range(original: dict | None, mended: dict | None) -> dict | None:
+    """The least and greatest speedup any pair of processes could show: the slowest
+    original over the fastest graphmend run and the other way round. A run of the same
+    benchmark that lands inside it is within the spread this run measured."""
+    if not original or not mended or not mended["min"] or not mended["max"]:
+        return None
+    return {"min": original["min"] / mended["max"], "max": original["max"] / mended["min"]}
 
 
 def _median_steady_call(run: dict) -> float | None:
@@ -169,7 +179,7 @@ def _yes_no(value) -> str:
     return {True: "yes", False: "no"}.get(value, "-")
 
 
-def _speedup(value) -> str:
+def format_speedup(value) -> str:
     if value is None:
         return "-"
     return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
@@ -190,6 +200,15 @@ def _seconds(spread_value: dict | None) -> str:
         f"{spread_value['median']:.4g} ({spread_value['min']:.4g}-{spread_value['max']:.4g}, "
         f"n={spread_value['n']})"
     )
+
+
+def _speedup_with_range(value, value_range: dict | None) -> str:
+    if value is None:
+        return "-"
+    if not value_range:
+        return format_speedup(value)
+    low, high = format_speedup(value_range["min"]), format_speedup(value_range["max"])
+    return f"{format_speedup(value)} ({low.rstrip('x')}-{high})"
 
 
 def _reasons(categories: dict | None) -> str:
@@ -334,11 +353,11 @@ def timing_rows(summaries: Sequence[dict]) -> list[list[str]]:
                 f"{rewrite * 1000:.0f}" if rewrite is not None else "-",
                 _seconds(s["cold_start_original"]),
                 _seconds(s["cold_start_graphmend"]),
-                _speedup(s["cold_start_speedup"]),
+                _speedup_with_range(s["cold_start_speedup"], s["cold_start_speedup_range"]),
                 _milliseconds(s["steady_state_original"]),
                 _milliseconds(s["steady_state_graphmend"]),
-                _speedup(s["steady_state_speedup"]),
-                _speedup(s["steady_median_call_speedup"]),
+                _speedup_with_range(s["steady_state_speedup"], s["steady_state_speedup_range"]),
+                format_speedup(s["steady_median_call_speedup"]),
                 paper_speedups,
             ]
         )
@@ -354,14 +373,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
-    """The whole report: setup, the table beside the paper's, totals, timings, failures."""
+def render_markdown(run: dict, title: str = "graphmend benchmark", level: int = 2) -> str:
+    """The whole report: setup, the table beside the paper's, totals, timings, failures.
+    ``level`` is the Markdown heading level of the title; its sections are one deeper."""
     meta = run.get("meta", {})
     environment = meta.get("environment") or {}
     options = meta.get("options") or {}
     summaries = [summarize_model(entry) for entry in run.get("models", [])]
     total = totals(summaries)
-    out = [f"## {title}", ""]
+    section = "#" * (level + 1)
+    out = [f"{'#' * level} {title}", ""]
     out.append(
         f"- date: {meta.get('date', '-')}; graphmend {meta.get('graphmend_version', '-')}"
         f" (commit {meta.get('git_commit') or '-'})"
@@ -426,11 +447,12 @@ def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
     timed = any(s.get("cold_start_original") or s.get("cold_start_graphmend") for s in summaries)
     if timed:
         out.append("")
-        out.append("### Timings")
+        out.append(f"{section} Timings")
         out.append("")
         out.append(
             "Seconds as median (min-max, n processes); speedup = median original / median "
-            "graphmend. Cold start is the first call, TorchInductor compilation included; steady "
+            "graphmend, with the range any pair of processes spans (slowest original / fastest "
+            "graphmend to fastest original / slowest graphmend). Cold start is the first call, TorchInductor compilation included; steady "
             "state is the mean of the next calls, as in the paper; the median-call speedup "
             "compares the medians of those calls instead, which one slow call (a "
             "recompilation) does not move. Rewrite time is graphmend rewriting the model's "
@@ -444,7 +466,7 @@ def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
             out += [f"- {note}" for note in slow_calls]
     elif any(s.get("rewrite_seconds") is not None for s in summaries):
         out.append("")
-        out.append("### Rewrite time")
+        out.append(f"{section} Rewrite time")
         out.append("")
         out.append(
             "Time for graphmend to rewrite the file that defines the model's class (once, in the "
@@ -457,7 +479,7 @@ def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
     failures = [(s["name"], s["errors"]) for s in summaries if s["errors"]]
     if failures:
         out.append("")
-        out.append("### Failures")
+        out.append(f"{section} Failures")
         out.append("")
         for name, errors in failures:
             for error in errors:
@@ -467,7 +489,7 @@ def render_markdown(run: dict, title: str = "graphmend benchmark") -> str:
     ]
     if notes:
         out.append("")
-        out.append("### Model notes")
+        out.append(f"{section} Model notes")
         out.append("")
         out += [f"- {name}: {note}" for name, note in notes]
     return "\n".join(out) + "\n"
@@ -501,8 +523,8 @@ def render_terminal(run: dict) -> str:
                 _percent(s.get("fixed_percent")),
                 f"{_yes_no(s['fullgraph_before'])}/{_yes_no(s['fullgraph_after'])}",
                 _yes_no(s["bit_identical"]),
-                _speedup(s["cold_start_speedup"]),
-                _speedup(s["steady_state_speedup"]),
+                format_speedup(s["cold_start_speedup"]),
+                format_speedup(s["steady_state_speedup"]),
             ]
         )
     total = totals(summaries)
@@ -537,6 +559,12 @@ def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def write_plot(run: dict, path: str) -> bool:
     """Breaks before/after per model, and the speedups where timed. False without matplotlib."""
+    return write_plot_of_runs([run], [None], path)
+
+
+def write_plot_of_runs(runs: Sequence[dict], labels: Sequence[str | None], path: str) -> bool:
+    """One column per run: breaks before/after per model, and below it the speedups
+    where the run was timed. False without matplotlib."""
     try:
         import matplotlib
 
@@ -544,62 +572,76 @@ def write_plot(run: dict, path: str) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    summaries = [s for s in map(summarize_model, run.get("models", [])) if not s.get("skipped")]
-    names = [s["name"] for s in summaries]
-    timed = [s for s in summaries if s["cold_start_speedup"] or s["steady_state_speedup"]]
-    panels = 2 if timed else 1
+    columns = [
+        [s for s in map(summarize_model, run.get("models", [])) if not s.get("skipped")]
+        for run in runs
+    ]
+    timed_columns = [
+        [s for s in summaries if s["cold_start_speedup"] or s["steady_state_speedup"]]
+        for summaries in columns
+    ]
+    panels = 2 if any(timed_columns) else 1
+    widest = max((len(summaries) for summaries in columns), default=1)
     figure, axes = plt.subplots(
-        panels, 1, figsize=(max(8, 0.7 * len(names) + 2), 4 * panels), squeeze=False
+        panels,
+        len(runs),
+        figsize=(len(runs) * max(8, 0.7 * widest + 2), 4 * panels),
+        squeeze=False,
     )
-    positions = range(len(names))
-    width = 0.4
-    axis = axes[0][0]
-    axis.bar(
-        [p - width / 2 for p in positions],
-        [s["breaks_before"] or 0 for s in summaries],
-        width,
-        label="original",
-    )
-    axis.bar(
-        [p + width / 2 for p in positions],
-        [s["breaks_after"] or 0 for s in summaries],
-        width,
-        label="graphmend",
-    )
-    axis.set_xticks(list(positions), names, rotation=45, ha="right")
-    axis.set_ylabel("graph breaks")
-    axis.set_title("Graph breaks before and after graphmend")
-    axis.legend()
-    if timed:
-        axis = axes[1][0]
-        timed_names = [s["name"] for s in timed]
-        timed_positions = range(len(timed))
-        axis.bar(
-            [p - width / 2 for p in timed_positions],
-            [s["cold_start_speedup"] or 0 for s in timed],
-            width,
-            label="cold start",
-        )
-        axis.bar(
-            [p + width / 2 for p in timed_positions],
-            [s["steady_state_speedup"] or 0 for s in timed],
-            width,
-            label="steady state",
-        )
-        axis.axhline(1.0, color="gray", linewidth=0.8)
-        axis.set_xticks(list(timed_positions), timed_names, rotation=45, ha="right")
-        axis.set_ylabel("speedup (original / graphmend)")
-        axis.set_title("Speedup from graphmend (median of processes)")
-        axis.legend()
+    for column, (summaries, timed, label) in enumerate(zip(columns, timed_columns, labels)):
+        suffix = f" ({label})" if label else ""
+        _draw_breaks(axes[0][column], summaries, "Graph breaks before and after graphmend" + suffix)
+        if panels == 2:
+            if timed:
+                _draw_speedups(
+                    axes[1][column], timed, "Speedup from graphmend (median of processes)" + suffix
+                )
+            else:
+                axes[1][column].set_axis_off()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return True
 
 
+def _draw_bar_pairs(axis, names, first, second, labels) -> None:
+    positions = range(len(names))
+    width = 0.4
+    axis.bar([p - width / 2 for p in positions], first, width, label=labels[0])
+    axis.bar([p + width / 2 for p in positions], second, width, label=labels[1])
+    axis.set_xticks(list(positions), names, rotation=45, ha="right")
+    axis.legend()
+
+
+def _draw_breaks(axis, summaries: Sequence[dict], title: str) -> None:
+    _draw_bar_pairs(
+        axis,
+        [s["name"] for s in summaries],
+        [s["breaks_before"] or 0 for s in summaries],
+        [s["breaks_after"] or 0 for s in summaries],
+        ("original", "graphmend"),
+    )
+    axis.set_ylabel("graph breaks")
+    axis.set_title(title)
+
+
+def _draw_speedups(axis, timed: Sequence[dict], title: str) -> None:
+    _draw_bar_pairs(
+        axis,
+        [s["name"] for s in timed],
+        [s["cold_start_speedup"] or 0 for s in timed],
+        [s["steady_state_speedup"] or 0 for s in timed],
+        ("cold start", "steady state"),
+    )
+    axis.axhline(1.0, color="gray", linewidth=0.8)
+    axis.set_ylabel("speedup (original / graphmend)")
+    axis.set_title(title)
+
+
 __all__ = [
     "CATEGORY_ORDER",
     "display_categories",
+    "format_speedup",
     "markdown_table",
     "model_errors",
     "plain_table",
@@ -610,4 +652,5 @@ __all__ = [
     "summarize_model",
     "totals",
     "write_plot",
+    "write_plot_of_runs",
 ]

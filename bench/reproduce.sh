@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# docs/results.md and docs/results.png, from one command: the whole suite under
+# transformers 4.52.4 (the paper's version) and under the newest release, with
+# TorchInductor timings (3 processes per arm), then the page rendered from both runs.
+#
+#   bench/reproduce.sh                  # about 90 minutes on a 2-core machine
+#   bench/reproduce.sh --repeats 5      # arguments go to both `graphmend bench` runs
+#
+# On a machine with 2 or more cores the two versions run at the same time, each pinned
+# to a core of its own (taskset), each worker with 1 thread; SEQUENTIAL=1 runs them one
+# after the other. A run's earlier JSON, when there is one, is kept as
+# docs/results-<version>-timing.previous.json and the page checks the new run against it.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+if [ $# -eq 0 ]; then set -- --repeats 3; fi
+for argument in "$@"; do
+    if [ "$argument" = "--quick" ]; then
+        echo "bench/reproduce.sh measures timings; for counts only run bench/run_tf452.sh" >&2
+        exit 2
+    fi
+done
+LATEST_VERSION="${TRANSFORMERS_VERSION:-5.24.0}"
+
+for version in tf452 latest; do
+    if [ -f "docs/results-$version-timing.json" ]; then
+        cp "docs/results-$version-timing.json" "docs/results-$version-timing.previous.json"
+    fi
+done
+
+mkdir -p .bench-logs
+export RESULTS_JSON_ONLY=1
+pin() {  # pin CORE COMMAND...: run on one core where taskset exists
+    local core="$1"; shift
+    if command -v taskset >/dev/null; then taskset -c "$core" "$@"; else "$@"; fi
+}
+if [ "${SEQUENTIAL:-0}" = 1 ] || [ "$(nproc)" -lt 2 ]; then
+    bench/run_tf452.sh "$@" 2>&1 | tee .bench-logs/tf452.log
+    bench/run_latest.sh "$@" 2>&1 | tee .bench-logs/latest.log
+else
+    echo "running both versions at once, one core each; progress in .bench-logs/" >&2
+    pin 0 bench/run_tf452.sh "$@" > .bench-logs/tf452.log 2>&1 &
+    first=$!
+    pin 1 bench/run_latest.sh "$@" > .bench-logs/latest.log 2>&1 &
+    second=$!
+    status=0
+    wait "$first" || status=$?
+    wait "$second" || status=$?
+    if [ "$status" -ne 0 ]; then
+        echo "a benchmark run failed: see .bench-logs/" >&2
+        exit "$status"
+    fi
+fi
+
+render=(--out docs/results.md --plot docs/results.png
+        --run "transformers 4.52.4" docs/results-tf452-timing.json
+        --run "transformers $LATEST_VERSION" docs/results-latest-timing.json)
+for pair in "tf452:transformers 4.52.4" "latest:transformers $LATEST_VERSION"; do
+    version="${pair%%:*}" label="${pair#*:}"
+    if [ -f "docs/results-$version-timing.previous.json" ]; then
+        render+=(--reference "$label" "docs/results-$version-timing.previous.json")
+    fi
+done
+.venv-bench-tf452/bin/python bench/render_results.py "${render[@]}"

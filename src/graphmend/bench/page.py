@@ -1,0 +1,215 @@
+"""The results page: several saved runs (one per transformers version) on one page.
+
+Everything on the page that is a number comes from the runs' JSON files; the prose
+that explains the method and the comparison with the paper is read from files a
+person writes, so the page can be produced again, unchanged, from the same runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from graphmend.bench import reproduction
+from graphmend.bench.paper import (
+    PAPER_BREAKS_REMOVED,
+    PAPER_BREAKS_TOTAL,
+    PAPER_MODELS_FULLY_FIXED,
+    PAPER_MODELS_TOTAL,
+    format_reasons,
+)
+from graphmend.bench.report import format_speedup, markdown_table, render_markdown, summarize_model, totals
+
+
+@dataclass(frozen=True)
+class PageRun:
+    """One run on the page: its label (for example ``transformers 4.52.4``), the run,
+    and optionally an earlier run of the same command it is checked against."""
+
+    label: str
+    run: dict
+    reference: dict | None = None
+    reference_name: str = ""
+
+
+def _short_path(path: str) -> str:
+    return path.split("site-packages/")[-1]
+
+
+def break_sites(arm: dict) -> list[str]:
+    """Where an arm's logged breaks happen, once per source line:
+    ``category at file:line (`source`)``."""
+    seen: dict[tuple, int] = {}
+    described: dict[tuple, str] = {}
+    for record in arm.get("logged_breaks") or []:
+        key = (record.get("file"), record.get("line"))
+        seen[key] = seen.get(key, 0) + 1
+        if key not in described:
+            source = (record.get("source") or "").strip()
+            described[key] = (
+                f"{record.get('category', 'other')} at {_short_path(str(key[0]))}:{key[1]}"
+                + (f" (`{source}`)" if source else "")
+            )
+    return [
+        described[key] + (f", {count} records" if count > 1 else "") for key, count in seen.items()
+    ]
+
+
+def _speedup_range_text(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    return (
+        f"{format_speedup(min(values))} to {format_speedup(max(values))} (median over models "
+        f"{format_speedup(statistics.median(values))})"
+    )
+
+
+def summary_lines(page_run: PageRun) -> list[str]:
+    """The bullet points that sum up one run."""
+    run = page_run.run
+    summaries = [summarize_model(entry) for entry in run.get("models", [])]
+    measured = [s for s in summaries if not s.get("skipped")]
+    total = totals(summaries)
+    meta = run.get("meta", {})
+    lines = [
+        f"**{page_run.label}** (graphmend commit {meta.get('git_commit') or '-'}, "
+        f"{meta.get('date', '-')}): graphmend removed **{total['breaks_removed']} of "
+        f"{total['breaks_total']}** graph breaks in {total['models_counted']} models "
+        f"(paper: {PAPER_BREAKS_REMOVED} of {PAPER_BREAKS_TOTAL} over {PAPER_MODELS_TOTAL}) and "
+        f"fully fixed **{total['models_fully_fixed']} of {total['models_with_breaks']}** models "
+        f"that break (paper: {PAPER_MODELS_FULLY_FIXED} of {PAPER_MODELS_TOTAL})."
+    ]
+    skipped = [s["name"] for s in summaries if s.get("skipped")]
+    if skipped:
+        lines.append("Not measured (requirements missing): " + ", ".join(skipped) + ".")
+    identical = [s["name"] for s in measured if s.get("bit_identical")]
+    different = [s["name"] for s in measured if s.get("bit_identical") is False]
+    unknown = [s["name"] for s in measured if s.get("bit_identical") is None]
+    text = f"Outputs bit-identical to the original (fp32, eager): {len(identical)} of {len(measured)} models"
+    if different:
+        text += "; **different: " + ", ".join(different) + "**"
+    if unknown:
+        text += "; not compared: " + ", ".join(unknown)
+    lines.append(text + ".")
+    captured_before = [s["name"] for s in measured if s.get("fullgraph_before")]
+    captured_after = [s["name"] for s in measured if s.get("fullgraph_after")]
+    lines.append(
+        f"`fullgraph=True` captures {len(captured_before)} of {len(measured)} models originally, "
+        f"{len(captured_after)} with graphmend."
+    )
+    cold = [s["cold_start_speedup"] for s in measured if s.get("cold_start_speedup")]
+    steady = [s["steady_state_speedup"] for s in measured if s.get("steady_state_speedup")]
+    if cold or steady:
+        lines.append(
+            f"Timed models: {len(cold)}. Cold-start speedup {_speedup_range_text(cold)}; "
+            f"steady-state speedup {_speedup_range_text(steady)}."
+        )
+    still_breaking = [
+        f"{s['name']} ({format_reasons(s['categories_before'] or {})})"
+        for s in measured
+        if (s.get("breaks_before") or 0) > 0
+    ]
+    if still_breaking:
+        lines.append(
+            "Models that break without graphmend: " + ", ".join(still_breaking) + " (where: below)."
+        )
+    else:
+        lines.append("No model breaks without graphmend.")
+    return lines
+
+
+SITES_HEADER = ["model", "breaks", "reasons", "breaks with graphmend", "logged at (original)"]
+
+
+def sites_rows(run: dict) -> list[list[str]]:
+    """Where each model that breaks without graphmend breaks, from Dynamo's log."""
+    rows = []
+    for entry in run.get("models", []):
+        s = summarize_model(entry)
+        if s.get("skipped") or not s.get("breaks_before"):
+            continue
+        original = (entry.get("quick") or {}).get("original") or {}
+        rows.append(
+            [
+                s["name"],
+                str(s["breaks_before"]),
+                format_reasons(s["categories_before"] or {}),
+                str(s["breaks_after"]) if s.get("breaks_after") is not None else "-",
+                "; ".join(break_sites(original)) or "-",
+            ]
+        )
+    return rows
+
+
+def reproduction_section(page_run: PageRun) -> list[str]:
+    if page_run.reference is None:
+        return []
+    checks = reproduction.compare_runs(page_run.reference, page_run.run)
+    if not checks:
+        return []
+    reference_meta = page_run.reference.get("meta", {})
+    out = [
+        f"Checked against an earlier run ({page_run.reference_name or 'reference'}, "
+        f"{reference_meta.get('date', '-')}, commit {reference_meta.get('git_commit') or '-'}) with "
+        "`graphmend bench --render NEW.json --compare-to EARLIER.json`: "
+        + reproduction.summary_line(checks)
+        + ".",
+        "",
+        markdown_table(reproduction.PER_MODEL_HEADER, reproduction.per_model_rows(checks)),
+    ]
+    failed = reproduction.failed_checks(checks)
+    if failed:
+        out.append("")
+        out += [
+            f"- not reproduced: {c.model} {c.measure}: earlier {c.reference}, now {c.candidate}"
+            for c in failed
+        ]
+    return out
+
+
+def render_page(
+    runs: Sequence[PageRun],
+    intro: str = "",
+    notes: str = "",
+    method: str = "",
+    title: str = "Benchmark results",
+    generated_by: str = "",
+) -> str:
+    out = [f"# {title}", ""]
+    if generated_by:
+        out += [
+            f"<!-- Generated by {generated_by}; edit the intro and notes files it reads, "
+            "not this page. -->",
+            "",
+        ]
+    if intro.strip():
+        out += [intro.strip(), ""]
+    out += ["## Summary", ""]
+    for page_run in runs:
+        lines = summary_lines(page_run)
+        out.append(f"- {lines[0]}")
+        out += [f"  - {line}" for line in lines[1:]]
+    out.append("")
+    out += ["## Where the original models break", ""]
+    for page_run in runs:
+        rows = sites_rows(page_run.run)
+        out += [f"### {page_run.label}", ""]
+        out += [markdown_table(SITES_HEADER, rows) if rows else "No model breaks.", ""]
+    if notes.strip():
+        out += [notes.strip(), ""]
+    reproduced = [(page_run, reproduction_section(page_run)) for page_run in runs]
+    if any(section for _, section in reproduced):
+        out += ["## Does a second run reproduce these figures?", ""]
+        for page_run, section in reproduced:
+            if section:
+                out += [f"### {page_run.label}", ""] + section + [""]
+    for page_run in runs:
+        out.append(render_markdown(page_run.run, title=page_run.label, level=2).rstrip())
+        out.append("")
+    if method.strip():
+        out += [method.strip(), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+__all__ = ["PageRun", "break_sites", "render_page", "summary_lines"]

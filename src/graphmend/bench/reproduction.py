@@ -1,0 +1,149 @@
+"""Does a benchmark run reproduce an earlier one?
+
+Break counts, fullgraph capture and bit-identity are deterministic and must match
+exactly. Timings are not: a speedup reproduces when it lands inside the range the
+earlier run's own processes spanned (``report.speedup_range``), the spread that run
+reported beside its median.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphmend.bench.report import summarize_model
+
+EXACT_MEASURES = (
+    ("breaks before", "breaks_before"),
+    ("breaks after", "breaks_after"),
+    ("fullgraph before", "fullgraph_before"),
+    ("fullgraph after", "fullgraph_after"),
+    ("bit-identical", "bit_identical"),
+)
+
+SPEEDUP_MEASURES = (
+    ("cold-start speedup", "cold_start"),
+    ("steady-state speedup", "steady_state"),
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    model: str
+    measure: str
+    reference: str
+    candidate: str
+    reproduced: bool
+
+
+def _summaries(run: dict) -> dict[str, dict]:
+    return {
+        entry["name"]: summarize_model(entry)
+        for entry in run.get("models", [])
+        if not entry.get("skipped")
+    }
+
+
+def _text(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def compare_runs(reference: dict, candidate: dict) -> list[Check]:
+    """One check per measure of every model both runs measured."""
+    earlier, later = _summaries(reference), _summaries(candidate)
+    checks: list[Check] = []
+    for name, before in earlier.items():
+        after = later.get(name)
+        if after is None:
+            continue
+        for label, key in EXACT_MEASURES:
+            if before.get(key) is None and after.get(key) is None:
+                continue
+            checks.append(
+                Check(
+                    name,
+                    label,
+                    _text(before.get(key)),
+                    _text(after.get(key)),
+                    before.get(key) == after.get(key),
+                )
+            )
+        for label, kind in SPEEDUP_MEASURES:
+            spread = before.get(f"{kind}_speedup_range")
+            value = after.get(f"{kind}_speedup")
+            if spread is None or value is None:
+                continue
+            checks.append(
+                Check(
+                    name,
+                    label,
+                    f"{before[f'{kind}_speedup']:.3g}x ({spread['min']:.3g}-{spread['max']:.3g}x)",
+                    f"{value:.3g}x",
+                    spread["min"] <= value <= spread["max"],
+                )
+            )
+    return checks
+
+
+def models_compared(reference: dict, candidate: dict) -> list[str]:
+    later = _summaries(candidate)
+    return [name for name in _summaries(reference) if name in later]
+
+
+def summary_line(checks: list[Check]) -> str:
+    failed = [check for check in checks if not check.reproduced]
+    exact = [check for check in checks if "speedup" not in check.measure]
+    timed = [check for check in checks if "speedup" in check.measure]
+    return (
+        f"{len(checks) - len(failed)} of {len(checks)} checks reproduced: "
+        f"{sum(c.reproduced for c in exact)} / {len(exact)} exact (breaks, fullgraph, bit-identical), "
+        f"{sum(c.reproduced for c in timed)} / {len(timed)} speedups inside the earlier run's range"
+    )
+
+
+def per_model_rows(checks: list[Check]) -> list[list[str]]:
+    """One row per model: exact measures reproduced, and each speedup now against the
+    earlier run's median and range."""
+    rows: dict[str, dict[str, str]] = {}
+    exact: dict[str, list[Check]] = {}
+    for check in checks:
+        row = rows.setdefault(check.model, {})
+        if "speedup" in check.measure:
+            mark = "" if check.reproduced else " NOT reproduced"
+            row[check.measure] = f"{check.candidate} (earlier {check.reference}){mark}"
+        else:
+            exact.setdefault(check.model, []).append(check)
+    table = []
+    for model, row in rows.items():
+        model_exact = exact.get(model, [])
+        wrong = [c.measure for c in model_exact if not c.reproduced]
+        exact_text = f"{len(model_exact) - len(wrong)} / {len(model_exact)}"
+        if wrong:
+            exact_text += " (differs: " + ", ".join(wrong) + ")"
+        table.append(
+            [
+                model,
+                exact_text,
+                row.get("cold-start speedup", "-"),
+                row.get("steady-state speedup", "-"),
+            ]
+        )
+    return table
+
+
+PER_MODEL_HEADER = [
+    "model",
+    "breaks, fullgraph, bit-identical equal",
+    "cold-start speedup now",
+    "steady-state speedup now",
+]
+
+
+def failed_checks(checks: list[Check]) -> list[Check]:
+    return [check for check in checks if not check.reproduced]
+
+
+__all__ = ["PER_MODEL_HEADER", "per_model_rows", "Check", "compare_runs", "failed_checks", "models_compared", "summary_line"]
