@@ -84,7 +84,7 @@ def test_category_from_the_reason(reason, category):
     [
         (["-p", "lib", "s.py", "--flag", "-p"], ["-p", "lib", "s.py"], ["--flag", "-p"]),
         (["--rules=where", "s.py"], ["--rules=where", "s.py"], []),
-        (["--", "-s.py", "x"], ["-s.py"], ["x"]),
+        (["--", "-s.py", "x"], ["--", "-s.py"], ["x"]),
     ],
 )
 def test_the_script_arguments_are_the_scripts(argv, ours, theirs):
@@ -160,6 +160,12 @@ def test_a_missing_script_is_a_usage_error(cli):
     result = cli("explain", "missing.py")
     assert result.code == 2
     assert result.err == "graphmend explain: error: can't open file 'missing.py': no such file\n"
+
+
+def test_a_script_named_like_an_option_comes_after_a_double_dash(cli):
+    result = cli("explain", "--", "-missing.py")
+    assert result.code == 2
+    assert result.err == "graphmend explain: error: can't open file '-missing.py': no such file\n"
 
 
 RUN_SCRIPT = """\

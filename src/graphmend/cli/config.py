@@ -41,6 +41,29 @@ class OneLineErrorParser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
+def split_script_arguments(
+    argv: list[str], options_with_a_value: frozenset[str]
+) -> tuple[list[str], list[str]]:
+    """Split ``argv`` after the script's name: ours up to and including it, the
+    script's own after it.
+
+    Everything after the script goes to the script verbatim, ``--`` and option-like
+    words included, as with ``python script.py ...``; argparse alone would eat them.
+    A ``--`` before the script stays ours, so argparse reads a script named like an
+    option (``-s.py``) as the script.
+    """
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word == "--":
+            index += 1
+            break
+        if not word.startswith("-") or word == "-":
+            break
+        index += 2 if word in options_with_a_value else 1
+    return argv[: index + 1], argv[index + 1 :]
+
+
 def usage_error(program: str, message: str) -> int:
     print(f"{program}: error: {message}", file=sys.stderr)
     return USAGE_ERROR_EXIT_CODE

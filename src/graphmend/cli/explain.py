@@ -30,6 +30,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 import graphmend
+from graphmend.cli import config
 from graphmend.cli.check import mend_file, module_name_for
 from graphmend.cli.config import (
     ConfigError,
@@ -376,16 +377,7 @@ _OPTIONS_WITH_A_SEPARATE_VALUE = frozenset({"--package", "-p", "--rules"})
 
 
 def split_script_arguments(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Ours up to and including the script's name; the script's own after it, verbatim."""
-    index = 0
-    while index < len(argv):
-        word = argv[index]
-        if word == "--":
-            return argv[:index] + argv[index + 1 : index + 2], argv[index + 2 :]
-        if not word.startswith("-") or word == "-":
-            break
-        index += 2 if word in _OPTIONS_WITH_A_SEPARATE_VALUE else 1
-    return argv[: index + 1], argv[index + 1 :]
+    return config.split_script_arguments(argv, _OPTIONS_WITH_A_SEPARATE_VALUE)
 
 
 def build_parser() -> OneLineErrorParser:

@@ -20,6 +20,7 @@ import sys
 import traceback
 import types
 
+from graphmend.cli import config
 from graphmend.cli.config import ConfigError, OneLineErrorParser
 from graphmend.hook import CACHE_DIR_ENVIRONMENT_VARIABLE, install
 from graphmend.hook.finder import check_package_name
@@ -65,21 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def split_script_arguments(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Split ``argv`` after the script's name: ours before it, the script's after.
-
-    Everything after the script goes to the script verbatim, ``--`` and option-like
-    words included, as with ``python script.py ...``; argparse alone would eat them.
-    """
-    index = 0
-    while index < len(argv):
-        word = argv[index]
-        if word == "--":
-            index += 1
-            break
-        if not word.startswith("-") or word == "-":
-            break
-        index += 2 if word in _OPTIONS_WITH_A_SEPARATE_VALUE else 1
-    return argv[: index + 1], argv[index + 1 :]
+    return config.split_script_arguments(argv, _OPTIONS_WITH_A_SEPARATE_VALUE)
 
 
 def run_command(argv: list[str]) -> int:
