@@ -5,6 +5,11 @@ counting backend (misses a break before the first graph),
 ``torch._dynamo.utils.counters["graph_break"]`` (misses data-dependent jumps), and
 TorchDynamo's own ``graph_breaks`` log records, one per break, each naming the
 user-code line.
+
+A break count alone flatters a frame TorchDynamo gives up on (a break inside a loop
+makes it skip the whole frame and run it eagerly: no graph, counted as one break).
+Such frames are counted apart, and ``BreakCount.cost`` orders results by skipped
+frames first, then breaks.
 """
 
 from __future__ import annotations
@@ -36,6 +41,13 @@ class BreakCount:
     graphs: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     sites: list[BreakSite] = field(default_factory=list)
+    frames_skipped: int = 0  # frames TorchDynamo started and then ran eagerly, uncompiled
+
+    @property
+    def cost(self) -> tuple[int, int]:
+        """Compare two counts with this: a frame run wholly eagerly is worse than any
+        number of breaks in frames that compiled."""
+        return (self.frames_skipped, self.breaks)
 
     @property
     def counted_breaks(self) -> int:
@@ -97,5 +109,15 @@ def count_breaks(function, *args, fullgraph: bool = False, **kwargs):
     compiled = torch.compile(function, backend=backend, dynamic=False, fullgraph=fullgraph)
     with recording_graph_breaks() as sites:
         result = compiled(*args, **kwargs)
-    count = BreakCount(backend.graphs, dict(counters["graph_break"]), list(sites))
+    count = BreakCount(
+        backend.graphs, dict(counters["graph_break"]), list(sites), frames_skipped_so_far()
+    )
     return result, count
+
+
+def frames_skipped_so_far() -> int:
+    """Frames TorchDynamo has started since its counters were cleared but not compiled."""
+    from torch._dynamo.utils import counters
+
+    frames = counters["frames"]
+    return max(frames.get("total", 0) - frames.get("ok", 0), 0)

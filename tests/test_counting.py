@@ -1,0 +1,45 @@
+"""graphmend.counting: breaks, and frames TorchDynamo gives up on."""
+
+import torch
+
+from graphmend.counting import BreakCount, count_breaks
+
+
+def branch_in_a_loop(x):
+    h = x * 1.0
+    for _ in range(2):
+        if x.sum() > 0:
+            h = h * 0.5
+    return h
+
+
+def branch_free_loop(x):
+    h = x * 1.0
+    for _ in range(2):
+        h = torch.where(x.sum() > 0, h * 0.5, h)
+    return h
+
+
+def one_item_break(x):
+    y = x * 2
+    return y + y.sum().item()
+
+
+def test_a_frame_skipped_for_a_break_in_a_loop_is_counted_apart():
+    result, count = count_breaks(branch_in_a_loop, torch.ones(3))
+    assert torch.equal(result, torch.full((3,), 0.25))
+    assert (count.graphs, count.frames_skipped, count.breaks) == (0, 1, 1)
+
+
+def test_a_compiled_frame_skips_nothing():
+    _, whole = count_breaks(branch_free_loop, torch.ones(3))
+    _, split = count_breaks(one_item_break, torch.ones(3))
+    assert (whole.graphs, whole.frames_skipped, whole.breaks) == (1, 0, 0)
+    assert (split.frames_skipped, split.breaks) == (0, 1)
+
+
+def test_cost_puts_a_skipped_frame_above_any_number_of_breaks():
+    skipped = BreakCount(graphs=0, frames_skipped=1, reasons={"loop": 1})
+    many_breaks = BreakCount(graphs=6)
+    assert many_breaks.breaks == 5
+    assert many_breaks.cost < skipped.cost
