@@ -201,3 +201,11 @@ def test_plot_of_several_runs(tmp_path):
         assert written is False
     else:
         assert written and path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_skipped_frame_is_noted_under_the_table():
+    run = synthetic_run()
+    run["models"][1]["quick"]["original"]["frames_skipped"] = 2
+    text = report.render_markdown(run)
+    assert "- grounding-dino, original: TorchDynamo skipped 2 frame(s) and ran them eagerly" in text
+    assert "frame(s)" not in report.render_markdown(synthetic_run())

@@ -337,6 +337,21 @@ def slow_steady_calls(entries: Sequence[dict]) -> list[str]:
     return notes
 
 
+def skipped_frame_notes(entries: Sequence[dict]) -> list[str]:
+    """A frame TorchDynamo skips runs wholly eagerly: its break count understates it."""
+    notes = []
+    for entry in entries:
+        for arm, result in (entry.get("quick") or {}).items():
+            skipped = (result or {}).get("frames_skipped") or 0
+            if skipped:
+                notes.append(
+                    f"{entry['name']}, {arm}: TorchDynamo skipped {skipped} frame(s) and ran "
+                    "them eagerly, uncompiled (a break inside a loop does this); the break "
+                    "count understates what is lost"
+                )
+    return notes
+
+
 def timing_rows(summaries: Sequence[dict]) -> list[list[str]]:
     rows = []
     for s in summaries:
@@ -444,6 +459,10 @@ def render_markdown(run: dict, title: str = "graphmend benchmark", level: int = 
         + "; unattributed = breaks without a log record of their own in a model whose logged "
         "breaks have several categories."
     )
+    skipped_frames = skipped_frame_notes(run.get("models", []))
+    if skipped_frames:
+        out.append("")
+        out += [f"- {note}" for note in skipped_frames]
     timed = any(s.get("cold_start_original") or s.get("cold_start_graphmend") for s in summaries)
     if timed:
         out.append("")

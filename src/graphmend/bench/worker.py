@@ -240,6 +240,7 @@ def run_quick(model, example_kwargs, result: dict, outputs: dict) -> None:
         breaks = [item for item in map(parse_graph_break_log, messages) if item is not None]
         result["graphs"] = count.graphs
         result["breaks"] = count.breaks
+        result["frames_skipped"] = count.frames_skipped
         result["dynamo_break_reasons"] = {
             key.splitlines()[0][:200]: value for key, value in count.reasons.items()
         }
