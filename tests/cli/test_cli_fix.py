@@ -7,6 +7,7 @@ import os
 import stat
 
 import pytest
+import torch
 from helpers import load_module
 
 import graphmend.cli.check
@@ -276,3 +277,35 @@ def test_diff_and_write_together_is_a_usage_error(cli, write):
     result = cli("fix", "--diff", "--write", "model.py")
     assert result.code == 2
     assert "not allowed with argument" in result.err
+
+
+INNER_COMMENTS = '''\
+import torch
+
+
+@torch.compile
+def step(x):
+    if x.sum() > 0:  # only for positive inputs
+        # shift up
+        x = x + 1  # by one
+    return x
+'''
+
+
+def test_comments_inside_a_rewritten_statement_move_above_it(cli, write):
+    path = write("model.py", INNER_COMMENTS)
+    assert cli("fix", "--write", "model.py").code == 0
+    text = path.read_text(encoding="utf-8")
+    for comment in ("# only for positive inputs", "# shift up", "# by one"):
+        assert text.count(comment) == 1
+    lines = text.splitlines()
+    why = next(i for i, line in enumerate(lines) if line.startswith("    # graphmend: Where"))
+    assert lines[why + 1 : why + 4] == [
+        "    # only for positive inputs",
+        "    # shift up",
+        "    # by one",
+    ]
+    assert lines[why + 4] == "    if __graphmend__.is_compiling():"
+    module = load_module(text)
+    ones = torch.ones(2)
+    assert torch.equal(module.step(ones), ones + 1)

@@ -3,7 +3,8 @@
     graphmend fix PATH... [--diff | --write] [--rules trap,where,defer] [--all]
 
 Only the statements a rule rewrote change, each with a comment above it saying why;
-every other byte (comments, blank lines, formatting, line endings, the encoding and
+comments that were inside a rewritten statement move to their own lines above it (the
+rewritten statement is generated code, with no place for them); every other byte (comments, blank lines, formatting, line endings, the encoding and
 its cookie) is kept. The result is parsed again and must be, statement for statement,
 what the rules planned (``MendResult.source``); a file where it is not is left alone.
 Files are replaced atomically (a temporary file in the same folder, then
@@ -25,6 +26,7 @@ import re
 import stat
 import sys
 import tempfile
+import tokenize
 from dataclasses import dataclass
 
 from graphmend.cli.check import (
@@ -122,9 +124,22 @@ def _import_position(tree: ast.Module, lines: list[str]) -> int:
     return position
 
 
+def comments_by_line(text: str) -> dict[int, list[str]]:
+    """Every comment of ``text``, by the line it is on."""
+    comments: dict[int, list[str]] = {}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                comments.setdefault(token.start[0], []).append(token.string)
+    except (tokenize.TokenError, SyntaxError):
+        return {}
+    return comments
+
+
 def rewrite_text(source: SourceFile, result: MendResult) -> str:
     """Apply ``result.edits`` and the runtime import to the original text, keeping the rest."""
     lines = split_lines(source.text)
+    comments = comments_by_line(source.text)
     default_newline = _line_ending(lines[0], "\n") if lines else "\n"
     original_tree = ast.parse(source.text, filename=source.path)
     planned = ast.parse(result.source)
@@ -137,11 +152,17 @@ def rewrite_text(source: SourceFile, result: MendResult) -> str:
         indent = _indentation(first)
         newline = _line_ending(first, default_newline)
         last_newline = _line_ending(lines[edit.last_line - 1], "")
-        new_lines = [why_comment(edit, result.findings), *edit.text.splitlines()]
-        if _ELIF.match(first) and new_lines[1].startswith("if "):
+        kept = [
+            comment
+            for number in range(edit.first_line, edit.last_line + 1)
+            for comment in comments.get(number, [])
+        ]
+        new_lines = [why_comment(edit, result.findings), *kept, *edit.text.splitlines()]
+        statement = 1 + len(kept)
+        if _ELIF.match(first) and new_lines[statement].startswith("if "):
             # The statement is an ``elif`` clause (an ``if`` alone in the ``orelse`` of
             # the one above): written as ``if`` it would end that chain.
-            new_lines[1] = "el" + new_lines[1]
+            new_lines[statement] = "el" + new_lines[statement]
         block = newline.join(indent + line if line else line for line in new_lines) + last_newline
         lines[edit.first_line - 1 : edit.last_line] = [block]
         replaced_until = edit.first_line
