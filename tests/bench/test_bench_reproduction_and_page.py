@@ -209,3 +209,21 @@ def test_a_skipped_frame_is_noted_under_the_table():
     text = report.render_markdown(run)
     assert "- grounding-dino, original: TorchDynamo skipped 2 frame(s) and ran them eagerly" in text
     assert "frame(s)" not in report.render_markdown(synthetic_run())
+
+
+def test_progress_bar_keeps_finished_lines_and_redraws_the_bar():
+    import io
+
+    from graphmend.bench.runner import ProgressBar
+
+    times = iter([0.0, 60.0, 120.0])
+    stream = io.StringIO()
+    bar = ProgressBar(stream, clock=lambda: next(times))
+    bar("[1/4] t5 original quick ...", 1, 4)
+    bar("[1/4] t5 original quick: graphs=4 breaks=3 (60.0s)", 1, 4)
+    bar.close()
+    text = stream.getvalue()
+    assert "[........................] 0/4 1:00 spent  t5 original quick" in text
+    assert "[1/4] t5 original quick: graphs=4 breaks=3 (60.0s)\n" in text
+    assert "[######..................] 1/4 2:00 spent, about 6:00 left" in text
+    assert text.endswith("\r\033[K")

@@ -22,7 +22,7 @@ TINY_MODEL = os.path.join(os.path.dirname(__file__), "tiny_model.py")
 def quick_run():
     model = load_model_file(TINY_MODEL, import_module=False)
     messages = []
-    run = run_suite([model], RunOptions(quick=True, timeout=300), progress=messages.append)
+    run = run_suite([model], RunOptions(quick=True, timeout=300), progress=lambda message, *_: messages.append(message))
     return run, messages
 
 

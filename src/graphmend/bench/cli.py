@@ -8,7 +8,8 @@
     graphmend bench --render a.json --render b.json --json ab.json   # merge runs
     graphmend bench --render new.json --compare-to old.json  # did new.json reproduce old.json?
 
-Progress goes to stderr, one line per step; a table is printed at the end.
+Progress goes to stderr, one line per step (on a terminal, with a progress bar under
+the lines); a table is printed at the end.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import sys
 
 from graphmend.bench import report, reproduction
-from graphmend.bench.runner import RunOptions, run_suite
+from graphmend.bench.runner import ProgressBar, RunOptions, run_suite
 from graphmend.bench.suite import REGISTRY, load_model_file, select_models
 from graphmend.cli.config import ConfigError, OneLineErrorParser, usage_error
 
@@ -141,7 +142,14 @@ def _bench(argv: list[str]) -> int:
             timeout=args.timeout,
             models=",".join(model.name for model in models),
         )
-        run = run_suite(models, options)
+        if sys.stderr.isatty():
+            bar = ProgressBar()
+            try:
+                run = run_suite(models, options, bar)
+            finally:
+                bar.close()
+        else:
+            run = run_suite(models, options)
     if args.json:
         _write(args.json, json.dumps(run, indent=1, default=str) + "\n")
     if args.markdown:

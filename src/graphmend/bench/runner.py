@@ -30,7 +30,8 @@ from datetime import datetime, timezone
 from graphmend.bench.suite import BenchModel
 
 ARMS = ("original", "graphmend")
-Progress = Callable[[str], None]
+# progress(message, done, total): a line about one step; done/total count the steps.
+Progress = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -48,8 +49,51 @@ class RunOptions:
     python: str = field(default_factory=lambda: sys.executable)
 
 
-def _stderr_progress(message: str) -> None:
+def _stderr_progress(message: str, done: int = 0, total: int = 0) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+class ProgressBar:
+    """Progress on a terminal: each finished step's line scrolls up, and a bar with the
+    step under way, the time spent and a rough time left stays on the last line."""
+
+    WIDTH = 24
+
+    def __init__(self, stream=None, clock=time.monotonic) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock
+        self.started = clock()
+
+    def __call__(self, message: str, done: int = 0, total: int = 0) -> None:
+        self.stream.write("\r\033[K")
+        starting = message.endswith("...")
+        if not starting:
+            self.stream.write(message + "\n")
+        if total:
+            finished = done - 1 if starting else done
+            self.stream.write(self.bar(finished, total, message if starting else ""))
+        self.stream.flush()
+
+    def bar(self, finished: int, total: int, current: str) -> str:
+        filled = round(self.WIDTH * finished / total)
+        elapsed = self.clock() - self.started
+        left = ""
+        if finished:
+            left = f", about {_minutes(elapsed / finished * (total - finished))} left"
+        label = current.split("] ", 1)[-1].removesuffix(" ...") if current else ""
+        return (
+            f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {finished}/{total} "
+            f"{_minutes(elapsed)} spent{left}" + (f"  {label}" if label else "")
+        )
+
+    def close(self) -> None:
+        self.stream.write("\r\033[K")
+        self.stream.flush()
+
+
+def _minutes(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}:{seconds:02d}"
 
 
 def worker_environment(scratch: str, options: RunOptions) -> dict[str, str]:
@@ -269,17 +313,19 @@ def run_model(
     missing = [] if model.module_file else model.missing_requirements()
     if missing:
         entry["skipped"] = f"missing {', '.join(missing)}"
-        progress(f"[{model.name}] skipped: missing {', '.join(missing)}")
         step[0] += _steps_per_model(options)
+        progress(f"[{model.name}] skipped: missing {', '.join(missing)}", step[0], steps)
         return entry
 
     def one(arm: str, phase: str) -> dict:
         step[0] += 1
-        progress(f"[{step[0]}/{steps}] {model.name} {arm} {phase} ...")
+        progress(f"[{step[0]}/{steps}] {model.name} {arm} {phase} ...", step[0], steps)
         result = run_worker_process(model, arm, phase, options, scratch, hook_cache_dir)
         progress(
             f"[{step[0]}/{steps}] {model.name} {arm} {phase}: {_brief(result, phase)} "
-            f"({result['wall_seconds']:.1f}s)"
+            f"({result['wall_seconds']:.1f}s)",
+            step[0],
+            steps,
         )
         return result
 
