@@ -2,7 +2,7 @@
 
     python bench/render_results.py --out docs/results.md --plot docs/results.png \
         --run "transformers 4.52.4" docs/results-tf452-timing.json \
-        --reference "transformers 4.52.4" docs/results-tf452-timing.previous.json
+        --other-run "transformers 4.52.4" docs/results-tf452-timing.previous.json
 
 Every figure on the page comes from the runs; the method and the notes on the paper
 are read from bench/results_intro.md, results_notes.md and results_method.md.
@@ -39,12 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", nargs=2, action="append", default=[], metavar=("LABEL", "JSON"))
     parser.add_argument(
-        "--reference",
+        "--other-run",
         nargs=2,
         action="append",
         default=[],
         metavar=("LABEL", "JSON"),
-        help="an earlier run of the same command to check the run with that label against",
+        help="another run of the same measurements (all or some models), checked against "
+        "the figures of the run with that label; repeatable",
     )
     parser.add_argument("--out", required=True)
     parser.add_argument("--plot")
@@ -55,13 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.run:
         parser.error("give at least one --run LABEL JSON")
     try:
-        references = {label: (path, json.loads(_read(path))) for label, path in args.reference}
-        page_runs = []
-        for label, path in args.run:
-            reference_path, reference = references.get(label, ("", None))
-            page_runs.append(
-                PageRun(label, json.loads(_read(path)), reference, os.path.basename(reference_path))
-            )
+        others: dict[str, list[tuple[str, dict]]] = {}
+        for label, path in args.other_run:
+            others.setdefault(label, []).append((os.path.basename(path), json.loads(_read(path))))
+        page_runs = [
+            PageRun(label, json.loads(_read(path)), tuple(others.get(label, ())))
+            for label, path in args.run
+        ]
         intro = _read(args.intro) if os.path.exists(args.intro) else ""
         notes = _read(args.notes) if os.path.exists(args.notes) else ""
         method = _read(args.method) if os.path.exists(args.method) else ""

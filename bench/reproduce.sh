@@ -9,7 +9,8 @@
 # On a machine with 2 or more cores the two versions run at the same time, each pinned
 # to a core of its own (taskset), each worker with 1 thread; SEQUENTIAL=1 runs them one
 # after the other. A run's earlier JSON, when there is one, is kept as
-# docs/results-<version>-timing.previous.json and the page checks the new run against it.
+# docs/results-<version>-timing.previous.json and the page checks it against the new run's
+# figures (break counts equal, speedups inside the new run's ranges).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -58,7 +59,7 @@ render=(--out docs/results.md --plot docs/results.png
 for pair in "tf452:transformers 4.52.4" "latest:transformers $LATEST_VERSION"; do
     version="${pair%%:*}" label="${pair#*:}"
     if [ -f "docs/results-$version-timing.previous.json" ]; then
-        render+=(--reference "$label" "docs/results-$version-timing.previous.json")
+        render+=(--other-run "$label" "docs/results-$version-timing.previous.json")
     fi
 done
 .venv-bench-tf452/bin/python bench/render_results.py "${render[@]}"

@@ -92,7 +92,7 @@ def test_cli_compare_to_exits_1_when_a_count_differs(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert status == 1
-    assert "not reproduced: t5 breaks before: earlier 3, now 4" in out
+    assert "not reproduced: t5 breaks before: reference 3, this run 4" in out
     assert bench_command(
         ["--render", str(tmp_path / "earlier.json"), "--compare-to", str(tmp_path / "earlier.json")]
     ) == 0
@@ -127,7 +127,9 @@ def test_page_sums_up_each_run_and_keeps_the_prose_in_order():
     newer["meta"]["environment"]["transformers"] = "5.0.0"
     text = page.render_page(
         [
-            page.PageRun("transformers 4.52.4", older, reference=copy.deepcopy(older)),
+            page.PageRun(
+                "transformers 4.52.4", older, other_runs=(("again.json", copy.deepcopy(older)),)
+            ),
             page.PageRun("transformers 5.0.0", newer),
         ],
         intro="INTRO TEXT",
@@ -158,7 +160,7 @@ def test_page_sums_up_each_run_and_keeps_the_prose_in_order():
     assert "| t5 | 3 | LC (3) | 0 | LC at transformers/models/t5/modeling_t5.py:1019" in text
     assert "checks reproduced" in text
     # only the run given a reference is checked
-    assert text.count("Checked against an earlier run") == 1
+    assert text.count("**again.json** (2026-11-29 10:00 UTC, commit abc1234, 3 processes per arm; 3 models)") == 1
 
 
 def test_render_results_script_writes_the_page(tmp_path):
@@ -174,7 +176,7 @@ def test_render_results_script_writes_the_page(tmp_path):
             "--run",
             "transformers 4.52.4",
             str(saved),
-            "--reference",
+            "--other-run",
             "transformers 4.52.4",
             str(saved),
         ],

@@ -82,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--compare-to",
         metavar="FILE",
-        help="check this run against an earlier --json file: break counts, fullgraph and "
-        "bit-identity must match, speedups must fall inside its range; exit 1 if not",
+        help="check this run against the figures of another --json file: break counts, "
+        "fullgraph and bit-identity must match, speedups must fall inside its ranges; exit 1 "
+        "if not",
     )
     parser.add_argument("--list", action="store_true", help="list the suite's models and exit")
     return parser
@@ -172,8 +173,8 @@ def _print_reproduction(reference: dict, run: dict) -> int:
     )
     for check in reproduction.failed_checks(checks):
         print(
-            f"not reproduced: {check.model} {check.measure}: earlier {check.reference}, "
-            f"now {check.candidate}"
+            f"not reproduced: {check.model} {check.measure}: reference {check.reference}, "
+            f"this run {check.candidate}"
         )
     print(reproduction.summary_line(checks))
     return 1 if reproduction.failed_checks(checks) else 0

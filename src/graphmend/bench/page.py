@@ -25,12 +25,12 @@ from graphmend.bench.report import format_speedup, markdown_table, render_markdo
 @dataclass(frozen=True)
 class PageRun:
     """One run on the page: its label (for example ``transformers 4.52.4``), the run,
-    and optionally an earlier run of the same command it is checked against."""
+    and other runs of the same measurements (``(name, run)``, earlier or later, all or
+    some of the models) checked against it."""
 
     label: str
     run: dict
-    reference: dict | None = None
-    reference_name: str = ""
+    other_runs: tuple[tuple[str, dict], ...] = ()
 
 
 def _short_path(path: str) -> str:
@@ -143,28 +143,35 @@ def sites_rows(run: dict) -> list[list[str]]:
 
 
 def reproduction_section(page_run: PageRun) -> list[str]:
-    if page_run.reference is None:
-        return []
-    checks = reproduction.compare_runs(page_run.reference, page_run.run)
-    if not checks:
-        return []
-    reference_meta = page_run.reference.get("meta", {})
-    out = [
-        f"Checked against an earlier run ({page_run.reference_name or 'reference'}, "
-        f"{reference_meta.get('date', '-')}, commit {reference_meta.get('git_commit') or '-'}) with "
-        "`graphmend bench --render NEW.json --compare-to EARLIER.json`: "
-        + reproduction.summary_line(checks)
-        + ".",
-        "",
-        markdown_table(reproduction.PER_MODEL_HEADER, reproduction.per_model_rows(checks)),
-    ]
-    failed = reproduction.failed_checks(checks)
-    if failed:
-        out.append("")
+    """Each other run checked against this page's figures: equal break counts,
+    fullgraph and bit-identity; speedups inside this page's ranges."""
+    out: list[str] = []
+    for name, other in page_run.other_runs:
+        checks = reproduction.compare_runs(page_run.run, other)
+        if not checks:
+            continue
+        meta = other.get("meta", {})
+        options = meta.get("options") or {}
+        kind = "quick mode, no timings" if options.get("quick") else (
+            f"{options.get('repeats', '-')} processes per arm"
+        )
         out += [
-            f"- not reproduced: {c.model} {c.measure}: earlier {c.reference}, now {c.candidate}"
-            for c in failed
+            f"**{name}** ({meta.get('date', '-')}, commit {meta.get('git_commit') or '-'}, "
+            f"{kind}; {len(reproduction.models_compared(page_run.run, other))} models): "
+            + reproduction.summary_line(checks)
+            + ".",
+            "",
+            markdown_table(reproduction.PER_MODEL_HEADER, reproduction.per_model_rows(checks)),
+            "",
         ]
+        failed = reproduction.failed_checks(checks)
+        if failed:
+            out += [
+                f"- not reproduced: {c.model} {c.measure}: this page {c.reference}, "
+                f"{name} {c.candidate}"
+                for c in failed
+            ]
+            out.append("")
     return out
 
 
@@ -200,10 +207,18 @@ def render_page(
         out += [notes.strip(), ""]
     reproduced = [(page_run, reproduction_section(page_run)) for page_run in runs]
     if any(section for _, section in reproduced):
-        out += ["## Does a second run reproduce these figures?", ""]
+        out += [
+            "## Does a second run reproduce these figures?",
+            "",
+            "Other runs of the same measurements on this machine, checked against the figures "
+            "on this page with `graphmend bench --render OTHER.json --compare-to THIS.json`: "
+            "break counts, fullgraph capture and bit-identity must be equal; a speedup "
+            "reproduces when it lies inside the range this page gives for it.",
+            "",
+        ]
         for page_run, section in reproduced:
             if section:
-                out += [f"### {page_run.label}", ""] + section + [""]
+                out += [f"### {page_run.label}", ""] + section
     for page_run in runs:
         out.append(render_markdown(page_run.run, title=page_run.label, level=2).rstrip())
         out.append("")

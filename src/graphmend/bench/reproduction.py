@@ -100,7 +100,7 @@ def summary_line(checks: list[Check]) -> str:
     return (
         f"{len(checks) - len(failed)} of {len(checks)} checks reproduced: "
         f"{sum(c.reproduced for c in exact)} / {len(exact)} exact (breaks, fullgraph, bit-identical), "
-        f"{sum(c.reproduced for c in timed)} / {len(timed)} speedups inside the earlier run's range"
+        f"{sum(c.reproduced for c in timed)} / {len(timed)} speedups inside the reference's range"
     )
 
 
@@ -113,7 +113,7 @@ def per_model_rows(checks: list[Check]) -> list[list[str]]:
         row = rows.setdefault(check.model, {})
         if "speedup" in check.measure:
             mark = "" if check.reproduced else " NOT reproduced"
-            row[check.measure] = f"{check.candidate} (earlier {check.reference}){mark}"
+            row[check.measure] = f"{check.candidate} (against {check.reference}){mark}"
         else:
             exact.setdefault(check.model, []).append(check)
     table = []
@@ -137,8 +137,8 @@ def per_model_rows(checks: list[Check]) -> list[list[str]]:
 PER_MODEL_HEADER = [
     "model",
     "breaks, fullgraph, bit-identical equal",
-    "cold-start speedup now",
-    "steady-state speedup now",
+    "cold-start speedup (against the reference's median and range)",
+    "steady-state speedup (against the reference's median and range)",
 ]
 
 
