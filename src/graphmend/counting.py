@@ -116,8 +116,13 @@ def count_breaks(function, *args, fullgraph: bool = False, **kwargs):
 
 
 def frames_skipped_so_far() -> int:
-    """Frames TorchDynamo has started since its counters were cleared but not compiled."""
+    """Frames TorchDynamo gave up on because of a graph break (one inside a loop) and ran
+    wholly eagerly, since its counters were cleared. Frames it skips for other reasons
+    (nothing to compile, skip-listed files) are not counted: they lose nothing."""
     from torch._dynamo.utils import counters
 
-    frames = counters["frames"]
-    return max(frames.get("total", 0) - frames.get("ok", 0), 0)
+    return sum(
+        count
+        for reason, count in counters["unimplemented"].items()
+        if "frame skipped:" in reason or "Skipping the frame" in reason
+    )
