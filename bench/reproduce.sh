@@ -5,15 +5,20 @@
 #
 #   bench/reproduce.sh                  # about 90 minutes on a 2-core machine
 #   bench/reproduce.sh --repeats 5      # arguments go to both `graphmend bench` runs
+#   bench/reproduce.sh --render-only    # render the page again from the saved runs
 #
 # On a machine with 2 or more cores the two versions run at the same time, each pinned
 # to a core of its own (taskset), each worker with 1 thread; SEQUENTIAL=1 runs them one
 # after the other. A run's earlier JSON, when there is one, is kept as
 # docs/results-<version>-timing.previous.json and the page checks it against the new run's
-# figures (break counts equal, speedups inside the new run's ranges).
+# figures (break counts equal, speedups inside the new run's ranges), as it does every
+# docs/results-<version>-quick.json and docs/reruns/<version>-*.json (other runs of the
+# same measurements: `graphmend bench --models ... --repeats 3 --json docs/reruns/...`).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
+RENDER_ONLY=0
+if [ "${1:-}" = "--render-only" ]; then RENDER_ONLY=1; shift; fi
 if [ $# -eq 0 ]; then set -- --repeats 3; fi
 for argument in "$@"; do
     if [ "$argument" = "--quick" ]; then
@@ -24,7 +29,7 @@ done
 LATEST_VERSION="${TRANSFORMERS_VERSION:-5.24.0}"
 
 for version in tf452 latest; do
-    if [ -f "docs/results-$version-timing.json" ]; then
+    if [ "$RENDER_ONLY" = 0 ] && [ -f "docs/results-$version-timing.json" ]; then
         cp "docs/results-$version-timing.json" "docs/results-$version-timing.previous.json"
     fi
 done
@@ -35,7 +40,9 @@ pin() {  # pin CORE COMMAND...: run on one core where taskset exists
     local core="$1"; shift
     if command -v taskset >/dev/null; then taskset -c "$core" "$@"; else "$@"; fi
 }
-if [ "${SEQUENTIAL:-0}" = 1 ] || [ "$(nproc)" -lt 2 ]; then
+if [ "$RENDER_ONLY" = 1 ]; then
+    :
+elif [ "${SEQUENTIAL:-0}" = 1 ] || [ "$(nproc)" -lt 2 ]; then
     bench/run_tf452.sh "$@" 2>&1 | tee .bench-logs/tf452.log
     bench/run_latest.sh "$@" 2>&1 | tee .bench-logs/latest.log
 else
@@ -58,8 +65,9 @@ render=(--out docs/results.md --plot docs/results.png
         --run "transformers $LATEST_VERSION" docs/results-latest-timing.json)
 for pair in "tf452:transformers 4.52.4" "latest:transformers $LATEST_VERSION"; do
     version="${pair%%:*}" label="${pair#*:}"
-    if [ -f "docs/results-$version-timing.previous.json" ]; then
-        render+=(--other-run "$label" "docs/results-$version-timing.previous.json")
-    fi
+    for other in "docs/results-$version-timing.previous.json" "docs/results-$version-quick.json" \
+                 docs/reruns/"$version"-*.json; do
+        if [ -f "$other" ]; then render+=(--other-run "$label" "$other"); fi
+    done
 done
-.venv-bench-tf452/bin/python bench/render_results.py "${render[@]}"
+PYTHONPATH="$ROOT/src" .venv-bench-tf452/bin/python bench/render_results.py "${render[@]}"

@@ -159,6 +159,10 @@ def test_page_sums_up_each_run_and_keeps_the_prose_in_order():
     assert "Not measured (requirements missing): chronos-bolt." in text
     assert "| t5 | 3 | LC (3) | 0 | LC at transformers/models/t5/modeling_t5.py:1019" in text
     assert "checks reproduced" in text
+    assert (
+        "Other runs (1; below): break counts, fullgraph and bit-identity equal in 12 of 12 "
+        "checks; speedups inside this page's ranges in 2 of 2." in text
+    )
     # only the run given a reference is checked
     assert text.count("**again.json** (2026-11-29 10:00 UTC, commit abc1234, 3 processes per arm; 3 models)") == 1
 

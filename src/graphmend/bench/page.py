@@ -105,6 +105,20 @@ def summary_lines(page_run: PageRun) -> list[str]:
             f"Timed models: {len(cold)}. Cold-start speedup {_speedup_range_text(cold)}; "
             f"steady-state speedup {_speedup_range_text(steady)}."
         )
+    checks = [
+        check
+        for _, other in page_run.other_runs
+        for check in reproduction.compare_runs(run, other)
+    ]
+    if checks:
+        exact = [c for c in checks if "speedup" not in c.measure]
+        timed = [c for c in checks if "speedup" in c.measure]
+        lines.append(
+            f"Other runs ({len(page_run.other_runs)}; below): break counts, fullgraph and "
+            f"bit-identity equal in {sum(c.reproduced for c in exact)} of {len(exact)} checks; "
+            f"speedups inside this page's ranges in {sum(c.reproduced for c in timed)} of "
+            f"{len(timed)}."
+        )
     still_breaking = [
         f"{s['name']} ({format_reasons(s['categories_before'] or {})})"
         for s in measured
