@@ -156,6 +156,14 @@ def sites_rows(run: dict) -> list[list[str]]:
     return rows
 
 
+PAGE_CHECK_HEADER = [
+    "model",
+    "breaks, fullgraph, bit-identical equal",
+    "cold-start speedup of the other run (against this page's median and range)",
+    "steady-state speedup of the other run (against this page's median and range)",
+]
+
+
 def reproduction_section(page_run: PageRun) -> list[str]:
     """Each other run checked against this page's figures: equal break counts,
     fullgraph and bit-identity; speedups inside this page's ranges."""
@@ -172,10 +180,10 @@ def reproduction_section(page_run: PageRun) -> list[str]:
         out += [
             f"**{name}** ({meta.get('date', '-')}, commit {meta.get('git_commit') or '-'}, "
             f"{kind}; {len(reproduction.models_compared(page_run.run, other))} models): "
-            + reproduction.summary_line(checks)
+            + reproduction.summary_line(checks, "this page's")
             + ".",
             "",
-            markdown_table(reproduction.PER_MODEL_HEADER, reproduction.per_model_rows(checks)),
+            markdown_table(PAGE_CHECK_HEADER, reproduction.per_model_rows(checks)),
             "",
         ]
         failed = reproduction.failed_checks(checks)

@@ -93,14 +93,14 @@ def models_compared(reference: dict, candidate: dict) -> list[str]:
     return [name for name in _summaries(reference) if name in later]
 
 
-def summary_line(checks: list[Check]) -> str:
+def summary_line(checks: list[Check], whose_range: str = "the reference's") -> str:
     failed = [check for check in checks if not check.reproduced]
     exact = [check for check in checks if "speedup" not in check.measure]
     timed = [check for check in checks if "speedup" in check.measure]
     return (
         f"{len(checks) - len(failed)} of {len(checks)} checks reproduced: "
         f"{sum(c.reproduced for c in exact)} / {len(exact)} exact (breaks, fullgraph, bit-identical), "
-        f"{sum(c.reproduced for c in timed)} / {len(timed)} speedups inside the reference's range"
+        f"{sum(c.reproduced for c in timed)} / {len(timed)} speedups inside {whose_range} range"
     )
 
 
