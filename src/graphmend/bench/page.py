@@ -111,13 +111,11 @@ def summary_lines(page_run: PageRun) -> list[str]:
         for check in reproduction.compare_runs(run, other)
     ]
     if checks:
-        exact = [c for c in checks if "speedup" not in c.measure]
-        timed = [c for c in checks if "speedup" in c.measure]
+        exact_reproduced, exact, timed_reproduced, timed = reproduction.tally(checks)
         lines.append(
             f"Other runs ({len(page_run.other_runs)}; below): break counts, fullgraph and "
-            f"bit-identity equal in {sum(c.reproduced for c in exact)} of {len(exact)} checks; "
-            f"speedups inside this page's ranges in {sum(c.reproduced for c in timed)} of "
-            f"{len(timed)}."
+            f"bit-identity equal in {exact_reproduced} of {exact} checks; "
+            f"speedups inside this page's ranges in {timed_reproduced} of {timed}."
         )
     still_breaking = [
         f"{s['name']} ({format_reasons(s['categories_before'] or {})})"

@@ -24,6 +24,7 @@ SPEEDUP_MEASURES = (
     ("cold-start speedup", "cold_start"),
     ("steady-state speedup", "steady_state"),
 )
+SPEEDUP_LABELS = frozenset(label for label, _ in SPEEDUP_MEASURES)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,10 @@ class Check:
     reference: str
     candidate: str
     reproduced: bool
+
+    @property
+    def is_speedup(self) -> bool:
+        return self.measure in SPEEDUP_LABELS
 
 
 def _summaries(run: dict) -> dict[str, dict]:
@@ -93,14 +98,24 @@ def models_compared(reference: dict, candidate: dict) -> list[str]:
     return [name for name in _summaries(reference) if name in later]
 
 
-def summary_line(checks: list[Check], whose_range: str = "the reference's") -> str:
-    failed = [check for check in checks if not check.reproduced]
-    exact = [check for check in checks if "speedup" not in check.measure]
-    timed = [check for check in checks if "speedup" in check.measure]
+def tally(checks: list[Check]) -> tuple[int, int, int, int]:
+    """(exact checks reproduced, exact checks, speedups reproduced, speedups)."""
+    exact = [check for check in checks if not check.is_speedup]
+    timed = [check for check in checks if check.is_speedup]
     return (
-        f"{len(checks) - len(failed)} of {len(checks)} checks reproduced: "
-        f"{sum(c.reproduced for c in exact)} / {len(exact)} exact (breaks, fullgraph, bit-identical), "
-        f"{sum(c.reproduced for c in timed)} / {len(timed)} speedups inside {whose_range} range"
+        sum(c.reproduced for c in exact),
+        len(exact),
+        sum(c.reproduced for c in timed),
+        len(timed),
+    )
+
+
+def summary_line(checks: list[Check], whose_range: str = "the reference's") -> str:
+    exact_reproduced, exact, timed_reproduced, timed = tally(checks)
+    return (
+        f"{exact_reproduced + timed_reproduced} of {len(checks)} checks reproduced: "
+        f"{exact_reproduced} / {exact} exact (breaks, fullgraph, bit-identical), "
+        f"{timed_reproduced} / {timed} speedups inside {whose_range} range"
     )
 
 
@@ -111,7 +126,7 @@ def per_model_rows(checks: list[Check]) -> list[list[str]]:
     exact: dict[str, list[Check]] = {}
     for check in checks:
         row = rows.setdefault(check.model, {})
-        if "speedup" in check.measure:
+        if check.is_speedup:
             mark = "" if check.reproduced else " NOT reproduced"
             row[check.measure] = f"{check.candidate} (against {check.reference}){mark}"
         else:
@@ -146,4 +161,4 @@ def failed_checks(checks: list[Check]) -> list[Check]:
     return [check for check in checks if not check.reproduced]
 
 
-__all__ = ["PER_MODEL_HEADER", "per_model_rows", "Check", "compare_runs", "failed_checks", "models_compared", "summary_line"]
+__all__ = ["PER_MODEL_HEADER", "per_model_rows", "tally", "Check", "compare_runs", "failed_checks", "models_compared", "summary_line"]
