@@ -109,10 +109,17 @@ def count_breaks(function, *args, fullgraph: bool = False, **kwargs):
     compiled = torch.compile(function, backend=backend, dynamic=False, fullgraph=fullgraph)
     with recording_graph_breaks() as sites:
         result = compiled(*args, **kwargs)
-    count = BreakCount(
+    return result, break_count_so_far(backend, sites)
+
+
+def break_count_so_far(backend: CountingBackend, sites: list[BreakSite]) -> BreakCount:
+    """What ``backend``, TorchDynamo's counters and the recorded ``sites`` have seen since
+    the counters were cleared."""
+    from torch._dynamo.utils import counters
+
+    return BreakCount(
         backend.graphs, dict(counters["graph_break"]), list(sites), frames_skipped_so_far()
     )
-    return result, count
 
 
 def frames_skipped_so_far() -> int:

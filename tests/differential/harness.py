@@ -22,7 +22,7 @@ from torch._dynamo.utils import counters
 
 import graphmend
 import graphmend.runtime  # wraps torch.compile: flushes deferred effects, restores traps
-from graphmend.counting import BreakCount, CountingBackend, frames_skipped_so_far, recording_graph_breaks
+from graphmend.counting import CountingBackend, break_count_so_far, recording_graph_breaks
 from graphmend.rewrite.pipeline import mend_module_source
 
 TORCH_DIRECTORY = os.path.dirname(torch.__file__)
@@ -183,7 +183,4 @@ def call_counting(compiled, backend: CountingBackend, module, log_level: int, ar
     """The first call of a freshly compiled function, its breaks counted as count_breaks does."""
     with recording_graph_breaks() as sites:
         outcome = call_observed(compiled, module, log_level, arguments)
-    count = BreakCount(
-        backend.graphs, dict(counters["graph_break"]), list(sites), frames_skipped_so_far()
-    )
-    return outcome, count
+    return outcome, break_count_so_far(backend, sites)
