@@ -76,6 +76,18 @@ def test_a_speedup_outside_the_earlier_range_is_not_reproduced():
     ]
 
 
+def test_page_checks_its_speedups_against_an_earlier_runs_ranges_too():
+    earlier, later = synthetic_run(), synthetic_run()
+    for run in later["models"][0]["timing"]["graphmend"]:
+        run["cold_start_seconds"] = 31.0  # later 1.0x (0.94-1.07x); earlier 3.10x (2.73-3.56x)
+    page_run = page.PageRun("transformers 4.52.4", later, other_runs=(("earlier.json", earlier),))
+    outside = reproduction.failed_checks(page.speedups_inside_other_run(page_run, earlier))
+    assert [(c.model, c.measure, c.candidate) for c in outside] == [("t5", "cold-start speedup", "1x")]
+    section = "\n".join(page.reproduction_section(page_run))
+    assert "this page's speedups inside the ranges earlier.json reported: 1 of 2:" in section
+    assert "- outside: t5 cold-start speedup: earlier.json 3.1x (2.73-3.56x), this page 1x" in section
+
+
 def test_models_only_one_run_measured_are_not_compared():
     earlier, later = synthetic_run(), synthetic_run()
     later["models"] = later["models"][:1]
@@ -161,8 +173,10 @@ def test_page_sums_up_each_run_and_keeps_the_prose_in_order():
     assert "checks reproduced" in text
     assert (
         "Other runs (1; below): break counts, fullgraph and bit-identity equal in 12 of 12 "
-        "checks; speedups inside this page's ranges in 2 of 2." in text
+        "checks; speedups inside this page's ranges in 2 of 2; this page's speedups inside "
+        "the other runs' ranges in 2 of 2." in text
     )
+    assert "The other way round, this page's speedups inside the ranges again.json reported: 2 of 2." in text
     # only the run given a reference is checked
     assert text.count("**again.json** (2026-11-29 10:00 UTC, commit abc1234, 3 processes per arm; 3 models)") == 1
 

@@ -112,11 +112,18 @@ def summary_lines(page_run: PageRun) -> list[str]:
     ]
     if checks:
         exact_reproduced, exact, timed_reproduced, timed = reproduction.tally(checks)
-        lines.append(
+        text = (
             f"Other runs ({len(page_run.other_runs)}; below): break counts, fullgraph and "
             f"bit-identity equal in {exact_reproduced} of {exact} checks; "
-            f"speedups inside this page's ranges in {timed_reproduced} of {timed}."
+            f"speedups inside this page's ranges in {timed_reproduced} of {timed}"
         )
+        reverse = [check for _, other in page_run.other_runs for check in speedups_inside_other_run(page_run, other)]
+        if reverse:
+            text += (
+                f"; this page's speedups inside the other runs' ranges in "
+                f"{sum(check.reproduced for check in reverse)} of {len(reverse)}"
+            )
+        lines.append(text + ".")
     still_breaking = [
         f"{s['name']} ({format_reasons(s['categories_before'] or {})})"
         for s in measured
@@ -162,6 +169,12 @@ PAGE_CHECK_HEADER = [
 ]
 
 
+def speedups_inside_other_run(page_run: PageRun, other: dict) -> list[reproduction.Check]:
+    """The other way round: this page's speedups against the ranges another run reported
+    (what "run the command again" asks of an earlier page)."""
+    return [check for check in reproduction.compare_runs(other, page_run.run) if check.is_speedup]
+
+
 def reproduction_section(page_run: PageRun) -> list[str]:
     """Each other run checked against this page's figures: equal break counts,
     fullgraph and bit-identity; speedups inside this page's ranges."""
@@ -192,6 +205,20 @@ def reproduction_section(page_run: PageRun) -> list[str]:
                 for c in failed
             ]
             out.append("")
+        reverse = speedups_inside_other_run(page_run, other)
+        if reverse:
+            outside = reproduction.failed_checks(reverse)
+            out.append(
+                f"The other way round, this page's speedups inside the ranges {name} reported: "
+                f"{len(reverse) - len(outside)} of {len(reverse)}" + (":" if outside else ".")
+            )
+            out.append("")
+            if outside:
+                out += [
+                    f"- outside: {c.model} {c.measure}: {name} {c.reference}, this page {c.candidate}"
+                    for c in outside
+                ]
+                out.append("")
     return out
 
 
@@ -233,7 +260,10 @@ def render_page(
             "Other runs of the same measurements on this machine, checked against the figures "
             "on this page with `graphmend bench --render OTHER.json --compare-to THIS.json`: "
             "break counts, fullgraph capture and bit-identity must be equal; a speedup "
-            "reproduces when it lies inside the range this page gives for it.",
+            "reproduces when it lies inside the range this page gives for it. The other way "
+            "round, each timed run's ranges are checked against this page's speedups: when the "
+            "other run is this command's previous page, that is what running the command "
+            "again promises.",
             "",
         ]
         for page_run, section in reproduced:
@@ -247,4 +277,4 @@ def render_page(
     return "\n".join(out).rstrip() + "\n"
 
 
-__all__ = ["PageRun", "break_sites", "render_page", "summary_lines"]
+__all__ = ["PageRun", "break_sites", "render_page", "speedups_inside_other_run", "summary_lines"]
