@@ -117,7 +117,11 @@ def summary_lines(page_run: PageRun) -> list[str]:
             f"bit-identity equal in {exact_reproduced} of {exact} checks; "
             f"speedups inside this page's ranges in {timed_reproduced} of {timed}"
         )
-        reverse = [check for _, other in page_run.other_runs for check in speedups_inside_other_run(page_run, other)]
+        reverse = [
+            check
+            for _, other in page_run.other_runs
+            for check in speedups_inside_other_run(page_run, other)
+        ]
         if reverse:
             text += (
                 f"; this page's speedups inside the other runs' ranges in "
@@ -161,14 +165,6 @@ def sites_rows(run: dict) -> list[list[str]]:
     return rows
 
 
-PAGE_CHECK_HEADER = [
-    "model",
-    "breaks, fullgraph, bit-identical equal",
-    "cold-start speedup of the other run (against this page's median and range)",
-    "steady-state speedup of the other run (against this page's median and range)",
-]
-
-
 def speedups_inside_other_run(page_run: PageRun, other: dict) -> list[reproduction.Check]:
     """The other way round: this page's speedups against the ranges another run reported
     (what "run the command again" asks of an earlier page)."""
@@ -194,7 +190,10 @@ def reproduction_section(page_run: PageRun) -> list[str]:
             + reproduction.summary_line(checks, "this page's")
             + ".",
             "",
-            markdown_table(PAGE_CHECK_HEADER, reproduction.per_model_rows(checks)),
+            markdown_table(
+                reproduction.per_model_header("this page's", candidate="the other run"),
+                reproduction.per_model_rows(checks),
+            ),
             "",
         ]
         failed = reproduction.failed_checks(checks)

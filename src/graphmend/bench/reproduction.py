@@ -149,16 +149,35 @@ def per_model_rows(checks: list[Check]) -> list[list[str]]:
     return table
 
 
-PER_MODEL_HEADER = [
-    "model",
-    "breaks, fullgraph, bit-identical equal",
-    "cold-start speedup (against the reference's median and range)",
-    "steady-state speedup (against the reference's median and range)",
-]
+def per_model_header(whose_range: str = "the reference's", candidate: str = "") -> list[str]:
+    """The header of ``per_model_rows``: whose median and range each speedup is set
+    against, and (when given) whose speedup it is."""
+    of = f" of {candidate}" if candidate else ""
+    return [
+        "model",
+        "breaks, fullgraph, bit-identical equal",
+        *(
+            f"{label}{of} (against {whose_range} median and range)"
+            for label, _ in SPEEDUP_MEASURES
+        ),
+    ]
+
+
+PER_MODEL_HEADER = per_model_header()
 
 
 def failed_checks(checks: list[Check]) -> list[Check]:
     return [check for check in checks if not check.reproduced]
 
 
-__all__ = ["PER_MODEL_HEADER", "per_model_rows", "tally", "Check", "compare_runs", "failed_checks", "models_compared", "summary_line"]
+__all__ = [
+    "PER_MODEL_HEADER",
+    "Check",
+    "compare_runs",
+    "failed_checks",
+    "models_compared",
+    "per_model_header",
+    "per_model_rows",
+    "summary_line",
+    "tally",
+]
