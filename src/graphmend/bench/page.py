@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from graphmend.bench import reproduction
 from graphmend.bench.paper import (
@@ -31,6 +32,31 @@ class PageRun:
     label: str
     run: dict
     other_runs: tuple[tuple[str, dict], ...] = ()
+
+    @cached_property
+    def checked_other_runs(self) -> tuple[CheckedRun, ...]:
+        """Each other run checked both ways, once for the summary and the section."""
+        return tuple(
+            CheckedRun(
+                name,
+                other,
+                against_page=reproduction.compare_runs(self.run, other),
+                page_against_it=speedups_inside_other_run(self, other),
+            )
+            for name, other in self.other_runs
+        )
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """Another run of the page's measurements: its figures against the page's
+    (``against_page``) and, the other way round, the page's speedups against the
+    ranges it reported (``page_against_it``)."""
+
+    name: str
+    run: dict
+    against_page: list[reproduction.Check]
+    page_against_it: list[reproduction.Check]
 
 
 def _short_path(path: str) -> str:
@@ -105,11 +131,7 @@ def summary_lines(page_run: PageRun) -> list[str]:
             f"Timed models: {len(cold)}. Cold-start speedup {_speedup_range_text(cold)}; "
             f"steady-state speedup {_speedup_range_text(steady)}."
         )
-    checks = [
-        check
-        for _, other in page_run.other_runs
-        for check in reproduction.compare_runs(run, other)
-    ]
+    checks = [check for checked in page_run.checked_other_runs for check in checked.against_page]
     if checks:
         exact_reproduced, exact, timed_reproduced, timed = reproduction.tally(checks)
         text = (
@@ -118,9 +140,7 @@ def summary_lines(page_run: PageRun) -> list[str]:
             f"speedups inside this page's ranges in {timed_reproduced} of {timed}"
         )
         reverse = [
-            check
-            for _, other in page_run.other_runs
-            for check in speedups_inside_other_run(page_run, other)
+            check for checked in page_run.checked_other_runs for check in checked.page_against_it
         ]
         if reverse:
             text += (
@@ -175,8 +195,8 @@ def reproduction_section(page_run: PageRun) -> list[str]:
     """Each other run checked against this page's figures: equal break counts,
     fullgraph and bit-identity; speedups inside this page's ranges."""
     out: list[str] = []
-    for name, other in page_run.other_runs:
-        checks = reproduction.compare_runs(page_run.run, other)
+    for checked in page_run.checked_other_runs:
+        name, other, checks = checked.name, checked.run, checked.against_page
         if not checks:
             continue
         meta = other.get("meta", {})
@@ -204,7 +224,7 @@ def reproduction_section(page_run: PageRun) -> list[str]:
                 for c in failed
             ]
             out.append("")
-        reverse = speedups_inside_other_run(page_run, other)
+        reverse = checked.page_against_it
         if reverse:
             outside = reproduction.failed_checks(reverse)
             out.append(
@@ -276,4 +296,11 @@ def render_page(
     return "\n".join(out).rstrip() + "\n"
 
 
-__all__ = ["PageRun", "break_sites", "render_page", "speedups_inside_other_run", "summary_lines"]
+__all__ = [
+    "CheckedRun",
+    "PageRun",
+    "break_sites",
+    "render_page",
+    "speedups_inside_other_run",
+    "summary_lines",
+]
