@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # docs/results.md and docs/results.png, from one command: the whole suite under
 # transformers 4.52.4 (the paper's version) and under the newest release, with
-# TorchInductor timings (5 processes per arm), then the page rendered from both runs.
+# TorchInductor timings (6 processes per arm), then the page rendered from both runs.
 #
 #   bench/reproduce.sh                  # about two hours on a 2-core machine
 #   bench/reproduce.sh --repeats 3      # arguments go to both `graphmend bench` runs
@@ -19,9 +19,12 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 RENDER_ONLY=0
 if [ "${1:-}" = "--render-only" ]; then RENDER_ONLY=1; shift; fi
-# 5 processes per arm, not the minimum of 3: with 3, a later run's median speedup
-# fell outside the range of the processes in about one check of five (docs/results.md).
-if [ $# -eq 0 ]; then set -- --repeats 5; fi
+# 6 processes per arm, not the minimum of 3: with 3, a later run's median speedup
+# fell outside the range of the processes in about one check of five, with 5 in one of
+# fourteen (docs/results.md). An even number, because the arms run in rounds whose order
+# flips every other round (A B, B A, ...), which cancels a steady drift of the machine
+# only over pairs of rounds.
+if [ $# -eq 0 ]; then set -- --repeats 6; fi
 for argument in "$@"; do
     if [ "$argument" = "--quick" ]; then
         echo "bench/reproduce.sh measures timings; for counts only run bench/run_tf452.sh" >&2

@@ -6,12 +6,14 @@ arm runs in its own process, as in a real benchmark, in quick mode.
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
 import pytest
 import torch
 
+from graphmend.bench import runner
 from graphmend.bench.runner import RunOptions, compare_outputs, run_suite, worker_environment
 from graphmend.bench.suite import load_model_file
 
@@ -135,3 +137,31 @@ def test_compare_arms_checks_every_graphmend_output_against_the_original_eager(t
     result = compare_arms(original, {"error": "crashed"})
     assert result["bit_identical"] is None
     assert result["problems"] == ["the graphmend arm saved no output to compare"]
+
+
+def test_timing_order_reverses_every_other_round_so_drift_reaches_both_arms():
+    assert runner.timing_order(1) == ["original", "graphmend"]
+    assert runner.timing_order(4) == ["original", "graphmend", "graphmend", "original"] * 2
+    for repeats in (2, 4, 6):
+        order = runner.timing_order(repeats)
+        positions = {arm: [i for i, a in enumerate(order) if a == arm] for arm in runner.ARMS}
+        assert [len(p) for p in positions.values()] == [repeats, repeats]
+        # A linear drift adds the same to both arms' means and medians.
+        assert sum(positions["original"]) == sum(positions["graphmend"])
+        assert statistics.median(positions["original"]) == statistics.median(positions["graphmend"])
+
+
+def test_run_model_times_the_arms_in_counterbalanced_order(monkeypatch, tmp_path):
+    model = load_model_file(TINY_MODEL, import_module=False)
+    started = []
+
+    def fake_worker(model, arm, phase, options, scratch, hook_cache_dir):
+        started.append(arm)
+        return {"arm": arm, "wall_seconds": 0.0, "cold_start_seconds": 1.0, "steady_state_seconds": 0.001}
+
+    monkeypatch.setattr(runner, "run_worker_process", fake_worker)
+    options = RunOptions(timing_only=True, repeats=4)
+    entry = runner.run_model(model, options, str(tmp_path), str(tmp_path), lambda *_: None, [0], 8)
+    assert started == runner.timing_order(4)
+    assert entry["timing_order"] == started
+    assert [len(entry["timing"][arm]) for arm in runner.ARMS] == [4, 4]

@@ -5,9 +5,10 @@ For every model:
 1. quick pass: one ``original`` then one ``graphmend`` worker (counts, break reasons,
    fullgraph capture, outputs, rewrite time); the outputs are compared here
    (left out with ``timing_only``).
-2. unless ``quick``: ``repeats`` rounds of timing workers, alternating
-   original, graphmend, original, graphmend, ... so that a drift of the machine
-   (thermal, other load) falls on both arms alike.
+2. unless ``quick``: ``repeats`` rounds of timing workers in counterbalanced order,
+   original, graphmend, graphmend, original, original, graphmend, ... (see
+   ``timing_order``), so that a steady drift of the machine (thermal, other load) and
+   any cost of going first or second in a round fall on both arms alike.
 
 Every worker gets its own empty TorchInductor cache folder, with the FX-graph and
 AOT-autograd caches off, ``OMP_NUM_THREADS=1`` and ``torch.set_num_threads(1)``
@@ -291,6 +292,19 @@ def _brief(result: dict, phase: str) -> str:
     )
 
 
+def timing_order(repeats: int) -> list[str]:
+    """The order of a model's timing processes: rounds of one process per arm, the
+    second round reversed (A B, B A, A B, ...). Plain alternation (A B A B ...) puts
+    the graphmend process after its original one in every round, so a machine that
+    grows slower or faster during the model's timings shifts every pair the same way,
+    and the medians with it. Reversing every other round makes an even number of
+    rounds cancel a linear drift in both the means and the medians of the positions."""
+    order: list[str] = []
+    for round_index in range(repeats):
+        order.extend(ARMS if round_index % 2 == 0 else reversed(ARMS))
+    return order
+
+
 def _steps_per_model(options: RunOptions) -> int:
     return (0 if options.timing_only else 2) + (0 if options.quick else 2 * options.repeats)
 
@@ -339,10 +353,11 @@ def run_model(
         entry["equality"] = compare_arms(quick["original"], quick["graphmend"])
     if not options.quick:
         timing: dict[str, list[dict]] = {arm: [] for arm in ARMS}
-        for _ in range(options.repeats):
-            for arm in ARMS:
-                timing[arm].append(one(arm, "timing"))
+        order = timing_order(options.repeats)
+        for arm in order:
+            timing[arm].append(one(arm, "timing"))
         entry["timing"] = timing
+        entry["timing_order"] = order
     return entry
 
 
