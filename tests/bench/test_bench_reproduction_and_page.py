@@ -178,7 +178,17 @@ def test_page_sums_up_each_run_and_keeps_the_prose_in_order():
     )
     assert "The other way round, this page's speedups inside the ranges again.json reported: 2 of 2." in text
     # only the run given a reference is checked
-    assert text.count("**again.json** (2026-11-29 10:00 UTC, commit abc1234, 3 processes per arm; 3 models)") == 1
+    assert text.count(
+        "**again.json** (2026-11-29 10:00 UTC, commit abc1234, 3 processes per arm, "
+        "arms alternated (A B, A B, ...); 3 models)"
+    ) == 1
+
+
+def test_timing_rounds_says_whether_the_run_counterbalanced_its_rounds():
+    older = {"models": [{"name": "t5", "timing": {"original": [], "graphmend": []}}]}
+    newer = {"models": [{"name": "t5", "timing_order": ["original", "graphmend"]}]}
+    assert page.timing_rounds(older) == "arms alternated (A B, A B, ...)"
+    assert page.timing_rounds(newer) == "rounds counterbalanced (A B, B A, ...)"
 
 
 def test_render_results_script_writes_the_page(tmp_path):

@@ -191,6 +191,14 @@ def speedups_inside_other_run(page_run: PageRun, other: dict) -> list[reproducti
     return [check for check in reproduction.compare_runs(other, page_run.run) if check.is_speedup]
 
 
+def timing_rounds(run: dict) -> str:
+    """How a timed run ordered its processes: runs made before ``timing_order`` was
+    recorded alternated the arms in the same order every round."""
+    if any(entry.get("timing_order") for entry in run.get("models", [])):
+        return "rounds counterbalanced (A B, B A, ...)"
+    return "arms alternated (A B, A B, ...)"
+
+
 def reproduction_section(page_run: PageRun) -> list[str]:
     """Each other run checked against this page's figures: equal break counts,
     fullgraph and bit-identity; speedups inside this page's ranges."""
@@ -202,7 +210,7 @@ def reproduction_section(page_run: PageRun) -> list[str]:
         meta = other.get("meta", {})
         options = meta.get("options") or {}
         kind = "quick mode, no timings" if options.get("quick") else (
-            f"{options.get('repeats', '-')} processes per arm"
+            f"{options.get('repeats', '-')} processes per arm, {timing_rounds(other)}"
         )
         out += [
             f"**{name}** ({meta.get('date', '-')}, commit {meta.get('git_commit') or '-'}, "
