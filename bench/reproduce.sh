@@ -3,7 +3,7 @@
 # transformers 4.52.4 (the paper's version) and under the newest release, with
 # TorchInductor timings (6 processes per arm), then the page rendered from both runs.
 #
-#   bench/reproduce.sh                  # about two hours on a 2-core machine
+#   bench/reproduce.sh                  # about two and a half hours on a 2-core machine
 #   bench/reproduce.sh --repeats 3      # arguments go to both `graphmend bench` runs
 #   bench/reproduce.sh --render-only    # render the page again from the saved runs
 #
