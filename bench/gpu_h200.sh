@@ -21,6 +21,7 @@ mkdir -p "$RESULTS"
 BUDGET_SECONDS="${BUDGET_SECONDS:-450}"   # whole script; the device call's limit is larger
 TIMING_MODELS="${TIMING_MODELS:-pegasus-causal biogpt t5 phi3-longrope}"
 PYTHON="${PYTHON:-python3}"
+DEVICE="${DEVICE:-cuda}"     # DEVICE=cpu dry-runs the whole script here, without a GPU
 export PYTHONUNBUFFERED=1
 
 if [ -d .whl ]; then
@@ -33,7 +34,8 @@ else
 fi
 "$PYTHON" - <<'PY' | tee "$RESULTS/versions.txt"
 import torch, transformers
-print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())
+print("torch", torch.__version__, "cuda", torch.version.cuda,
+      torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")
 print("transformers", transformers.__version__)
 PY
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >> "$RESULTS/versions.txt" 2>&1
@@ -47,7 +49,7 @@ QUICK_FILES=()
 for index in "${!MODEL_GROUPS[@]}"; do
     file="$RESULTS/quick-$index.json"
     QUICK_FILES+=(--render "$file")
-    bench --quick --device cuda --models "${MODEL_GROUPS[$index]}" --timeout 240 --json "$file" \
+    bench --quick --device "$DEVICE" --models "${MODEL_GROUPS[$index]}" --timeout 240 --json "$file" \
         > "$RESULTS/quick-$index.log" 2>&1 &
 done
 wait
@@ -66,7 +68,7 @@ for model in $TIMING_MODELS; do
         break
     fi
     file="$RESULTS/timing-$model.json"
-    bench --timing-only --device cuda --mode reduce-overhead --repeats 3 --models "$model" --timeout 150 \
+    bench --timing-only --device "$DEVICE" --mode reduce-overhead --repeats 3 --models "$model" --timeout 150 \
         --json "$file" 2>> "$RESULTS/logs.txt" >/dev/null && TIMING_FILES+=(--render "$file")
     echo "timed $model at ${SECONDS}s" >&2
 done
