@@ -189,6 +189,10 @@ def test_timing_rounds_says_whether_the_run_counterbalanced_its_rounds():
     newer = {"models": [{"name": "t5", "timing_order": ["original", "graphmend"]}]}
     assert page.timing_rounds(older) == "arms alternated (A B, A B, ...)"
     assert page.timing_rounds(newer) == "rounds counterbalanced (A B, B A, ...)"
+    interleaved = dict(newer, meta={"options": {"interleave": True}})
+    assert page.timing_rounds(interleaved) == (
+        "rounds counterbalanced (A B, B A, ...) and interleaved across models"
+    )
 
 
 def test_render_results_script_writes_the_page(tmp_path):

@@ -4,6 +4,7 @@ tiny_model.py prints and branches on a tensor value: two graph breaks (LC, DC). 
 arm runs in its own process, as in a real benchmark, in quick mode.
 """
 
+import dataclasses
 import json
 import os
 import statistics
@@ -151,17 +152,76 @@ def test_timing_order_reverses_every_other_round_so_drift_reaches_both_arms():
         assert statistics.median(positions["original"]) == statistics.median(positions["graphmend"])
 
 
-def test_run_model_times_the_arms_in_counterbalanced_order(monkeypatch, tmp_path):
-    model = load_model_file(TINY_MODEL, import_module=False)
-    started = []
-
+def _fake_workers(monkeypatch, started):
     def fake_worker(model, arm, phase, options, scratch, hook_cache_dir):
-        started.append(arm)
+        started.append((model.name, arm, phase))
         return {"arm": arm, "wall_seconds": 0.0, "cold_start_seconds": 1.0, "steady_state_seconds": 0.001}
 
     monkeypatch.setattr(runner, "run_worker_process", fake_worker)
+
+
+def test_run_model_times_the_arms_in_counterbalanced_order(monkeypatch, tmp_path):
+    model = load_model_file(TINY_MODEL, import_module=False)
+    started = []
+    _fake_workers(monkeypatch, started)
     options = RunOptions(timing_only=True, repeats=4)
-    entry = runner.run_model(model, options, str(tmp_path), str(tmp_path), lambda *_: None, [0], 8)
-    assert started == runner.timing_order(4)
-    assert entry["timing_order"] == started
+    workers = runner.Workers(options, str(tmp_path), str(tmp_path), lambda *_: None, 8)
+    entry = runner.run_model(model, workers)
+    assert [arm for _, arm, _ in started] == runner.timing_order(4)
+    assert entry["timing_order"] == runner.timing_order(4)
     assert [len(entry["timing"][arm]) for arm in runner.ARMS] == [4, 4]
+    assert workers.done == 8
+
+
+def _two_models():
+    first = load_model_file(TINY_MODEL, import_module=False)
+    return [first, dataclasses.replace(first, name="tiny-second")]
+
+
+def test_interleaved_run_times_round_one_of_every_model_before_round_two(monkeypatch):
+    started = []
+    _fake_workers(monkeypatch, started)
+    steps = []
+    models = _two_models()
+    options = RunOptions(timing_only=True, repeats=2, interleave=True)
+    run = run_suite(models, options, progress=lambda message, done, total: steps.append((done, total)))
+    assert started == [
+        ("tiny-model", "original", "timing"),
+        ("tiny-model", "graphmend", "timing"),
+        ("tiny-second", "original", "timing"),
+        ("tiny-second", "graphmend", "timing"),
+        ("tiny-model", "graphmend", "timing"),
+        ("tiny-model", "original", "timing"),
+        ("tiny-second", "graphmend", "timing"),
+        ("tiny-second", "original", "timing"),
+    ]
+    for entry in run["models"]:
+        assert entry["timing_order"] == runner.timing_order(2)
+        assert [len(entry["timing"][arm]) for arm in runner.ARMS] == [2, 2]
+    assert run["meta"]["options"]["interleave"] is True
+    assert steps[-1] == (8, 8)
+
+
+def test_plain_run_times_each_model_in_full_before_the_next(monkeypatch):
+    started = []
+    _fake_workers(monkeypatch, started)
+    run_suite(_two_models(), RunOptions(timing_only=True, repeats=2), progress=lambda *_: None)
+    assert [name for name, _, _ in started] == ["tiny-model"] * 4 + ["tiny-second"] * 4
+
+
+def test_a_model_skipped_in_its_quick_pass_counts_its_timing_steps_as_done(monkeypatch):
+    started = []
+
+    def skipping_worker(model, arm, phase, options, scratch, hook_cache_dir):
+        started.append((model.name, arm, phase))
+        return {"arm": arm, "wall_seconds": 0.0, "skipped": "no chronos"}
+
+    monkeypatch.setattr(runner, "run_worker_process", skipping_worker)
+    steps = []
+    options = RunOptions(repeats=2, interleave=True)
+    run = run_suite(_two_models(), options, progress=lambda message, done, total: steps.append((done, total)))
+    assert [phase for _, _, phase in started] == ["quick"] * 4
+    assert all(entry["skipped"] == "no chronos" for entry in run["models"])
+    assert steps[-1] == (12, 12)
+
+

@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats", type=int, default=3, help="timing processes per arm (default 3)"
     )
     parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="time round 1 of every model, then round 2, ...: each model's processes spread "
+        "over the whole run (steadier ranges on a busy machine; results only at the end)",
+    )
+    parser.add_argument(
         "--iterations",
         type=int,
         default=10,
@@ -141,6 +147,7 @@ def _bench(argv: list[str]) -> int:
             device=args.device,
             mode=args.mode,
             timeout=args.timeout,
+            interleave=args.interleave,
             models=",".join(model.name for model in models),
         )
         if sys.stderr.isatty():

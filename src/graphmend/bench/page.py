@@ -194,9 +194,11 @@ def speedups_inside_other_run(page_run: PageRun, other: dict) -> list[reproducti
 def timing_rounds(run: dict) -> str:
     """How a timed run ordered its processes: runs made before ``timing_order`` was
     recorded alternated the arms in the same order every round."""
-    if any(entry.get("timing_order") for entry in run.get("models", [])):
-        return "rounds counterbalanced (A B, B A, ...)"
-    return "arms alternated (A B, A B, ...)"
+    if not any(entry.get("timing_order") for entry in run.get("models", [])):
+        return "arms alternated (A B, A B, ...)"
+    if (run.get("meta", {}).get("options") or {}).get("interleave"):
+        return "rounds counterbalanced (A B, B A, ...) and interleaved across models"
+    return "rounds counterbalanced (A B, B A, ...)"
 
 
 def reproduction_section(page_run: PageRun) -> list[str]:

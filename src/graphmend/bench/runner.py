@@ -10,6 +10,12 @@ For every model:
    ``timing_order``), so that a steady drift of the machine (thermal, other load) and
    any cost of going first or second in a round fall on both arms alike.
 
+With ``interleave`` the quick passes of all models come first, then round 1 of every
+model, round 2 of every model, and so on. A model's rounds are then spread over the whole
+run: a quiet or a busy spell of the machine (on a shared 2-core machine, what the other
+core is compiling) reaches a few rounds of every model, not all rounds of one, so each
+model's min-max covers the spells a later run of the command meets too.
+
 Every worker gets its own empty TorchInductor cache folder, with the FX-graph and
 AOT-autograd caches off, ``OMP_NUM_THREADS=1`` and ``torch.set_num_threads(1)``
 (recorded in the results), so that each cold start is really cold.
@@ -45,6 +51,9 @@ class RunOptions:
     mode: str = "default"
     threads: int = 1
     timeout: float = 900.0
+    # Time round 1 of every model, then round 2 of every model, ...: each model's
+    # processes then spread over the whole run instead of a few minutes of it.
+    interleave: bool = False
     models: str = ""
     model_file: str | None = None
     python: str = field(default_factory=lambda: sys.executable)
@@ -292,6 +301,11 @@ def _brief(result: dict, phase: str) -> str:
     )
 
 
+def round_arms(round_index: int) -> tuple[str, ...]:
+    """The arms of one timing round: original first in even rounds, graphmend first in odd."""
+    return ARMS if round_index % 2 == 0 else tuple(reversed(ARMS))
+
+
 def timing_order(repeats: int) -> list[str]:
     """The order of a model's timing processes: rounds of one process per arm, the
     second round reversed (A B, B A, A B, ...). Plain alternation (A B A B ...) puts
@@ -299,66 +313,82 @@ def timing_order(repeats: int) -> list[str]:
     grows slower or faster during the model's timings shifts every pair the same way,
     and the medians with it. Reversing every other round makes an even number of
     rounds cancel a linear drift in both the means and the medians of the positions."""
-    order: list[str] = []
-    for round_index in range(repeats):
-        order.extend(ARMS if round_index % 2 == 0 else reversed(ARMS))
-    return order
+    return [arm for round_index in range(repeats) for arm in round_arms(round_index)]
 
 
 def _steps_per_model(options: RunOptions) -> int:
     return (0 if options.timing_only else 2) + (0 if options.quick else 2 * options.repeats)
 
 
-def run_model(
-    model: BenchModel,
-    options: RunOptions,
-    scratch: str,
-    hook_cache_dir: str,
-    progress: Progress,
-    step: list[int],
-    steps: int,
-) -> dict:
+class Workers:
+    """Starts the worker processes of one run and reports each as a numbered step."""
+
+    def __init__(
+        self, options: RunOptions, scratch: str, hook_cache_dir: str, progress: Progress, steps: int
+    ) -> None:
+        self.options = options
+        self.scratch = scratch
+        self.hook_cache_dir = hook_cache_dir
+        self.progress = progress
+        self.steps = steps
+        self.done = 0
+
+    def run(self, model: BenchModel, arm: str, phase: str) -> dict:
+        self.done += 1
+        prefix = f"[{self.done}/{self.steps}] {model.name} {arm} {phase}"
+        self.progress(f"{prefix} ...", self.done, self.steps)
+        result = run_worker_process(
+            model, arm, phase, self.options, self.scratch, self.hook_cache_dir
+        )
+        self.progress(
+            f"{prefix}: {_brief(result, phase)} ({result['wall_seconds']:.1f}s)",
+            self.done,
+            self.steps,
+        )
+        return result
+
+    def skip(self, model: BenchModel, steps: int, reason: str) -> None:
+        self.done += steps
+        self.progress(f"[{model.name}] skipped: {reason}", self.done, self.steps)
+
+
+def run_model(model: BenchModel, workers: Workers, with_timing: bool = True) -> dict:
+    """One model's entry: its quick pass and, with ``with_timing``, all its timing rounds
+    (an interleaved run times the models' rounds afterwards, see ``run_suite``)."""
+    options = workers.options
     entry: dict = {
         "name": model.name,
         "paper_name": model.paper_name,
         "transformers_class": model.transformers_class,
         "notes": model.notes,
     }
+    timing_steps = 0 if options.quick else 2 * options.repeats
     missing = [] if model.module_file else model.missing_requirements()
     if missing:
         entry["skipped"] = f"missing {', '.join(missing)}"
-        step[0] += _steps_per_model(options)
-        progress(f"[{model.name}] skipped: missing {', '.join(missing)}", step[0], steps)
+        workers.skip(model, _steps_per_model(options), entry["skipped"])
         return entry
-
-    def one(arm: str, phase: str) -> dict:
-        step[0] += 1
-        progress(f"[{step[0]}/{steps}] {model.name} {arm} {phase} ...", step[0], steps)
-        result = run_worker_process(model, arm, phase, options, scratch, hook_cache_dir)
-        progress(
-            f"[{step[0]}/{steps}] {model.name} {arm} {phase}: {_brief(result, phase)} "
-            f"({result['wall_seconds']:.1f}s)",
-            step[0],
-            steps,
-        )
-        return result
-
     if not options.timing_only:
-        quick = {arm: one(arm, "quick") for arm in ARMS}
+        quick = {arm: workers.run(model, arm, "quick") for arm in ARMS}
         entry["quick"] = quick
         skipped = [result.get("skipped") for result in quick.values() if result.get("skipped")]
         if skipped:
             entry["skipped"] = skipped[0]
+            workers.skip(model, timing_steps, "no timings")
             return entry
         entry["equality"] = compare_arms(quick["original"], quick["graphmend"])
     if not options.quick:
-        timing: dict[str, list[dict]] = {arm: [] for arm in ARMS}
-        order = timing_order(options.repeats)
-        for arm in order:
-            timing[arm].append(one(arm, "timing"))
-        entry["timing"] = timing
-        entry["timing_order"] = order
+        entry["timing"] = {arm: [] for arm in ARMS}
+        entry["timing_order"] = timing_order(options.repeats)
+        if with_timing:
+            for round_index in range(options.repeats):
+                time_round(model, entry, round_index, workers)
     return entry
+
+
+def time_round(model: BenchModel, entry: dict, round_index: int, workers: Workers) -> None:
+    for arm in round_arms(round_index):
+        entry["timing"][arm].append(workers.run(model, arm, "timing"))
 
 
 def git_commit() -> str | None:
@@ -384,18 +414,22 @@ def run_suite(
     import graphmend
 
     steps = len(models) * _steps_per_model(options)
-    step = [0]
     started = datetime.now(timezone.utc)
     entries = []
     scratch = tempfile.mkdtemp(prefix="graphmend-bench-")
     # One rewritten-code cache for all graphmend workers of this run: import-time
     # rewriting is paid once, and never inside a timed call.
     hook_cache_dir = os.path.join(scratch, "hook-cache")
+    workers = Workers(options, scratch, hook_cache_dir, progress, steps)
+    interleaved = options.interleave and not options.quick
     try:
         for model in models:
-            entries.append(
-                run_model(model, options, scratch, hook_cache_dir, progress, step, steps)
-            )
+            entries.append(run_model(model, workers, with_timing=not interleaved))
+        if interleaved:
+            timed = [(m, e) for m, e in zip(models, entries) if "timing" in e]
+            for round_index in range(options.repeats):
+                for model, entry in timed:
+                    time_round(model, entry, round_index, workers)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     environment = next(
