@@ -426,7 +426,7 @@ def run_suite(
         for model in models:
             entries.append(run_model(model, workers, with_timing=not interleaved))
         if interleaved:
-            timed = [(m, e) for m, e in zip(models, entries) if "timing" in e]
+            timed = [(model, entry) for model, entry in zip(models, entries) if "timing" in entry]
             for round_index in range(options.repeats):
                 for model, entry in timed:
                     time_round(model, entry, round_index, workers)
