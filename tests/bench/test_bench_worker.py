@@ -223,5 +223,3 @@ def test_a_model_skipped_in_its_quick_pass_counts_its_timing_steps_as_done(monke
     assert [phase for _, _, phase in started] == ["quick"] * 4
     assert all(entry["skipped"] == "no chronos" for entry in run["models"])
     assert steps[-1] == (12, 12)
-
-

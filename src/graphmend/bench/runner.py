@@ -316,8 +316,12 @@ def timing_order(repeats: int) -> list[str]:
     return [arm for round_index in range(repeats) for arm in round_arms(round_index)]
 
 
+def _timing_steps(options: RunOptions) -> int:
+    return 0 if options.quick else 2 * options.repeats
+
+
 def _steps_per_model(options: RunOptions) -> int:
-    return (0 if options.timing_only else 2) + (0 if options.quick else 2 * options.repeats)
+    return (0 if options.timing_only else 2) + _timing_steps(options)
 
 
 class Workers:
@@ -362,7 +366,6 @@ def run_model(model: BenchModel, workers: Workers, with_timing: bool = True) -> 
         "transformers_class": model.transformers_class,
         "notes": model.notes,
     }
-    timing_steps = 0 if options.quick else 2 * options.repeats
     missing = [] if model.module_file else model.missing_requirements()
     if missing:
         entry["skipped"] = f"missing {', '.join(missing)}"
@@ -374,7 +377,7 @@ def run_model(model: BenchModel, workers: Workers, with_timing: bool = True) -> 
         skipped = [result.get("skipped") for result in quick.values() if result.get("skipped")]
         if skipped:
             entry["skipped"] = skipped[0]
-            workers.skip(model, timing_steps, "no timings")
+            workers.skip(model, _timing_steps(options), "no timings")
             return entry
         entry["equality"] = compare_arms(quick["original"], quick["graphmend"])
     if not options.quick:
