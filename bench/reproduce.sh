@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # docs/results.md and docs/results.png, from one command: the whole suite under
 # transformers 4.52.4 (the paper's version) and under the newest release, with
-# TorchInductor timings (6 processes per arm), then the page rendered from both runs.
+# TorchInductor timings (6 processes per arm, rounds interleaved across models), then the
+# page rendered from both runs.
 #
 #   bench/reproduce.sh                  # about two and a half hours on a 2-core machine
 #   bench/reproduce.sh --repeats 3      # arguments go to both `graphmend bench` runs
@@ -23,8 +24,11 @@ if [ "${1:-}" = "--render-only" ]; then RENDER_ONLY=1; shift; fi
 # fell outside the range of the processes in about one check of five, with 5 in one of
 # fourteen (docs/results.md). An even number, because the arms run in rounds whose order
 # flips every other round (A B, B A, ...), which cancels a steady drift of the machine
-# only over pairs of rounds.
-if [ $# -eq 0 ]; then set -- --repeats 6; fi
+# only over pairs of rounds. --interleave times round 1 of every model, then round 2, ...,
+# so that each model's processes meet the machine's busy and quiet spells of the whole run
+# (what the other core compiles), as a later run's processes will, not those of a few
+# minutes.
+if [ $# -eq 0 ]; then set -- --repeats 6 --interleave; fi
 for argument in "$@"; do
     if [ "$argument" = "--quick" ]; then
         echo "bench/reproduce.sh measures timings; for counts only run bench/run_tf452.sh" >&2
