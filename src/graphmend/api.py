@@ -4,6 +4,12 @@ The object's whole module is analysed (imports, loggers, purity of its
 functions), every function in it is offered to the rules, and only the code
 objects of the requested functions are replaced. Rewritten functions keep their
 globals, defaults, closure-free signature and original line numbers.
+
+``mend`` never raises because of graphmend itself: a function it cannot mend (no
+source on disk, a closure, a wrapper that hides what it wraps) is returned as it
+was, with one ``MendWarning`` saying why. A lambda is returned as it is: its body
+is one expression, and every rule rewrites statements. A ``functools.wraps``
+wrapper gets a copy whose closure calls the mended wrapped function.
 """
 
 from __future__ import annotations
@@ -44,6 +50,58 @@ def _find_definition(tree: ast.AST, name: str, first_line: int):
 def _mend_function(function: types.FunctionType, rules: tuple[str, ...]) -> types.FunctionType:
     if getattr(function, "__graphmend_mended__", False):
         return function
+    if function.__code__.co_name == "<lambda>":
+        return function  # an expression body: nothing any rule rewrites
+    if isinstance(getattr(function, "__wrapped__", None), types.FunctionType):
+        return _mend_wrapper(function, rules)
+    return _mend_plain_function(function, rules)
+
+
+def _mend_wrapper(wrapper: types.FunctionType, rules: tuple[str, ...]) -> types.FunctionType:
+    """A ``functools.wraps`` wrapper: mend what it wraps, and give back a copy of the
+    wrapper whose closure cell holds the mended function instead of the original.
+
+    The wrapper itself is left as it is (its free variables live in the decorator's
+    scope); the original wrapper and wrapped function are not changed.
+    """
+    wrapped = wrapper.__wrapped__
+    mended = _mend_function(wrapped, rules)
+    if mended is wrapped:
+        return wrapper
+    cells = wrapper.__closure__ or ()
+    if not any(_cell_holds(cell, wrapped) for cell in cells):
+        raise ValueError(
+            "it wraps a function it does not call through a closure variable, "
+            "so the mended function cannot be put in its place"
+        )
+    closure = tuple(types.CellType(mended) if _cell_holds(cell, wrapped) else cell for cell in cells)
+    copy_ = types.FunctionType(
+        wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__, closure
+    )
+    _copy_function_attributes(wrapper, copy_)
+    copy_.__wrapped__ = mended
+    copy_.__graphmend_mended__ = True
+    copy_.__wrapped_original__ = wrapper
+    return copy_
+
+
+def _cell_holds(cell: types.CellType, value: object) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
+        return False
+
+
+def _copy_function_attributes(source: types.FunctionType, target: types.FunctionType) -> None:
+    target.__kwdefaults__ = source.__kwdefaults__
+    target.__dict__.update(source.__dict__)
+    target.__qualname__ = source.__qualname__
+    target.__doc__ = source.__doc__
+    target.__annotations__ = source.__annotations__
+    target.__module__ = source.__module__
+
+
+def _mend_plain_function(function: types.FunctionType, rules: tuple[str, ...]) -> types.FunctionType:
     code = function.__code__
     if code.co_freevars:
         raise ValueError("closures are not mended (their free variables live in another scope)")
@@ -67,15 +125,24 @@ def _mend_function(function: types.FunctionType, rules: tuple[str, ...]) -> type
     mended = types.FunctionType(
         function_code, function.__globals__, function.__name__, function.__defaults__, None
     )
-    mended.__kwdefaults__ = function.__kwdefaults__
-    mended.__dict__.update(function.__dict__)
-    mended.__qualname__ = function.__qualname__
-    mended.__doc__ = function.__doc__
-    mended.__annotations__ = function.__annotations__
-    mended.__module__ = function.__module__
+    _copy_function_attributes(function, mended)
     mended.__graphmend_mended__ = True
     mended.__wrapped_original__ = function
     return mended
+
+
+def _mend_or_warn(
+    function: types.FunctionType, rules: tuple[str, ...], shown_name: str, stacklevel: int
+) -> types.FunctionType:
+    """``_mend_function``, or ``function`` itself and one warning when it cannot be mended."""
+    try:
+        return _mend_function(function, rules)
+    except Exception as error:  # noqa: BLE001 - mend must never break the caller's program
+        reason = str(error) or type(error).__name__
+        if isinstance(error, OSError):
+            reason = f"its source is not available ({reason})"
+        warnings.warn(f"graphmend: {shown_name} left as it was: {reason}", MendWarning, stacklevel)
+        return function
 
 
 def _without_decorators(definition):
@@ -85,7 +152,12 @@ def _without_decorators(definition):
     return copy_
 
 
-def _mend_class(cls: type, rules: tuple[str, ...]) -> type:
+# A MendWarning points at the user's call of ``graphmend.mend``: from _mend_or_warn,
+# past mend() and the package-level ``graphmend.mend`` that forwards to it.
+_USER_STACKLEVEL = 4
+
+
+def _mend_class(cls: type, rules: tuple[str, ...], stacklevel: int) -> type:
     for name, value in list(vars(cls).items()):
         target = value
         wrapper = None
@@ -93,11 +165,7 @@ def _mend_class(cls: type, rules: tuple[str, ...]) -> type:
             wrapper, target = type(value), value.__func__
         if not isinstance(target, types.FunctionType):
             continue
-        try:
-            mended = _mend_function(target, rules)
-        except (OSError, TypeError, ValueError, SyntaxError) as error:
-            warnings.warn(f"graphmend: {cls.__qualname__}.{name} left as it was: {error}", MendWarning, 3)
-            continue
+        mended = _mend_or_warn(target, rules, f"{cls.__qualname__}.{name}", stacklevel + 1)
         if mended is not target:
             setattr(cls, name, wrapper(mended) if wrapper else mended)
     return cls
@@ -105,7 +173,11 @@ def _mend_class(cls: type, rules: tuple[str, ...]) -> type:
 
 def mend(obj, *, rules=ALL_RULES):
     """Mend a function (returns the mended function), a class (mended in place), or an
-    ``nn.Module`` instance (the classes of it and its submodules, in place)."""
+    ``nn.Module`` instance (the classes of it and its submodules, in place).
+
+    A function that cannot be mended is returned (or left) as it was, with one
+    ``MendWarning`` naming it and the reason; only an unsupported kind of object
+    is an error (``TypeError``)."""
     rules = tuple(rules)
     if isinstance(obj, torch.nn.Module):
         seen: set[type] = set()
@@ -114,12 +186,13 @@ def mend(obj, *, rules=ALL_RULES):
                 if cls in seen or cls.__module__.startswith(("torch.", "graphmend.")) or cls is object:
                     continue
                 seen.add(cls)
-                _mend_class(cls, rules)
+                _mend_class(cls, rules, _USER_STACKLEVEL)
         return obj
     if isinstance(obj, type):
-        return _mend_class(obj, rules)
+        return _mend_class(obj, rules, _USER_STACKLEVEL + 1)
     if isinstance(obj, types.MethodType):
-        return types.MethodType(_mend_function(obj.__func__, rules), obj.__self__)
+        function = obj.__func__
+        return types.MethodType(_mend_or_warn(function, rules, function.__qualname__, _USER_STACKLEVEL), obj.__self__)
     if isinstance(obj, types.FunctionType):
-        return _mend_function(obj, rules)
+        return _mend_or_warn(obj, rules, obj.__qualname__, _USER_STACKLEVEL)
     raise TypeError(f"graphmend.mend takes a function, a class or an nn.Module, not {type(obj).__name__}")
