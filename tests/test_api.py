@@ -43,10 +43,16 @@ def test_unknown_rule_and_scope_are_value_errors():
 
 
 def test_entry_scope_rewrites_what_compile_reaches_and_nothing_without_entry_points():
-    assert "__graphmend__.select" in graphmend.mend_source(FIGURES)
+    assert "__graphmend__.select" in graphmend.mend_source(FIGURES, scope="entry")
     without_entry = FIGURES.replace("compiled = torch.compile(figure_2)\n", "")
-    assert graphmend.mend_source(without_entry) == without_entry
+    assert graphmend.mend_source(without_entry, scope="entry") == without_entry
     assert "__graphmend__.select" in graphmend.mend_source(without_entry, scope="all")
+
+
+def test_mend_source_by_default_mends_a_module_compiled_elsewhere():
+    # The module that calls torch.compile is another one: every function may be compiled.
+    without_entry = FIGURES.replace("compiled = torch.compile(figure_2)\n", "")
+    assert "__graphmend__.select" in graphmend.mend_source(without_entry)
 
 
 def test_mending_twice_changes_nothing_the_second_time():

@@ -1,22 +1,48 @@
 """Where compiled regions start, and which of the module's code they can reach.
 
-Entry points are functions and ``nn.Module`` classes compiled with ``torch.compile``
-in any spelling: ``@torch.compile``, ``@torch.compile(...)``, ``torch.compile(fn)``,
-``torch.compile(model)`` and ``model.compile()``, through aliases such as
-``import torch as T`` or ``from torch import compile``. A compiled target that
-cannot be resolved (``torch.compile(make_model())``) puts every function of the
-module in scope: rewriting is exact on the eager path, so over-approximating
-costs only rewrite time.
+Entry points are functions and ``nn.Module`` classes compiled in any spelling:
+
+* ``torch.compile`` as a call (``torch.compile(fn)``, ``torch.compile(model=m)``), as a
+  decorator (``@torch.compile``, ``@torch.compile(...)``), as a decorator factory
+  called later (``torch.compile(backend=b)(fn)``), through aliases (``import torch as
+  T``, ``from torch import compile``, ``c = torch.compile``, ``functools.partial``);
+* ``nn.Module.compile``: ``model.compile()``, ``M().compile()``,
+  ``torch.nn.Module.compile(model)``;
+* ``torch._dynamo.optimize(...)`` (and ``optimize_assert``) applied to a function or
+  used as a decorator, directly or through a name bound to it;
+* helpers: a function that compiles one of its parameters (``def compile_model(m):
+  return torch.compile(m)``) makes what its callers pass there an entry point, in this
+  module or, given ``known_helpers``, in another one.
+
+A compiled target that cannot be resolved (``torch.compile(make_model())``) puts every
+function of the module in scope: rewriting is exact on the eager path, so
+over-approximating costs only rewrite time. A target imported from another module
+(``torch.compile(M())`` after ``from model import M``) is recorded by its qualified
+name in ``EntryPoints.imported``, so a caller that sees several files
+(``graphmend check``) can follow it there.
+
+``model_classes`` names the classes that look like ``nn.Module`` code (a ``forward``
+method, or an ``nn.Module`` base): code compiled from somewhere out of sight is
+usually there.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import ModuleBindings
 
-COMPILE_NAMES = frozenset({"torch.compile"})
+# Called with the target as the first argument (or ``model=``).
+COMPILE_NAMES = frozenset({"torch.compile", "torch.nn.Module.compile"})
+# Called with options, they return a function that compiles its argument.
+COMPILER_FACTORY_NAMES = frozenset(
+    {"torch._dynamo.optimize", "torch._dynamo.optimize_assert", "torch._dynamo.eval_frame.optimize"}
+)
+PARTIAL_NAMES = frozenset({"functools.partial"})
+MODULE_BASE_NAMES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+_FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 @dataclass
@@ -25,6 +51,10 @@ class EntryPoints:
     classes: set[str] = field(default_factory=set)
     everything: bool = False
     lines: list[int] = field(default_factory=list)
+    # Qualified names of other modules' functions and classes this module compiles.
+    imported: set[str] = field(default_factory=set)
+    # Module-level functions that compile a parameter: name -> its position.
+    helpers: dict[str, int] = field(default_factory=dict)
 
     @property
     def found(self) -> bool:
@@ -40,75 +70,266 @@ def _constructed_class(value: ast.expr | None, classes: set[str]) -> str | None:
     return None
 
 
-def find_entry_points(tree: ast.Module, bindings: ModuleBindings) -> EntryPoints:
-    functions = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-    instance_classes: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            constructed = _constructed_class(node.value, classes)
-            if constructed:
-                instance_classes[node.targets[0].id] = constructed
-    found = EntryPoints()
+def _constructed_import(value: ast.expr | None, bindings: ModuleBindings) -> str | None:
+    """``M()`` / ``M().to(d)`` with ``M`` imported from another module: its qualified name."""
+    if not isinstance(value, ast.Call):
+        return None
+    if isinstance(value.func, ast.Attribute) and isinstance(value.func.value, ast.Call):
+        return _constructed_import(value.func.value, bindings)
+    qualified = bindings.qualified_name(value.func)
+    if qualified and not qualified.startswith(("torch.", "builtins.")):
+        return qualified
+    return None
 
-    def add_target(target: ast.expr) -> None:
-        if isinstance(target, ast.Name) and target.id in functions:
+
+class _Finder:
+    def __init__(self, tree: ast.Module, bindings: ModuleBindings, known_helpers: Mapping[str, int]):
+        self.tree = tree
+        self.bindings = bindings
+        self.known_helpers = dict(known_helpers)
+        self.functions = {n.name for n in ast.walk(tree) if isinstance(n, _FUNCTION_NODES)}
+        self.classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        self.instance_classes: dict[str, str] = {}
+        self.instance_imports: dict[str, str] = {}
+        self.compiler_names: set[str] = set()
+        self.found = EntryPoints()
+        assignments = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        ]
+        for node in assignments:
+            name = node.targets[0].id
+            constructed = _constructed_class(node.value, self.classes)
+            if constructed:
+                self.instance_classes[name] = constructed
+            elif _constructed_import(node.value, bindings):
+                self.instance_imports[name] = _constructed_import(node.value, bindings)
+        # Names bound to a compiler (``c = torch.compile``, ``opt = torch._dynamo.optimize(b)``),
+        # to a fixed point so that an alias of an alias counts too.
+        changed = True
+        while changed:
+            changed = False
+            for node in assignments:
+                name = node.targets[0].id
+                if name not in self.compiler_names and self.is_compiler(node.value):
+                    self.compiler_names.add(name)
+                    changed = True
+
+    # -- what compiles ---------------------------------------------------------------
+
+    def is_compile_function(self, expression: ast.expr) -> bool:
+        """``torch.compile`` itself, under any name."""
+        if self.bindings.qualified_name(expression) in COMPILE_NAMES:
+            return True
+        return isinstance(expression, ast.Name) and expression.id in self.compiler_names
+
+    def is_compiler(self, expression: ast.expr) -> bool:
+        """An expression whose value, called on a function or module, compiles it."""
+        if self.is_compile_function(expression):
+            return True
+        if not isinstance(expression, ast.Call):
+            return False
+        callee = self.bindings.qualified_name(expression.func)
+        if callee in COMPILER_FACTORY_NAMES:
+            return True
+        if self.is_compile_function(expression.func) and not expression.args and not _keyword(expression, "model"):
+            return True  # ``torch.compile(backend=...)``: a decorator factory
+        if callee in PARTIAL_NAMES and expression.args and self.is_compile_function(expression.args[0]):
+            return len(expression.args) == 1 and not _keyword(expression, "model")
+        return False
+
+    def helper_position(self, callee: ast.expr) -> int | None:
+        if isinstance(callee, ast.Name) and callee.id in self.found.helpers:
+            return self.found.helpers[callee.id]
+        qualified = self.bindings.qualified_name(callee)
+        if qualified is not None:
+            return self.known_helpers.get(qualified)
+        return None
+
+    def compiled_target(self, call: ast.Call) -> tuple[bool, ast.expr | None]:
+        """Whether ``call`` compiles something, and the expression it compiles."""
+        if self.is_compile_function(call.func):
+            if call.args:
+                return True, call.args[0]
+            model = _keyword(call, "model")
+            return (model is not None), model
+        if self.is_compiler(call.func):
+            return True, (call.args[0] if call.args else None)
+        position = self.helper_position(call.func)
+        if position is not None:
+            return True, (call.args[position] if len(call.args) > position else None)
+        return False, None
+
+    # -- the walk -------------------------------------------------------------------
+
+    def find_helpers(self) -> None:
+        """Module-level functions that compile one of their own parameters."""
+        definitions = [n for n in self.tree.body if isinstance(n, _FUNCTION_NODES)]
+        changed = True
+        while changed:
+            changed = False
+            for definition in definitions:
+                if definition.name in self.found.helpers:
+                    continue
+                parameters = [a.arg for a in definition.args.posonlyargs + definition.args.args]
+                for node in ast.walk(definition):
+                    if not isinstance(node, ast.Call):
+                        continue
+                    compiles, target = self.compiled_target(node)
+                    if compiles and isinstance(target, ast.Name) and target.id in parameters:
+                        self.found.helpers[definition.name] = parameters.index(target.id)
+                        changed = True
+                        break
+
+    def add_target(self, target: ast.expr, enclosing: ast.AST | None) -> None:
+        found = self.found
+        if isinstance(enclosing, _FUNCTION_NODES) and isinstance(target, ast.Name):
+            arguments = enclosing.args
+            parameters = arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+            if enclosing.name in found.helpers and target.id in {a.arg for a in parameters}:
+                return  # a helper's own parameter: its callers say what is compiled
+        if isinstance(target, ast.Name) and target.id in self.functions:
             found.functions.add(target.id)
-        elif isinstance(target, ast.Name) and target.id in instance_classes:
-            found.classes.add(instance_classes[target.id])
-        elif isinstance(target, ast.Name) and target.id in classes:
+        elif isinstance(target, ast.Name) and target.id in self.instance_classes:
+            found.classes.add(self.instance_classes[target.id])
+        elif isinstance(target, ast.Name) and target.id in self.classes:
             found.classes.add(target.id)
-        elif _constructed_class(target, classes):
-            found.classes.add(_constructed_class(target, classes))
+        elif _constructed_class(target, self.classes):
+            found.classes.add(_constructed_class(target, self.classes))
         elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and (
-            target.value.id in instance_classes
+            target.value.id in self.instance_classes
         ):
-            found.classes.add(instance_classes[target.value.id])
+            found.classes.add(self.instance_classes[target.value.id])
+        elif isinstance(target, ast.Name) and target.id in self.instance_imports:
+            found.imported.add(self.instance_imports[target.id])
+        elif _constructed_import(target, self.bindings):
+            found.imported.add(_constructed_import(target, self.bindings))
+        elif self.bindings.qualified_name(target) and not self.bindings.qualified_name(target).startswith(
+            ("torch.", "builtins.")
+        ):
+            found.imported.add(self.bindings.qualified_name(target))
         else:
             found.everything = True
 
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for decorator in node.decorator_list:
-                callee = decorator.func if isinstance(decorator, ast.Call) else decorator
-                if bindings.qualified_name(callee) in COMPILE_NAMES:
-                    found.functions.add(node.name)
-                    found.lines.append(decorator.lineno)
-        if not isinstance(node, ast.Call):
-            continue
-        if bindings.qualified_name(node.func) in COMPILE_NAMES:
+    def walk(self) -> EntryPoints:
+        self.find_helpers()
+        stack: list[tuple[ast.AST, ast.AST | None]] = [(self.tree, None)]
+        while stack:
+            node, enclosing = stack.pop()
+            if isinstance(node, _FUNCTION_NODES):
+                for decorator in node.decorator_list:
+                    if self.is_compiler(decorator) or self.helper_position(decorator) == 0:
+                        self.found.functions.add(node.name)
+                        self.found.lines.append(decorator.lineno)
+                enclosing = node
+            elif isinstance(node, ast.Call):
+                self.visit_call(node, enclosing)
+            stack.extend((child, enclosing) for child in ast.iter_child_nodes(node))
+        return self.found
+
+    def visit_call(self, node: ast.Call, enclosing: ast.AST | None) -> None:
+        found = self.found
+        compiles, target = self.compiled_target(node)
+        if compiles:
             found.lines.append(node.lineno)
-            if node.args:
-                add_target(node.args[0])
-            elif not any(k.arg == "model" for k in node.keywords):
-                continue  # ``torch.compile(backend=...)`` used as a decorator factory
+            if target is not None:
+                self.add_target(target, enclosing)
+            return
+        if not (isinstance(node.func, ast.Attribute) and node.func.attr == "compile"):
+            return
+        if self.bindings.qualified_name(node.func) is not None:
+            return  # ``re.compile`` and the like
+        # ``nn.Module.compile`` on an instance.
+        receiver = node.func.value
+        constructed = _constructed_class(receiver, self.classes)
+        if isinstance(receiver, ast.Name) and receiver.id in self.instance_classes:
+            found.classes.add(self.instance_classes[receiver.id])
+        elif constructed:
+            found.classes.add(constructed)
+        elif isinstance(receiver, ast.Name) and receiver.id in self.instance_imports:
+            found.imported.add(self.instance_imports[receiver.id])
+        elif _constructed_import(receiver, self.bindings):
+            found.imported.add(_constructed_import(receiver, self.bindings))
+        elif isinstance(receiver, ast.Name) and receiver.id == "self" and isinstance(enclosing, _FUNCTION_NODES):
+            owner = _enclosing_class(self.tree, enclosing)
+            if owner is not None:
+                found.classes.add(owner)
             else:
-                add_target(next(k.value for k in node.keywords if k.arg == "model"))
-        elif isinstance(node.func, ast.Attribute) and node.func.attr == "compile" and (
-            bindings.qualified_name(node.func) is None
-        ):
-            receiver = node.func.value
-            if isinstance(receiver, ast.Name) and receiver.id in instance_classes:
-                found.classes.add(instance_classes[receiver.id])
-                found.lines.append(node.lineno)
-            elif isinstance(receiver, ast.Name) and receiver.id not in ("re", "regex"):
                 found.everything = True
-                found.lines.append(node.lineno)
+        elif isinstance(receiver, ast.Name) and receiver.id not in ("re", "regex"):
+            found.everything = True
+        else:
+            return
+        found.lines.append(node.lineno)
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _enclosing_class(tree: ast.Module, function: ast.AST) -> str | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and function in node.body:
+            return node.name
+    return None
+
+
+def find_entry_points(
+    tree: ast.Module,
+    bindings: ModuleBindings,
+    known_helpers: Mapping[str, int] | None = None,
+    compiled_elsewhere: Iterable[str] = (),
+) -> EntryPoints:
+    """The module's entry points.
+
+    ``known_helpers``: qualified names of compiling helpers defined in other modules
+    (``{"utils.compile_model": 0}``). ``compiled_elsewhere``: names of this module's
+    top-level functions and classes that other modules compile.
+    """
+    finder = _Finder(tree, bindings, known_helpers or {})
+    found = finder.walk()
+    for name in compiled_elsewhere:
+        if name in finder.classes:
+            found.classes.add(name)
+        elif name in finder.functions:
+            found.functions.add(name)
     return found
+
+
+def model_classes(tree: ast.Module, bindings: ModuleBindings) -> set[str]:
+    """Classes that look like ``nn.Module`` code: an ``nn.Module`` base (directly or
+    through the module's own classes), or a ``forward`` method."""
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    models = {
+        name
+        for name, node in classes.items()
+        if any(isinstance(item, _FUNCTION_NODES) and item.name == "forward" for item in node.body)
+        or any(bindings.qualified_name(base) in MODULE_BASE_NAMES for base in node.bases)
+    }
+    changed = True
+    while changed:
+        changed = False
+        for name, node in classes.items():
+            if name not in models and any(isinstance(b, ast.Name) and b.id in models for b in node.bases):
+                models.add(name)
+                changed = True
+    return models
 
 
 def reachable_functions(tree: ast.Module, entry: EntryPoints) -> set[ast.AST]:
     """Function nodes the entry points can reach through the module's own names."""
-    all_functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    all_functions = [n for n in ast.walk(tree) if isinstance(n, _FUNCTION_NODES)]
     if entry.everything:
         return set(all_functions)
     classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-    module_functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    module_functions = {n.name: n for n in tree.body if isinstance(n, _FUNCTION_NODES)}
     reached: set[ast.AST] = set()
     pending: list[ast.AST] = [module_functions[name] for name in entry.functions if name in module_functions]
     pending += [n for n in all_functions if n.name in entry.functions and n not in pending]
     for class_name in entry.classes:
-        pending.append(classes[class_name])
+        if class_name in classes:
+            pending.append(classes[class_name])
     seen_classes: set[str] = set()
     while pending:
         node = pending.pop()
@@ -119,13 +340,13 @@ def reachable_functions(tree: ast.Module, entry: EntryPoints) -> set[ast.AST]:
             for base in node.bases:
                 if isinstance(base, ast.Name) and base.id in classes:
                     pending.append(classes[base.id])
-            pending += [n for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            pending += [n for n in ast.walk(node) if isinstance(n, _FUNCTION_NODES)]
             continue
         if node in reached:
             continue
         reached.add(node)
         for inner in ast.walk(node):
-            if inner is not node and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if inner is not node and isinstance(inner, _FUNCTION_NODES):
                 pending.append(inner)
             if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Load):
                 if inner.id in module_functions:

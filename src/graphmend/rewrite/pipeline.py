@@ -9,11 +9,11 @@ before each rule, never patched by hand.
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import ModuleBindings
-from graphmend.analysis.entry_points import find_entry_points, reachable_functions
+from graphmend.analysis.entry_points import EntryPoints, find_entry_points, model_classes, reachable_functions
 from graphmend.analysis.purity import PurityAnalysis
 from graphmend.analysis.scopes import iter_functions
 from graphmend.analysis.tensor_values import (
@@ -59,8 +59,11 @@ class MendResult:
         edits: list[Edit] | None = None,
         runtime_import: str | None = None,
         tree: ast.Module | None = None,
+        entry_points: EntryPoints | None = None,
     ) -> None:
         self._source = source
+        # With scope="entry": the entry points found (model classes included), else None.
+        self.entry_points = entry_points
         self.changed = changed
         self.findings = findings if findings is not None else []
         self.edits = edits if edits is not None else []
@@ -86,13 +89,20 @@ def parse_rules(rules: Sequence[str] | str) -> tuple[str, ...]:
     return tuple(r for r in ALL_RULES if r in rules)
 
 
-def _functions_in_scope(tree: ast.Module, bindings: ModuleBindings, scope: str):
-    if scope == "all":
-        return None
-    entry = find_entry_points(tree, bindings)
+def _entry_scope(
+    tree: ast.Module,
+    bindings: ModuleBindings,
+    known_helpers: Mapping[str, int] | None,
+    compiled_elsewhere: Iterable[str],
+) -> tuple[set[int], EntryPoints]:
+    """What ``scope="entry"`` looks at: what the module's compile calls (any spelling),
+    the compile calls of other modules (``compiled_elsewhere``) and ``nn.Module`` code
+    reach. Model classes are always in: they are what gets compiled from out of sight."""
+    entry = find_entry_points(tree, bindings, known_helpers, compiled_elsewhere)
+    entry.classes |= model_classes(tree, bindings)
     if not entry.found:
-        return set()
-    return {id(node) for node in reachable_functions(tree, entry)}
+        return set(), entry
+    return {id(node) for node in reachable_functions(tree, entry)}, entry
 
 
 @dataclass
@@ -197,15 +207,22 @@ def mend_module_source(
     filename: str = "<string>",
     module_name: str | None = None,
     rules: Sequence[str] | str = ALL_RULES,
-    scope: str = "entry",
+    scope: str = "all",
     is_package: bool = False,
     register_pure: bool | None = None,
+    compiled_elsewhere: Iterable[str] = (),
+    known_helpers: Mapping[str, int] | None = None,
 ) -> MendResult:
     """Rewrite one module's source. Raises SyntaxError for text that does not parse.
 
-    ``scope="entry"`` rewrites what the module's own ``torch.compile`` entry points
-    reach; ``scope="all"`` rewrites every function (for library code compiled from
-    elsewhere). ``register_pure`` records the module's pure functions with the
+    ``scope="all"`` (the default) rewrites every function: any of them may run under
+    ``torch.compile``, compiled from this module or from any other, and every rewrite
+    is exact when not compiling, so a function never compiled costs only rewrite time.
+    ``scope="entry"`` looks only at what is compiled in sight: what the module's own
+    entry points (every spelling, see ``analysis.entry_points``), the names other
+    modules compile (``compiled_elsewhere``, with ``known_helpers`` naming other
+    modules' compiling helpers) and its ``nn.Module`` classes reach; ``graphmend
+    check`` uses it to report what matters. ``register_pure`` records the module's pure functions with the
     runtime (so rewrites elsewhere can hoist calls to them through attributes); by
     default only in modules a rule changed.
     """
@@ -224,7 +241,9 @@ def mend_module_source(
         filename=filename,
         module_name=module_name,
     )
-    in_scope = _functions_in_scope(tree, bindings, scope)
+    in_scope = entry = None
+    if scope == "entry":
+        in_scope, entry = _entry_scope(tree, bindings, known_helpers, compiled_elsewhere)
     summaries = _summarise_functions(tree)
     _report_unfixable(context, in_scope, summaries)
     for rule_name in selected:
@@ -253,7 +272,7 @@ def mend_module_source(
                 arguments = function.args
                 pure[name] = [a.arg for a in arguments.args + arguments.kwonlyargs]
     if not context.uses_runtime and not pure:
-        return MendResult(source=source, changed=False, findings=context.findings, tree=tree)
+        return MendResult(source=source, changed=False, findings=context.findings, tree=tree, entry_points=entry)
     _insert_runtime_import(tree)
     if pure:
         registration = statements(
@@ -268,4 +287,5 @@ def mend_module_source(
         edits=edits,
         runtime_import=RUNTIME_IMPORT if context.uses_runtime else None,
         tree=tree,
+        entry_points=entry,
     )
