@@ -109,7 +109,7 @@ def test_targeted_modules_are_rewritten_with_scope_all(make_package, fake_rewrit
 
 def test_untargeted_modules_are_not_rewritten(make_package, fake_rewriter, hook_handles):
     targeted, other = make_package(), make_package()
-    hook_handles([targeted.name], cache=False)
+    hook_handles([targeted.name], cache=False, user_code=False)
     module = importlib.import_module(other.name)
     assert not hasattr(module, "__mended_by_test__")
     assert not isinstance(module.__spec__.loader, MendingLoader)
@@ -264,16 +264,16 @@ def test_no_warning_when_nothing_targeted_is_imported(make_package, hook_handles
     package = make_package()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        hook_handles([package.name])
+        hook_handles([package.name], user_code=False)
 
 
 def test_modules_loaded_by_an_earlier_hook_are_not_reported(make_package, hook_handles):
     package = make_package()
-    with graphmend.hook.install([package.name], cache=False):
+    with graphmend.hook.install([package.name], cache=False, user_code=False):
         importlib.import_module(package.name)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        hook_handles([package.name])
+        hook_handles([package.name], user_code=False)
 
 
 def test_install_puts_the_finder_first_and_uninstall_removes_it(make_package, fake_rewriter):

@@ -61,7 +61,8 @@ def test_script_runs_as_main_with_its_own_argv(script, capsys, fake_rewriter):
         "mended": True,
         "main_is_me": True,
     }
-    assert fake_rewriter.calls[0]["scope"] == "entry"
+    # The script is mended like every module of the user's: any function may be compiled.
+    assert fake_rewriter.calls[0]["scope"] == "all"
     assert fake_rewriter.calls[0]["module_name"] == "__main__"
     assert fake_rewriter.calls[0]["filename"] == str(path)
     # the interpreter's state is given back
@@ -196,7 +197,7 @@ def test_end_to_end_in_a_fresh_interpreter(script, make_package, tmp_path):
     assert completed.returncode == 5, completed.stderr
     assert completed.stdout.split() == ["__main__", "['5']", "42", "MendingLoader"]
     assert completed.stderr == ""
-    assert list((path.parent / "__pycache__").glob("__main__.*.graphmend-*.entry.*.pyc"))
+    assert list((path.parent / "__pycache__").glob("__main__.*.graphmend-*.all.*.pyc"))
 
 
 def test_end_to_end_uncaught_exception(script, tmp_path):
@@ -224,3 +225,60 @@ def test_end_to_end_uncaught_exception(script, tmp_path):
         "    raise ValueError('bad value')",
         "ValueError: bad value",
     ]
+
+
+# What a script can see of itself and its interpreter; python and graphmend run must agree.
+SELF_DESCRIBING_SCRIPT = textwrap.dedent(
+    """
+    import builtins, json, sys
+
+    def describe(value):
+        if value is None or isinstance(value, (str, dict)):
+            return value
+        return {"type": type(value).__name__, "name": getattr(value, "name", None),
+                "path": getattr(value, "path", None)}
+
+    # ``__graphmend__`` (the runtime that mended code calls) is the one name a mended
+    # script's globals hold that python's do not: Dynamo resolves it there.
+    namespace = {key: describe(value) for key, value in globals().items()
+                 if key.startswith("__") and key != "__graphmend__"}
+    namespace["__builtins__"] = globals()["__builtins__"] is builtins
+    report = {
+        "keys": [key for key in globals() if key != "__graphmend__"],
+        "namespace": namespace,
+        "argv": sys.argv,
+        "path0": sys.path[0],
+        "main_is_me": sys.modules["__main__"].__dict__ is globals(),
+    }
+
+    def shows(x):  # something a rule rewrites, so the script is really mended
+        print("shows", x)
+
+    shows(1)
+    print(json.dumps(report))
+    """
+)
+
+
+def test_the_scripts_main_is_the_one_python_gives_it(script, tmp_path):
+    path = script(SELF_DESCRIBING_SCRIPT)
+    reports = []
+    for command in (
+        [sys.executable, "scripts/script.py", "a", "-x"],
+        [sys.executable, "-m", "graphmend.cli.run", "--no-cache", "scripts/script.py", "a", "-x"],
+    ):
+        completed = subprocess.run(
+            command, check=False, env=subprocess_environment(), cwd=tmp_path,
+            capture_output=True, text=True, timeout=120,
+        )
+        assert completed.returncode == 0, completed.stderr
+        assert completed.stdout.splitlines()[0] == "shows 1"
+        reports.append(last_json_line(completed.stdout))
+    python, graphmend_run = reports
+    assert graphmend_run == python
+    assert python["keys"][:9] == [
+        "__name__", "__doc__", "__package__", "__loader__", "__spec__",
+        "__annotations__", "__builtins__", "__file__", "__cached__",
+    ]
+    assert python["argv"] == ["scripts/script.py", "a", "-x"]
+    assert python["namespace"]["__file__"] == str(path)

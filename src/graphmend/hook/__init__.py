@@ -1,8 +1,11 @@
-"""Rewrite chosen packages as they are imported.
+"""Rewrite the user's own code, and chosen packages, as they are imported.
+
+    import graphmend
+    graphmend.install()              # your own modules are mended on import from now on
 
     import graphmend.hook
     with graphmend.hook.install(["transformers"]):
-        import transformers          # transformers.* is mended on import
+        import transformers          # transformers.* is mended on import too
 
     handle = graphmend.hook.install(["mypkg"], rules=("trap", "defer"))
     ...
@@ -15,6 +18,11 @@ How it behaves (after pytest's assertion rewriting, which is careful and boring)
   transformers' remote-code modules, when ``transformers`` is targeted). ``torch.*``
   and ``graphmend.*`` are never rewritten. Only plain ``.py`` modules found by the
   normal ``PathFinder`` are rewritten, with ``scope="all"``.
+* With ``user_code=True`` (the default) the user's own modules are mended too:
+  every module whose file is not in the standard library or an installed
+  distribution (site-packages, the interpreter's library folders, editable installs
+  named by ``.pth`` files). The standard library is recognised by name, without a
+  file-system lookup; each other top-level name is looked up once.
 * Modules already imported when ``install`` is called stay as they are; one
   ``GraphmendWarning`` names them.
 * If the rewriter fails on a module (or its output does not compile), the original
@@ -105,8 +113,13 @@ def install(
     cache_dir: str | os.PathLike[str] | None = None,
     include_main: bool = False,
     cache: bool = True,
+    user_code: bool = True,
 ) -> InstallHandle:
-    """Rewrite ``packages`` (and their submodules) when they are imported from now on.
+    """Rewrite the user's own modules and ``packages`` (with their submodules) when
+    they are imported from now on.
+
+    ``user_code`` (default True): mend every module that is not part of the standard
+    library or of an installed distribution; ``packages`` adds installed ones.
 
     ``rules``: which rules to run, a sequence or ``"trap,defer"``; ValueError for an
     unknown one. ``cache_dir``: one folder for all cache files (default:
@@ -127,7 +140,7 @@ def install(
         cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
     )
     main_directory, main_names = main_directory_modules() if include_main else (None, [])
-    finder = MendingFinder(packages, options, HookStats(), main_directory, main_names)
+    finder = MendingFinder(packages, options, HookStats(), main_directory, main_names, user_code=user_code)
     warn_about_imported_modules(finder, stacklevel=2)
     # Wrap torch.compile before any user code binds it (``from torch import compile``),
     # so every compiled call flushes deferred output and restores trapped exceptions.

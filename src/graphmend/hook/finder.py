@@ -6,6 +6,13 @@ touch the file system. Only a targeted name is looked up, with the normal
 ``PathFinder``; only a plain ``.py`` source module gets our loader. Everything else
 (extension modules, bytecode-only modules, namespace packages, zip imports) is left
 to the rest of ``sys.meta_path`` untouched.
+
+With ``user_code`` the finder also mends the user's own code: any module whose file
+is not part of the standard library or of an installed distribution (see
+``LibraryLocations``). That decision needs one file-system lookup per top-level
+name; it is remembered, so ``numpy.linalg`` after ``numpy`` costs a dictionary
+lookup, and names of the standard library (``sys.stdlib_module_names``) are never
+looked up at all.
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
+import site
 import sys
+import sysconfig
 import warnings
 from collections.abc import Iterable, Sequence
 
@@ -21,6 +30,8 @@ from graphmend.hook.loader import GraphmendWarning, HookStats, MendingLoader, Me
 
 # Rewriting these would rewrite the compiler, or the rewriter, while it runs.
 NEVER_REWRITTEN = ("torch", "graphmend")
+# The running program: never imported through a finder (``graphmend run`` mends it).
+MAIN_MODULE_NAMES = frozenset({"__main__", "__mp_main__"})
 
 # transformers imports trust_remote_code models as top-level modules of this package
 # (from its HF_MODULES_CACHE folder); they belong to transformers as far as users care.
@@ -32,6 +43,8 @@ def _is_in_package(fullname: str, package: str) -> bool:
 
 
 def _is_never_rewritten(fullname: str) -> bool:
+    if fullname in MAIN_MODULE_NAMES:
+        return True
     return any(_is_in_package(fullname, package) for package in NEVER_REWRITTEN)
 
 
@@ -41,6 +54,64 @@ def check_package_name(name: str) -> str:
     if _is_never_rewritten(name):
         raise ValueError(f"graphmend never rewrites {name!r} (torch and graphmend are excluded)")
     return name
+
+
+class LibraryLocations:
+    """Where installed code lives: everything else on ``sys.path`` is the user's own.
+
+    Installed code is the standard library and every distribution: the interpreter's
+    library folders (``sysconfig`` paths of ``sys.prefix`` and ``sys.base_prefix``),
+    every ``site-packages`` / ``dist-packages`` folder, and the folders that ``.pth``
+    files in them add to ``sys.path`` (editable installs).
+    """
+
+    _MARKERS = ("site-packages", "dist-packages")
+
+    def __init__(self) -> None:
+        roots: set[str] = set()
+        for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+            variables = {"base": prefix, "platbase": prefix, "installed_base": prefix, "installed_platbase": prefix}
+            paths = sysconfig.get_paths(vars=variables)
+            roots.update(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib"))
+        site_folders = list(getattr(site, "getsitepackages", lambda: [])())
+        user_site = getattr(site, "getusersitepackages", lambda: None)()
+        if user_site:
+            site_folders.append(user_site)
+        roots.update(site_folders)
+        for folder in site_folders:
+            roots.update(_pth_entries(folder))
+        self.roots = tuple(sorted({os.path.join(_real(root), "") for root in roots if root}))
+
+    def is_installed(self, path: str) -> bool:
+        real = _real(path)
+        parts = real.split(os.sep)
+        if any(marker in parts for marker in self._MARKERS):
+            return True
+        return any(real.startswith(root) for root in self.roots)
+
+
+def _real(path: str) -> str:
+    return os.path.normcase(os.path.realpath(path))
+
+
+def _pth_entries(folder: str) -> list[str]:
+    """The folders ``.pth`` files in ``folder`` put on ``sys.path``; a bad file adds none."""
+    entries = []
+    try:
+        names = sorted(name for name in os.listdir(folder) if name.endswith(".pth"))
+    except OSError:
+        return entries
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as file:
+                lines = file.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = line.strip()
+            if line and not line.startswith(("#", "import ", "import\t")):
+                entries.append(os.path.join(folder, line))
+    return entries
 
 
 class MendingFinder:
@@ -53,6 +124,7 @@ class MendingFinder:
         stats: HookStats,
         main_directory: str | None = None,
         main_names: Iterable[str] = (),
+        user_code: bool = False,
     ):
         targets = list(packages)
         for package in packages:
@@ -63,19 +135,54 @@ class MendingFinder:
         # include_main: top-level modules that live in the main script's folder.
         self.main_directory = main_directory
         self.main_names = frozenset(main_names)
+        # user_code: the user's own modules, found by where their files are.
+        self.user_code = user_code
+        self._library_locations: LibraryLocations | None = None
+        # Top-level name -> whether it is the user's own code, once looked up.
+        self._top_level_is_user_code: dict[str, bool] = {}
+
+    @property
+    def library_locations(self) -> LibraryLocations:
+        if self._library_locations is None:
+            self._library_locations = LibraryLocations()
+        return self._library_locations
 
     def is_targeted(self, fullname: str) -> bool:
         """The name-only decision; no file system access."""
         if _is_never_rewritten(fullname):
             return False
-        if fullname.partition(".")[0] in self.main_names:
+        top_level = fullname.partition(".")[0]
+        if top_level in self.main_names:
             return True
-        return any(_is_in_package(fullname, package) for package in self.packages)
+        if any(_is_in_package(fullname, package) for package in self.packages):
+            return True
+        if self.user_code and top_level not in sys.stdlib_module_names:
+            decided = self._top_level_is_user_code.get(top_level)
+            if decided is None and top_level != fullname:
+                decided = self._decide_from_imported(top_level)
+            # Unknown yet, or known to be the user's: look at the file.
+            return decided is not False
+        return False
+
+    def _decide_from_imported(self, top_level: str) -> bool | None:
+        """A package imported already (before the hook, say): decided by its file."""
+        module = sys.modules.get(top_level)
+        origin = getattr(module, "__file__", None) if module is not None else None
+        if not origin:
+            return None
+        decided = self.is_user_code(origin)
+        self._top_level_is_user_code[top_level] = decided
+        return decided
+
+    def is_user_code(self, origin: str) -> bool:
+        return not self.library_locations.is_installed(origin)
 
     def find_spec(self, fullname, path=None, target=None):
         if not self.is_targeted(fullname):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if self.user_code and "." not in fullname and spec is not None and spec.origin and spec.has_location:
+            self._top_level_is_user_code[fullname] = self.is_user_code(spec.origin)
         if (
             spec is None
             or not isinstance(spec.loader, importlib.machinery.SourceFileLoader)
@@ -96,6 +203,8 @@ class MendingFinder:
     def accepts(self, fullname: str, origin: str) -> bool:
         if any(_is_in_package(fullname, package) for package in self.packages):
             return True
+        if self.user_code and origin and self.is_user_code(origin):
+            return True
         # Targeted only through include_main: a same-named module found elsewhere on
         # sys.path (site-packages, say) is not the user's own code.
         directory = self.main_directory
@@ -107,7 +216,8 @@ class MendingFinder:
         """Nothing cached in memory; present because importlib calls it on finders."""
 
     def __repr__(self) -> str:
-        return f"<MendingFinder packages={list(self.packages)!r} rules={self.options.rules!r}>"
+        own = " user_code" if self.user_code else ""
+        return f"<MendingFinder packages={list(self.packages)!r}{own} rules={self.options.rules!r}>"
 
 
 def main_directory_modules() -> tuple[str | None, list[str]]:
@@ -145,6 +255,7 @@ def warn_about_imported_modules(finder: MendingFinder, stacklevel: int) -> None:
         name
         for name, module in list(sys.modules.items())
         if finder.is_targeted(name)
+        and (not finder.user_code or _accepts_imported(finder, name, module))
         and not isinstance(
             getattr(getattr(module, "__spec__", None), "loader", None), MendingLoader
         )
@@ -161,6 +272,12 @@ def warn_about_imported_modules(finder: MendingFinder, stacklevel: int) -> None:
         ),
         stacklevel=stacklevel + 1,
     )
+
+
+def _accepts_imported(finder: MendingFinder, name: str, module) -> bool:
+    """An imported module the finder would have mended: a source file it accepts."""
+    origin = getattr(module, "__file__", None)
+    return bool(origin) and origin.endswith(".py") and finder.accepts(name, origin)
 
 
 _plain_spec_from_file_location = importlib.util.spec_from_file_location
