@@ -57,7 +57,14 @@ def test_nothing_found_exits_0(cli, write):
 
 def test_entry_points_only_unless_all(cli, write, library_module):
     write("library.py", library_module)
-    assert cli("check", "library.py").code == 0
+    narrow = cli("check", "library.py")
+    assert narrow.code == 0
+    assert narrow.out.splitlines() == [
+        "No break candidates found; 1 file checked.",
+        "Scope: code reachable from torch.compile calls in the files given, and nn.Module "
+        "classes; 1 file of those checked has none of it and was not looked at. Pass the files "
+        "that compile them too, or use --all to check every function.",
+    ]
     result = cli("check", "--all", "library.py")
     assert result.code == 1
     assert "library.py:5:5: LC" in result.out
@@ -96,6 +103,8 @@ def test_json_document(cli, write, compiled_module):
         "declined": 0,
         "not_fixable": 1,
         "errors": 1,
+        "scope": "entry",
+        "files_without_compiled_code": 0,
     }
 
 
@@ -245,9 +254,10 @@ def test_many_files_stream(cli, write, tmp_path, monkeypatch):
     assert result.code == 1
     assert len(reads) == 2001
     assert result.err.count("\n") == 1 and "zz_bad.py: cannot parse" in result.err
-    assert result.out.endswith(
-        "No break candidates found; 2000 files checked. 1 file could not be checked.\n"
-    )
+    summary, scope = result.out.splitlines()[-2:]
+    assert summary == "No break candidates found; 2000 files checked. 1 file could not be checked."
+    # Nothing compiles these functions: the answer says so, and how to widen it.
+    assert scope.startswith("Scope: ") and "2000 files of those checked have none of it" in scope
     # Streaming: later folders are listed only after earlier files were read.
     assert seen_before_listing[-1] > 0
     assert elapsed < 30

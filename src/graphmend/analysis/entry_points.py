@@ -354,3 +354,47 @@ def reachable_functions(tree: ast.Module, entry: EntryPoints) -> set[ast.AST]:
                 if inner.id in classes:
                     pending.append(classes[inner.id])
     return reached
+
+
+class ProjectEntryPoints:
+    """Entry points followed across the modules of a project (``graphmend check PATH``).
+
+    Feed it every module that may compile something (``add_module``): the compiling
+    helpers each defines, and the other modules' functions and classes each compiles,
+    are collected; a second look (``add_calls_to_helpers``) finds the calls to helpers
+    defined in another module. ``compiled_in(module_name)`` then names what other
+    modules compile in that one. A target re-exported through a package's
+    ``__init__`` is followed only when the package itself defines it.
+    """
+
+    def __init__(self) -> None:
+        self.helpers: dict[str, int] = {}  # qualified name -> compiled parameter's position
+        self.targets: set[str] = set()  # qualified names compiled from some module
+        self.entry_point_count = 0
+
+    def add_module(self, module_name: str | None, tree: ast.Module, bindings: ModuleBindings) -> None:
+        found = find_entry_points(tree, bindings)
+        self.entry_point_count += len(found.lines)
+        self.targets |= found.imported
+        if module_name:
+            for name, position in found.helpers.items():
+                self.helpers[f"{module_name}.{name}"] = position
+
+    def add_calls_to_helpers(self, tree: ast.Module, bindings: ModuleBindings) -> None:
+        """Targets of calls to helpers found in other modules (after every ``add_module``)."""
+        if not self.helpers:
+            return
+        found = find_entry_points(tree, bindings, self.helpers)
+        plain = find_entry_points(tree, bindings)
+        self.entry_point_count += len(found.lines) - len(plain.lines)
+        self.targets |= found.imported
+
+    def compiled_in(self, module_name: str | None) -> set[str]:
+        if not module_name:
+            return set()
+        prefix = module_name + "."
+        return {
+            target[len(prefix) :]
+            for target in self.targets
+            if target.startswith(prefix) and "." not in target[len(prefix) :]
+        }

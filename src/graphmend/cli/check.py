@@ -7,6 +7,16 @@ Each PATH is a file or a folder (searched for ``*.py``, skipping hidden folders,
 ``__pycache__`` and virtual environments). Files are read and checked one at a time
 and each result is printed as soon as it is known, so a large tree streams.
 
+What is looked at (without ``--all``): code reachable from ``torch.compile`` entry
+points in any spelling, followed across the files given (``torch.compile(Model())`` in
+``main.py`` reaches ``Model`` in ``model.py``; so does a compiling helper defined in
+one file and called in another), and every ``nn.Module`` class with what it reaches,
+since a model is usually compiled from somewhere out of sight. A first, quick walk
+over the files finds the compile calls (only files that mention ``compile`` or
+``optimize`` are parsed); the second checks each file. When some files hold none of
+that code, a last line says so and how to widen the scope (``--all``): "no break
+candidates" is then an answer about the scope, and the line says which.
+
 Exit status: 0 when every file was checked and nothing was found; 1 when something
 was found or a file could not be checked (each such file gets one line and the
 batch goes on); 2 on usage errors (bad flags, a PATH that does not exist).
@@ -14,6 +24,7 @@ batch goes on); 2 on usage errors (bad flags, a PATH that does not exist).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -31,6 +42,8 @@ from graphmend.cli.config import (
     print_warnings,
     usage_error,
 )
+from graphmend.analysis.bindings import ModuleBindings
+from graphmend.analysis.entry_points import ProjectEntryPoints
 from graphmend.rewrite.findings import CATEGORY_TITLES, Finding
 from graphmend.rewrite.pipeline import ALL_RULES, MendResult, mend_module_source
 
@@ -59,6 +72,12 @@ class FileReport:
     error: str | None = None
     result: MendResult | None = None
     source: SourceFile | None = None
+
+    @property
+    def nothing_in_scope(self) -> bool:
+        """Checked with scope "entry", and no code of the file was in it."""
+        entry = self.result.entry_points if self.result is not None else None
+        return entry is not None and not entry.found
 
 
 def _is_skipped_directory(parent: str, name: str) -> bool:
@@ -145,12 +164,73 @@ def module_name_for(path: str) -> tuple[str | None, bool]:
     return ".".join(reversed(parts)), is_package
 
 
-def mend_file(path: str, settings: Settings, scope: str | None = None) -> FileReport:
-    """Read and analyse one file; every problem becomes ``FileReport.error``, never a raise."""
+def import_name_for(path: str) -> tuple[str | None, bool]:
+    """The name other files import ``path`` by: its package's dotted name, else (a file
+    outside any package, found through its folder on ``sys.path``) its stem."""
+    module_name, is_package = module_name_for(path)
+    if module_name is None:
+        stem, extension = os.path.splitext(os.path.basename(path))
+        if extension == ".py" and stem.isidentifier():
+            return stem, False
+    return module_name, is_package
+
+
+# Files that cannot compile anything are not parsed by the first walk.
+_COMPILATION_WORDS = (b"compile", b"optimize")
+
+
+def collect_project_entry_points(paths: list[str]) -> ProjectEntryPoints:
+    """The first walk: compile calls and compiling helpers in every file given.
+
+    Problems are ignored here: the second walk reports each file's own.
+    """
+    project = ProjectEntryPoints()
+    candidates: list[tuple[str, str | None]] = []
+    for path in paths:
+        if not os.path.exists(path):
+            continue
+        for file_path in iter_python_files(path, lambda *_: None):
+            parsed = _parse_if_it_may_compile(file_path)
+            if parsed is None:
+                continue
+            tree, bindings, import_name = parsed
+            project.add_module(import_name, tree, bindings)
+            candidates.append((file_path, import_name))
+    if project.helpers:
+        for file_path, _ in candidates:
+            parsed = _parse_if_it_may_compile(file_path)
+            if parsed is not None:
+                project.add_calls_to_helpers(parsed[0], parsed[1])
+    return project
+
+
+def _parse_if_it_may_compile(path: str):
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+        if not any(word in data for word in _COMPILATION_WORDS):
+            return None
+        text = read_source(path).text
+        module_name, is_package = module_name_for(path)
+        import_name, _ = import_name_for(path)
+        tree = ast.parse(text, filename=path)
+        return tree, ModuleBindings(tree, module_name, is_package), import_name
+    except (OSError, SourceError, SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def mend_file(
+    path: str, settings: Settings, scope: str | None = None, project: ProjectEntryPoints | None = None
+) -> FileReport:
+    """Read and analyse one file; every problem becomes ``FileReport.error``, never a raise.
+
+    ``project``: entry points found across the files being checked (scope "entry").
+    """
     report = FileReport(path)
     try:
         report.source = read_source(path)
         module_name, is_package = module_name_for(path)
+        import_name, _ = import_name_for(path)
         report.result = mend_module_source(
             report.source.text,
             filename=path,
@@ -158,6 +238,8 @@ def mend_file(path: str, settings: Settings, scope: str | None = None) -> FileRe
             is_package=is_package,
             rules=settings.rules,
             scope=scope or settings.scope,
+            compiled_elsewhere=project.compiled_in(import_name) if project else (),
+            known_helpers=project.helpers if project else None,
         )
     except SourceError as exc:
         report.error = str(exc)
@@ -212,12 +294,16 @@ class Summary:
     not_fixable: int = 0
     errors: int = 0
     missing_paths: int = 0
+    scope: str = "entry"
+    files_without_compiled_code: int = 0
 
     def add(self, report: FileReport) -> None:
         if report.error is not None:
             self.errors += 1
             return
         self.files_checked += 1
+        if report.nothing_in_scope:
+            self.files_without_compiled_code += 1
         if report.findings:
             self.files_with_findings += 1
         for finding in report.findings:
@@ -247,6 +333,21 @@ class Summary:
             text += f" {_plural(self.errors, 'file')} could not be checked."
         return text
 
+    def scope_line(self) -> str | None:
+        """Which code was looked at, when some files had none of it: then "no break
+        candidates" says nothing about them, and the user must know how to widen it."""
+        if self.scope != "entry" or not self.files_without_compiled_code:
+            return None
+        count = self.files_without_compiled_code
+        files = _plural(count, "file")
+        verb = "has" if count == 1 else "have"
+        return (
+            f"Scope: code reachable from torch.compile calls in the files given, and nn.Module "
+            f"classes; {files} of those checked {verb} none of it and {'was' if count == 1 else 'were'} "
+            f"not looked at. Pass the files that compile them too, or use --all to check "
+            f"every function."
+        )
+
     def as_json(self) -> dict:
         fields = dict(vars(self))
         fields.pop("missing_paths")
@@ -267,6 +368,9 @@ class _TextOutput:
 
     def finish(self, summary: Summary) -> None:
         print(summary.line())
+        scope = summary.scope_line()
+        if scope is not None:
+            print(scope)
 
 
 class _JsonOutput:
@@ -335,7 +439,8 @@ def check_command(argv: list[str]) -> int:
     print_warnings(settings, PROGRAM)
 
     output = _JsonOutput() if arguments.format == "json" else _TextOutput()
-    summary = Summary()
+    summary = Summary(scope=settings.scope)
+    project = collect_project_entry_points(arguments.paths) if settings.scope == "entry" else None
 
     def report_error(path: str, message: str) -> None:
         summary.errors += 1
@@ -347,7 +452,7 @@ def check_command(argv: list[str]) -> int:
             output.error(path, "no such file or directory")
             continue
         for file_path in iter_python_files(path, report_error):
-            report = mend_file(file_path, settings)
+            report = mend_file(file_path, settings, project=project)
             summary.add(report)
             if report.error is not None:
                 output.error(report.path, report.error)
