@@ -151,3 +151,24 @@ def test_graphmend_install_forwards_user_code():
         assert not handle.finder.user_code
     with graphmend.install() as handle:
         assert handle.finder.user_code
+
+
+def test_an_import_never_fails_over_the_user_code_decision(user_folder, fake_rewriter, hook_handles, monkeypatch):
+    user_folder("gm_own_undecidable.py", "VALUE = 'plain'\n")
+
+    def broken_locations(self):
+        raise RuntimeError("sysconfig is broken")
+
+    monkeypatch.setattr(LibraryLocations, "__init__", broken_locations)
+    hook_handles(cache=False)
+    module = importlib.import_module("gm_own_undecidable")
+    assert module.VALUE == "plain" and not hasattr(module, "__mended_by_test__")
+
+
+def test_a_script_with_nothing_rewritten_gets_no_runtime_name(tmp_path, capsys):
+    from graphmend.cli.run import run_command
+
+    script = tmp_path / "pure_script.py"
+    script.write_text("def double(x):\n    return x * 2\n\nprint(sorted(k for k in globals() if 'graphmend' in k))\n")
+    assert run_command(["--no-cache", str(script)]) == 0
+    assert capsys.readouterr().out == "[]\n"

@@ -175,7 +175,12 @@ class MendingFinder:
         return decided
 
     def is_user_code(self, origin: str) -> bool:
-        return not self.library_locations.is_installed(origin)
+        """Whether ``origin`` is the user's own code; when that cannot be decided (a
+        broken ``sysconfig``, an unreadable path), it is not: the import goes on unmended."""
+        try:
+            return not self.library_locations.is_installed(origin)
+        except Exception:  # noqa: BLE001 - an import must never fail over our decision
+            return False
 
     def find_spec(self, fullname, path=None, target=None):
         if not self.is_targeted(fullname):
