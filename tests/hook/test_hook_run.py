@@ -282,3 +282,30 @@ def test_the_scripts_main_is_the_one_python_gives_it(script, tmp_path):
     ]
     assert python["argv"] == ["scripts/script.py", "a", "-x"]
     assert python["namespace"]["__file__"] == str(path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "ours", "theirs"),
+    [
+        (["-m", "pkg.mod", "a", "-m", "x"], ["-m", "pkg.mod"], ["a", "-m", "x"]),
+        (["--no-cache", "-mpkg", "--flag"], ["--no-cache", "-mpkg"], ["--flag"]),
+        (["-p", "lib", "-m", "app"], ["-p", "lib", "-m", "app"], []),
+    ],
+)
+def test_everything_after_the_module_belongs_to_the_module(argv, ours, theirs):
+    assert split_script_arguments(argv) == (ours, theirs)
+
+
+def test_dash_m_in_process_restores_the_interpreter(tmp_path, monkeypatch, capsys):
+    (tmp_path / "gm_run_m_module.py").write_text(
+        "import sys\nprint(__name__, __spec__.name, sys.argv[1:], sys.argv[0] == __file__, sys.path[0])\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    saved_argv, saved_path, saved_main = list(sys.argv), list(sys.path), sys.modules["__main__"]
+    try:
+        assert run_command(["--no-cache", "-m", "gm_run_m_module", "a", "--b"]) == 0
+    finally:
+        sys.modules.pop("gm_run_m_module", None)
+    assert capsys.readouterr().out == f"__main__ gm_run_m_module ['a', '--b'] True {tmp_path}\n"
+    assert (sys.argv, sys.path, sys.modules["__main__"]) == (saved_argv, saved_path, saved_main)
+

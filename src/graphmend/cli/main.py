@@ -1,6 +1,6 @@
 """``graphmend``: the command line.
 
-    graphmend run      run a script with its graph breaks mended
+    graphmend run      run a script (or -m module) with its graph breaks mended
     graphmend check    list graph-break candidates and what graphmend does about each
     graphmend fix      rewrite files in place (or show the diff)
     graphmend explain  run a script with and without graphmend and explain each break
@@ -19,7 +19,7 @@ from graphmend.cli.config import USAGE_ERROR_EXIT_CODE
 
 PROGRAM = "graphmend"
 COMMANDS = {
-    "run": "run a Python script with its graph breaks mended",
+    "run": "run a Python script (or -m module) with your code's graph breaks mended",
     "check": "list graph-break candidates and what graphmend does about each",
     "fix": "rewrite files so their graph breaks are mended (shows a diff by default)",
     "explain": "run a script with and without graphmend and explain each graph break",

@@ -128,8 +128,6 @@ def run_command(argv: list[str]) -> int:
             for name in option.split(",")
             if name.strip()
         ]
-        if arguments.module is not None and arguments.script is not None:
-            raise ValueError("give a script or -m MODULE, not both")
         if arguments.module is None and arguments.script is None:
             raise ValueError("the following arguments are required: script (or -m MODULE)")
     except (ConfigError, ValueError) as exc:
