@@ -109,3 +109,11 @@ def test_the_scope_line_counts_only_files_with_nothing_in_scope(cli, write):
     assert (summary["scope"], summary["files_without_compiled_code"]) == ("entry", 1)
     everything = json.loads(cli("check", "--all", "--format", "json", "lib").out)["summary"]
     assert (everything["scope"], everything["files_without_compiled_code"]) == ("all", 0)
+
+
+def test_the_file_that_compiles_a_model_defined_elsewhere_is_not_reported_as_out_of_scope(cli, write):
+    write("project/model.py", LIBRARY_MODEL)
+    write("project/main.py", "import torch\nfrom model import Block\nmodel = torch.compile(Block())\n")
+    result = cli("check", "project")
+    assert result.code == 1
+    assert result.out.splitlines()[-1].startswith("Found ")  # no scope line: nothing left out

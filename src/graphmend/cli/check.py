@@ -75,9 +75,11 @@ class FileReport:
 
     @property
     def nothing_in_scope(self) -> bool:
-        """Checked with scope "entry", and no code of the file was in it."""
+        """Checked with scope "entry", no code of the file was in it, and the file
+        compiles nothing itself (a file that compiles only what others define, such as
+        a ``main.py``, was looked at in full)."""
         entry = self.result.entry_points if self.result is not None else None
-        return entry is not None and not entry.found
+        return entry is not None and not entry.found and not entry.lines
 
 
 def _is_skipped_directory(parent: str, name: str) -> bool:
