@@ -29,7 +29,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from import_overhead import REPOSITORY_SOURCE, write_synthetic_package  # noqa: E402
+from import_overhead import REPOSITORY_SOURCE, write_synthetic_package
 
 MEASURE = textwrap.dedent(
     """

@@ -5,10 +5,10 @@ import warnings
 
 import pytest
 import torch
+from helpers import assert_equivalent, breaks
 
 import graphmend
 from graphmend.api import MendWarning
-from helpers import assert_equivalent, breaks
 
 FIGURES = textwrap.dedent(
     """
@@ -79,7 +79,7 @@ def test_constructs_not_understood_are_left_unchanged():
 
 def test_mend_function_module_and_class():
     namespace = {}
-    exec(compile(FIGURES, "<figures>", "exec"), namespace)
+    exec(compile(FIGURES, "<figures>", "exec"), namespace)  # noqa: S102
     x, y = torch.randn(5), torch.randn(5)
     # Source for exec'd code is not available: mend warns and leaves it as it was.
     with pytest.warns(MendWarning):
@@ -114,16 +114,16 @@ def _no_warnings_from(call):
 
 def test_a_lambda_is_returned_as_it_is_without_a_warning():
     # A lambda's body is one expression; every rule rewrites statements.
-    square = lambda x: x * x  # noqa: E731
+    square = lambda x: x * x
     assert _no_warnings_from(lambda: graphmend.mend(square)) is square
     namespace = {}
-    exec("anonymous = lambda x: x + 1", namespace)  # no source on disk either
+    exec("anonymous = lambda x: x + 1", namespace)  # noqa: S102 - no source on disk either
     assert _no_warnings_from(lambda: graphmend.mend(namespace["anonymous"])) is namespace["anonymous"]
 
 
 def test_a_function_without_source_is_returned_unchanged_with_one_warning():
     namespace = {}
-    exec(compile(FIGURES, "<figures>", "exec"), namespace)
+    exec(compile(FIGURES, "<figures>", "exec"), namespace)  # noqa: S102
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = graphmend.mend(namespace["figure_2"])

@@ -47,14 +47,18 @@ SPELLINGS = {
         "opt = torch._dynamo.optimize('eager')\ndef f(x): return x\ng = opt(f)", {"f"}, set()
     ),
     "helper_in_this_module": (
-        "def compile_model(m, **kw):\n    return torch.compile(m, **kw)\n"
-        "class M(nn.Module): pass\nmodel = compile_model(M())",
+        (
+            "def compile_model(m, **kw):\n    return torch.compile(m, **kw)\n"
+            "class M(nn.Module): pass\nmodel = compile_model(M())"
+        ),
         set(),
         {"M"},
     ),
     "helper_of_a_helper": (
-        "def inner(m):\n    return torch.compile(m)\ndef outer(backend, m):\n    return inner(m)\n"
-        "def f(x): return x\ng = outer('eager', f)",
+        (
+            "def inner(m):\n    return torch.compile(m)\ndef outer(backend, m):\n    return inner(m)\n"
+            "def f(x): return x\ng = outer('eager', f)"
+        ),
         {"f"},
         set(),
     ),

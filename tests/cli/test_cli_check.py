@@ -61,9 +61,11 @@ def test_entry_points_only_unless_all(cli, write, library_module):
     assert narrow.code == 0
     assert narrow.out.splitlines() == [
         "No break candidates found; 1 file checked.",
-        "Scope: code reachable from torch.compile calls in the files given, and nn.Module "
-        "classes; 1 file of those checked has none of it and was not looked at. Pass the files "
-        "that compile them too, or use --all to check every function.",
+        (
+            "Scope: code reachable from torch.compile calls in the files given, and nn.Module "
+            "classes; 1 file of those checked has none of it and was not looked at. Pass the files "
+            "that compile them too, or use --all to check every function."
+        ),
     ]
     result = cli("check", "--all", "library.py")
     assert result.code == 1

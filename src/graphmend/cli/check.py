@@ -32,6 +32,8 @@ import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from graphmend.analysis.bindings import ModuleBindings
+from graphmend.analysis.entry_points import ProjectEntryPoints
 from graphmend.cli.config import (
     USAGE_ERROR_EXIT_CODE,
     ConfigError,
@@ -42,8 +44,6 @@ from graphmend.cli.config import (
     print_warnings,
     usage_error,
 )
-from graphmend.analysis.bindings import ModuleBindings
-from graphmend.analysis.entry_points import ProjectEntryPoints
 from graphmend.rewrite.findings import CATEGORY_TITLES, Finding
 from graphmend.rewrite.pipeline import ALL_RULES, MendResult, mend_module_source
 

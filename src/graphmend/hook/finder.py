@@ -73,7 +73,7 @@ class LibraryLocations:
             variables = {"base": prefix, "platbase": prefix, "installed_base": prefix, "installed_platbase": prefix}
             paths = sysconfig.get_paths(vars=variables)
             roots.update(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib"))
-        site_folders = list(getattr(site, "getsitepackages", lambda: [])())
+        site_folders = list(getattr(site, "getsitepackages", list)())
         user_site = getattr(site, "getusersitepackages", lambda: None)()
         if user_site:
             site_folders.append(user_site)

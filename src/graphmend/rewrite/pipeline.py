@@ -13,7 +13,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import ModuleBindings
-from graphmend.analysis.entry_points import EntryPoints, find_entry_points, model_classes, reachable_functions
+from graphmend.analysis.entry_points import (
+    EntryPoints,
+    find_entry_points,
+    model_classes,
+    reachable_functions,
+)
 from graphmend.analysis.purity import PurityAnalysis
 from graphmend.analysis.scopes import iter_functions
 from graphmend.analysis.tensor_values import (
@@ -23,7 +28,13 @@ from graphmend.analysis.tensor_values import (
     DataDependence,
 )
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR, TENSOR_ITEM, Finding
-from graphmend.rewrite.templates import RUNTIME_IMPORT, RUNTIME_NAME, is_guard, is_original, statements
+from graphmend.rewrite.templates import (
+    RUNTIME_IMPORT,
+    RUNTIME_NAME,
+    is_guard,
+    is_original,
+    statements,
+)
 from graphmend.rules import defer, trap, where
 from graphmend.rules.base import FunctionContext, ModuleContext
 
