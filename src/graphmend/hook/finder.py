@@ -174,6 +174,14 @@ class MendingFinder:
         self._top_level_is_user_code[top_level] = decided
         return decided
 
+    def is_named(self, fullname: str) -> bool:
+        """Targeted by name (a named package, or include_main), not only as user code."""
+        if _is_never_rewritten(fullname):
+            return False
+        if fullname.partition(".")[0] in self.main_names:
+            return True
+        return any(_is_in_package(fullname, package) for package in self.packages)
+
     def is_user_code(self, origin: str) -> bool:
         """Whether ``origin`` is the user's own code; when that cannot be decided (a
         broken ``sysconfig``, an unreadable path), it is not: the import goes on unmended."""
@@ -255,28 +263,42 @@ def warn_about_imported_modules(finder: MendingFinder, stacklevel: int) -> None:
 
     They stay as they are: the import system will not load them again, so they run
     un-mended. Modules an earlier graphmend hook already loaded are not mentioned.
+    Modules of the named packages come first; then the user's own code, by top-level
+    name, most recently imported first (those are the ones a late ``install`` misses).
     """
-    already_imported = sorted(
-        name
-        for name, module in list(sys.modules.items())
-        if finder.is_targeted(name)
-        and (not finder.user_code or _accepts_imported(finder, name, module))
-        and not isinstance(
+    named: list[str] = []
+    own: list[str] = []
+    for name, module in list(sys.modules.items()):
+        if not finder.is_targeted(name) or isinstance(
             getattr(getattr(module, "__spec__", None), "loader", None), MendingLoader
-        )
-    )
-    if not already_imported:
+        ):
+            continue
+        if finder.is_named(name):
+            named.append(name)
+        elif _accepts_imported(finder, name, module):
+            own.append(name.partition(".")[0])
+    parts = []
+    if named:
+        parts.append(_first_five(sorted(named)))
+    if own:
+        own_top_levels = list(dict.fromkeys(reversed(own)))
+        parts.append(f"{'of your own code: ' if named else ''}{_first_five(own_top_levels)}")
+    if not parts:
         return
-    shown = ", ".join(already_imported[:5])
-    if len(already_imported) > 5:
-        shown += f" and {len(already_imported) - 5} more"
     warnings.warn(
         GraphmendWarning(
             f"graphmend cannot rewrite modules imported before the hook was installed: "
-            f"{shown}; install the hook before importing them"
+            f"{'; '.join(parts)}; install the hook before importing them"
         ),
         stacklevel=stacklevel + 1,
     )
+
+
+def _first_five(names: list[str]) -> str:
+    shown = ", ".join(names[:5])
+    if len(names) > 5:
+        shown += f" and {len(names) - 5} more"
+    return shown
 
 
 def _accepts_imported(finder: MendingFinder, name: str, module) -> bool:
