@@ -35,7 +35,13 @@ import builtins
 import copy
 
 from graphmend.rewrite.findings import VALIDATION_GUARD
-from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place, statements
+from graphmend.rewrite.templates import (
+    RUNTIME_NAME,
+    compiled_or_original,
+    expression,
+    place,
+    statements,
+)
 from graphmend.rules.base import FunctionContext, enclosing_statements, first_failure, rewrite_statements
 from graphmend.rules.conditions import (
     conjunction,
@@ -131,7 +137,9 @@ _MESSAGE_SAFE_FUNCTIONS = frozenset(
     {"len", "str", "repr", "tuple", "list", "int", "float", "bool", "type", "min", "max", "round",
      "abs", "sorted", "isinstance"}
 )
-_MESSAGE_SAFE_METHODS = frozenset({"format", "size", "dim", "numel", "join", "lower", "upper", "strip"})
+_MESSAGE_SAFE_METHODS = frozenset(
+    {"format", "size", "dim", "numel", "join", "lower", "upper", "strip"}
+)
 
 
 def message_free_of_effects(context: FunctionContext, raise_statement: ast.Raise) -> str | None:
@@ -149,13 +157,15 @@ def message_free_of_effects(context: FunctionContext, raise_statement: ast.Raise
             continue
         function = node.func
         if isinstance(function, ast.Name) and function.id in _MESSAGE_SAFE_FUNCTIONS:
-            if context.facts.is_local(function.id) or not context.facts.module.is_unbound_builtin(function.id):
+            module = context.facts.module
+            if context.facts.is_local(function.id) or not module.is_unbound_builtin(function.id):
                 return f"the message calls `{function.id}`, which is not the builtin here"
             continue
         if isinstance(function, ast.Attribute) and function.attr in _MESSAGE_SAFE_METHODS:
             continue
         return (
-            f"the message calls `{ast.unparse(function)}`, which would run even when the guard holds"
+            f"the message calls `{ast.unparse(function)}`, "
+            "which would run even when the guard holds"
         )
     return None
 
@@ -206,7 +216,9 @@ def no_in_place_write_before_guard(context: FunctionContext, statement: ast.stmt
                     written = written or shared(keyword.value)
                 if (
                     keyword.arg == "inplace"
-                    and not (isinstance(keyword.value, ast.Constant) and keyword.value.value is False)
+                    and not (
+                        isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+                    )
                     and node.args
                 ):
                     written = written or shared(node.args[0])
@@ -304,7 +316,8 @@ def apply(context: FunctionContext) -> None:
         context.module.uses_runtime = True
         exception = raise_statement.exc
         message = exception.args[0] if isinstance(exception, ast.Call) and exception.args else None
-        exception_class = copy.deepcopy(exception.func if isinstance(exception, ast.Call) else exception)
+        raised = exception.func if isinstance(exception, ast.Call) else exception
+        exception_class = copy.deepcopy(raised)
         for name in ast.walk(exception_class):
             if hasattr(name, "ctx"):
                 name.ctx = ast.Load()
@@ -329,8 +342,13 @@ def apply(context: FunctionContext) -> None:
         for lowered in assertion:
             lowered._graphmend_trap = True
         compiled = assertion + copy.deepcopy(guard.orelse)
-        lowerable = expression(f"{RUNTIME_NAME}.traps.trap_lowerable(EXCEPTION, LINE, FUNCTION)", **site)
-        wrapped = compiled_or_original(compiled, [statement], f"{RULE}: original guard", also=lowerable)
+        # Decided while tracing: the callers, what ran before, what the name holds.
+        lowerable = expression(
+            f"{RUNTIME_NAME}.traps.trap_lowerable(EXCEPTION, LINE, FUNCTION)", **site
+        )
+        wrapped = compiled_or_original(
+            compiled, [statement], f"{RULE}: original guard", also=lowerable
+        )
         wrapped._graphmend_trap = True
         return [wrapped]
 
