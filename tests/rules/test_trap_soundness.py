@@ -537,3 +537,14 @@ def test_open_cached_lowering_reused_under_an_eager_callers_try():
     torch.compile(mended.helper, backend="eager")(x)  # lowered: nothing catches here
     expected = original.main(x - 10)
     assert torch.equal(torch.compile(mended.main, backend="eager")(x - 10), expected)
+
+
+def test_a_site_message_naming_another_site_is_not_restored_as_that_site():
+    """A graph compiled elsewhere may number its sites differently: the message also
+    names the line and function, and a mismatch leaves TorchDynamo's error alone."""
+    number = traps._register_site(traps.TrapSite(KeyError, "<elsewhere>", 3, "elsewhere"))
+    good = traps.site_message(number, "lost")
+    with pytest.raises(KeyError):
+        traps.raise_original_for_trap_failure(RuntimeError(good))
+    stale = good.replace("|3|elsewhere|", "|4|elsewhere|")
+    assert traps.raise_original_for_trap_failure(RuntimeError(stale)) is None

@@ -210,10 +210,18 @@ def _register_site(site: TrapSite) -> int:
 
 
 def site_message(site_number: int, message) -> str:
-    """The assertion message for a lowered guard (built while tracing, so it is a constant)."""
+    """The assertion message for a lowered guard (built while tracing, so it is a constant).
+
+    Besides the site's number it names the site's line and function: a graph compiled
+    in another process (a cache of compiled graphs) whose numbering differs is then
+    not mistaken for another site's failure."""
+    site = _sites[site_number]
     has_message = "0" if message is None else "1"
     text = "" if message is None else str(message)
-    return f"{SITE_MARKER}{site_number}{_FIELD_SEPARATOR}{has_message}] {text}"
+    return (
+        f"{SITE_MARKER}{site_number}{_FIELD_SEPARATOR}{site.line}{_FIELD_SEPARATOR}"
+        f"{site.function_name}{_FIELD_SEPARATOR}{has_message}] {text}"
+    )
 
 
 def _parse_site(error_text: str):
@@ -221,10 +229,16 @@ def _parse_site(error_text: str):
     if start < 0:
         return None
     header, separator, message = error_text[start + len(SITE_MARKER) :].partition("] ")
-    number, _, has_message = header.partition(_FIELD_SEPARATOR)
-    if not separator or not number.isdigit() or int(number) >= len(_sites):
+    fields = header.split(_FIELD_SEPARATOR)
+    if not separator or len(fields) != 4 or not fields[0].isdigit() or not fields[1].isdigit():
         return None
-    return _sites[int(number)], (message if has_message == "1" else None)
+    number, line, function_name, has_message = fields
+    if int(number) >= len(_sites):
+        return None
+    site = _sites[int(number)]
+    if site.line != int(line) or site.function_name != function_name:
+        return None
+    return site, (message if has_message == "1" else None)
 
 
 _raise_code_cache: dict[tuple[str, int, str], types.CodeType] = {}
