@@ -548,3 +548,41 @@ def test_a_site_message_naming_another_site_is_not_restored_as_that_site():
         traps.raise_original_for_trap_failure(RuntimeError(good))
     stale = good.replace("|3|elsewhere|", "|4|elsewhere|")
     assert traps.raise_original_for_trap_failure(RuntimeError(stale)) is None
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_no_input_mutated_before_guard__module_buffer_and_global_tensor(backend):
+    """A buffer and a global tensor become graph inputs too: their writes before a
+    failing guard are kept exactly as the original keeps them."""
+    source = """
+    TOTAL = torch.zeros(4)
+
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", torch.zeros(4))
+
+        def forward(self, x):
+            self.count.add_(1)
+            bump()
+            return check(x)
+
+    def bump():
+        TOTAL.add_(1)
+
+    def check(x):
+        if (x < 0).any():
+            raise ValueError("negative")
+        return x
+    """
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    assert result.changed
+    states = []
+    for module, compile_with in ((original, None), (mended, backend)):
+        torch._dynamo.reset()
+        network = module.Counter()
+        call = torch.compile(network, backend=compile_with) if compile_with else network
+        with pytest.raises(ValueError, match="negative"):
+            call(torch.arange(4.0) - 10)
+        states.append((network.count.tolist(), module.TOTAL.tolist()))
+    assert states[0] == states[1]
