@@ -543,7 +543,7 @@ def test_a_site_message_naming_another_site_is_not_restored_as_that_site():
     """A graph compiled elsewhere may number its sites differently: the message also
     names the line and function, and a mismatch leaves TorchDynamo's error alone."""
     number = traps._register_site(traps.TrapSite(KeyError, "<elsewhere>", 3, "elsewhere"))
-    good = traps.site_message(number, "lost")
+    good = traps.site_message(number, 3, "elsewhere", "lost")
     with pytest.raises(KeyError):
         traps.raise_original_for_trap_failure(RuntimeError(good))
     stale = good.replace("|3|elsewhere|", "|4|elsewhere|")
@@ -586,3 +586,27 @@ def test_no_input_mutated_before_guard__module_buffer_and_global_tensor(backend)
             call(torch.arange(4.0) - 10)
         states.append((network.count.tolist(), module.TOTAL.tolist()))
     assert states[0] == states[1]
+
+
+def test_two_guards_in_one_function_stay_whole_and_restore_their_own_site():
+    """Sites registered while tracing must not be read back by traced code (the list
+    TorchDynamo saw would be stale): both guards lower, each restores its own raise."""
+    source = """
+    def main(x, y):
+        if not torch.equal(x, y):
+            raise ValueError("x and y differ")
+        if not (y > -5).all():
+            raise MaskError("y out of range")
+        return x + y
+    """
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    x = torch.arange(4.0)
+    assert breaks(mended.main, x, x.clone()) == 0
+    for arguments in ((x, x.clone()), (x, x + 1), (x - 10, x - 10)):
+        reference, expected = run(original.main, original, arguments)
+        for backend in ("eager", "aot_eager"):
+            outcome, error = run(mended.main, mended, arguments, backend)
+            assert outcome.key() == reference.key()
+            if expected is not None:
+                last = traceback.extract_tb(error.__traceback__)[-1]
+                assert last.lineno == traceback.extract_tb(expected.__traceback__)[-1].lineno

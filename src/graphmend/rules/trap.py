@@ -7,7 +7,8 @@ becomes
         __graphmend__.assert_guard(
             __graphmend__.guard_holds(__graphmend__.equal_as_tensor(mask, expected), True),
             __graphmend__.traps.site_message(
-                __graphmend__.traps.trap_site(ValueError, 12, 'f'), "unsupported attention mask"))
+                __graphmend__.traps.trap_site(ValueError, 12, 'f'), 12, 'f',
+                "unsupported attention mask"))
     else:
         <the original if>
 
@@ -329,7 +330,8 @@ def apply(context: FunctionContext) -> None:
         # The guard raises when the condition is truthy; the assertion must hold otherwise.
         assertion = statements(
             f"{RUNTIME_NAME}.assert_guard(HOLDS, {RUNTIME_NAME}.traps.site_message("
-            f"{RUNTIME_NAME}.traps.trap_site(EXCEPTION, LINE, FUNCTION), MESSAGE))",
+            f"{RUNTIME_NAME}.traps.trap_site(EXCEPTION, LINE, FUNCTION),"
+            " LINE, FUNCTION, MESSAGE))",
             HOLDS=holds_expression(context, dynamic, False),
             MESSAGE=message if message is not None else ast.Constant(None),
             **site,

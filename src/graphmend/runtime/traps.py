@@ -209,18 +209,18 @@ def _register_site(site: TrapSite) -> int:
         return number
 
 
-def site_message(site_number: int, message) -> str:
+def site_message(site_number: int, line: int, function_name: str, message) -> str:
     """The assertion message for a lowered guard (built while tracing, so it is a constant).
 
     Besides the site's number it names the site's line and function: a graph compiled
     in another process (a cache of compiled graphs) whose numbering differs is then
-    not mistaken for another site's failure."""
-    site = _sites[site_number]
+    not mistaken for another site's failure. (TorchDynamo traces this function, so it
+    must not read the site list, which grows while tracing.)"""
     has_message = "0" if message is None else "1"
     text = "" if message is None else str(message)
     return (
-        f"{SITE_MARKER}{site_number}{_FIELD_SEPARATOR}{site.line}{_FIELD_SEPARATOR}"
-        f"{site.function_name}{_FIELD_SEPARATOR}{has_message}] {text}"
+        f"{SITE_MARKER}{site_number}{_FIELD_SEPARATOR}{line}{_FIELD_SEPARATOR}"
+        f"{function_name}{_FIELD_SEPARATOR}{has_message}] {text}"
     )
 
 
