@@ -3,10 +3,12 @@
     if not torch.equal(mask, expected):
         raise ValueError("unsupported attention mask")
 becomes
-    if __graphmend__.is_compiling():
+    if __graphmend__.is_compiling() and __graphmend__.traps.trap_lowerable(ValueError, 12, 'f'):
         __graphmend__.assert_guard(
             __graphmend__.guard_holds(__graphmend__.equal_as_tensor(mask, expected), True),
-            __graphmend__.trap_message(__name__, 'ValueError', "unsupported attention mask"))
+            __graphmend__.traps.site_message(
+                __graphmend__.traps.trap_site(ValueError, 12, 'f'), 12, 'f',
+                "unsupported attention mask"))
     else:
         <the original if>
 
@@ -14,21 +16,33 @@ becomes
 broadcasting cannot call a [4] and a [1, 4] tensor equal), values after dtype
 promotion. The message always reaches ``torch._assert_async`` (inductor drops an
 assertion without one), and the compiled-call boundary raises the original class
-with the original message. ``assert C, msg`` is lowered the same way, under
-``__debug__``.
+with the original message, from a frame showing the user's file, line and
+function. ``assert C, msg`` is lowered the same way, under ``__debug__``.
 
 Legality conditions (each a function below, returning the reason it fails):
 ``guard_body_only_raises``, ``why_not_tensorizable`` (conditions.py),
-``exception_restorable``, ``message_restorable``, ``not_caught_in_function``.
+``exception_restorable``, ``raised_name_may_be_a_class``, ``message_restorable``,
+``message_free_of_effects``, ``not_caught_in_function``,
+``no_in_place_write_before_guard``. What the source cannot show (the callers, what
+the traced region wrote before the guard, what the raised name holds) is checked
+while tracing by ``graphmend.runtime.traps.trap_lowerable``; a guard it refuses
+keeps the original ``if``.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 
 from graphmend.rewrite.findings import VALIDATION_GUARD
-from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
+from graphmend.rewrite.templates import (
+    RUNTIME_NAME,
+    compiled_or_original,
+    expression,
+    place,
+    statements,
+)
 from graphmend.rules.base import FunctionContext, enclosing_statements, first_failure, rewrite_statements
 from graphmend.rules.conditions import (
     conjunction,
@@ -81,6 +95,31 @@ def exception_restorable(context: FunctionContext, raise_statement: ast.Raise) -
     return None
 
 
+def raised_name_may_be_a_class(context: FunctionContext, raise_statement: ast.Raise) -> str | None:
+    """`raise ERROR` with a module-level instance re-raises that very object, and
+    `raise make_error(msg)` raises what a function returns: the boundary can only
+    rebuild an exception from its class (checked again while tracing)."""
+    exception = raise_statement.exc
+    name = exception.func if isinstance(exception, ast.Call) else exception
+    if not isinstance(name, ast.Name):
+        return None
+    module = context.facts.module
+    if name.id in module.module_values:
+        value = module.module_values[name.id]
+        if not isinstance(value, (ast.Name, ast.Attribute)):
+            return f"`{name.id}` is bound to a value, not provably an exception class"
+    for statement in ast.walk(module.tree):
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and (
+            getattr(statement, "name", None) == name.id
+        ):
+            return f"`{name.id}` is a function: the raised object is whatever it returns"
+    if module.is_unbound_builtin(name.id):
+        builtin = getattr(builtins, name.id)
+        if not (isinstance(builtin, type) and issubclass(builtin, BaseException)):
+            return f"`{name.id}` is not an exception class"
+    return None
+
+
 def message_restorable(context: FunctionContext, raise_statement: ast.Raise, node) -> str | None:
     exception = raise_statement.exc
     if not isinstance(exception, ast.Call) or not exception.args:
@@ -90,6 +129,109 @@ def message_restorable(context: FunctionContext, raise_statement: ast.Raise, nod
         return "the message is not a string expression"
     if context.data.is_data_dependent(message, node):
         return "the message depends on tensor values"
+    return None
+
+
+# Calls a message may make: they cannot print, write or draw random numbers, and the
+# message is built while tracing, so their cost is paid once per compilation.
+_MESSAGE_SAFE_FUNCTIONS = frozenset(
+    {"len", "str", "repr", "tuple", "list", "int", "float", "bool", "type", "min", "max", "round",
+     "abs", "sorted", "isinstance"}
+)
+_MESSAGE_SAFE_METHODS = frozenset(
+    {"format", "size", "dim", "numel", "join", "lower", "upper", "strip"}
+)
+
+
+def message_free_of_effects(context: FunctionContext, raise_statement: ast.Raise) -> str | None:
+    """The lowered guard builds its message whether or not the guard fails (the original
+    only when it does): a call in it with effects would run on every call, and an
+    expensive one would be paid always. Only names, attributes, constants, formatting
+    and a few builtins and metadata methods may appear."""
+    exception = raise_statement.exc
+    if not isinstance(exception, ast.Call) or not exception.args:
+        return None
+    for node in ast.walk(exception.args[0]):
+        if isinstance(node, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda)):
+            return "the message binds or suspends, and would be evaluated even when the guard holds"
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        if isinstance(function, ast.Name) and function.id in _MESSAGE_SAFE_FUNCTIONS:
+            module = context.facts.module
+            if context.facts.is_local(function.id) or not module.is_unbound_builtin(function.id):
+                return f"the message calls `{function.id}`, which is not the builtin here"
+            continue
+        if isinstance(function, ast.Attribute) and function.attr in _MESSAGE_SAFE_METHODS:
+            continue
+        return (
+            f"the message calls `{ast.unparse(function)}`, "
+            "which would run even when the guard holds"
+        )
+    return None
+
+
+def no_in_place_write_before_guard(context: FunctionContext, statement: ast.stmt) -> str | None:
+    """Under a functionalizing backend (aot_eager, inductor) a write into an input is
+    applied after the graph runs: a failed assertion loses a write the original made
+    before raising. Writes through a parameter or a global/outer name before the guard
+    (or anywhere in a loop around it) decline here; writes the source cannot attribute
+    (aliases, callers) are checked while tracing."""
+    function = context.facts.function
+    parameters = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    loops = [
+        outer
+        for outer in enclosing_statements(function, statement)
+        if isinstance(outer, (ast.For, ast.AsyncFor, ast.While))
+    ]
+
+    def precedes(node: ast.AST) -> bool:
+        if node.lineno < statement.lineno:
+            return True
+        return any(statement_in([loop], node) for loop in loops)
+
+    def shared(target: ast.expr) -> str | None:
+        root = target
+        while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+            root = root.func if isinstance(root, ast.Call) else root.value
+        if not isinstance(root, ast.Name):
+            return ast.unparse(target)
+        if root.id in parameters or not context.facts.is_local(root.id):
+            return root.id
+        return None
+
+    for node in ast.walk(function):
+        if not hasattr(node, "lineno") or not precedes(node) or statement_in([statement], node):
+            continue
+        written = None
+        if isinstance(node, ast.Call):
+            function_node = node.func
+            if (
+                isinstance(function_node, ast.Attribute)
+                and function_node.attr.endswith("_")
+                and not function_node.attr.endswith("__")
+            ):
+                written = shared(function_node.value)
+            for keyword in node.keywords:
+                if keyword.arg == "out":
+                    written = written or shared(keyword.value)
+                if (
+                    keyword.arg == "inplace"
+                    and not (
+                        isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+                    )
+                    and node.args
+                ):
+                    written = written or shared(node.args[0])
+        elif isinstance(node, ast.AugAssign):
+            written = shared(node.target)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, (ast.Subscript, ast.Attribute)):
+                    written = written or shared(target)
+        if written:
+            return f"`{written}` may be written in place before the guard"
     return None
 
 
@@ -158,8 +300,11 @@ def apply(context: FunctionContext) -> None:
         reason = first_failure(
             lambda: why_not_tensorizable(context, dynamic, node),
             lambda: exception_restorable(context, raise_statement),
+            lambda: raised_name_may_be_a_class(context, raise_statement),
             lambda: message_restorable(context, raise_statement, node),
+            lambda: message_free_of_effects(context, raise_statement),
             lambda: not_caught_in_function(context, statement),
+            lambda: no_in_place_write_before_guard(context, statement),
         )
         shown = f"assert {ast.unparse(statement.test)}" if isinstance(statement, ast.Assert) else (
             f"if {ast.unparse(statement.test)}: raise"
@@ -172,13 +317,24 @@ def apply(context: FunctionContext) -> None:
         context.module.uses_runtime = True
         exception = raise_statement.exc
         message = exception.args[0] if isinstance(exception, ast.Call) and exception.args else None
-        exception_path = dotted_path(exception.func if isinstance(exception, ast.Call) else exception)
+        raised = exception.func if isinstance(exception, ast.Call) else exception
+        exception_class = copy.deepcopy(raised)
+        for name in ast.walk(exception_class):
+            if hasattr(name, "ctx"):
+                name.ctx = ast.Load()
+        site = dict(
+            EXCEPTION=exception_class,
+            LINE=ast.Constant(raise_statement.lineno),
+            FUNCTION=ast.Constant(context.facts.function.name),
+        )
         # The guard raises when the condition is truthy; the assertion must hold otherwise.
         assertion = statements(
-            f"{RUNTIME_NAME}.assert_guard(HOLDS, {RUNTIME_NAME}.trap_message(__name__, PATH, MESSAGE))",
+            f"{RUNTIME_NAME}.assert_guard(HOLDS, {RUNTIME_NAME}.traps.site_message("
+            f"{RUNTIME_NAME}.traps.trap_site(EXCEPTION, LINE, FUNCTION),"
+            " LINE, FUNCTION, MESSAGE))",
             HOLDS=holds_expression(context, dynamic, False),
-            PATH=ast.Constant(exception_path),
             MESSAGE=message if message is not None else ast.Constant(None),
+            **site,
         )
         if static_prefix:
             assertion = statements("if PREFIX:\n    BODY", PREFIX=conjunction(static_prefix), BODY=assertion)
@@ -188,7 +344,13 @@ def apply(context: FunctionContext) -> None:
         for lowered in assertion:
             lowered._graphmend_trap = True
         compiled = assertion + copy.deepcopy(guard.orelse)
-        wrapped = compiled_or_original(compiled, [statement], f"{RULE}: original guard")
+        # Decided while tracing: the callers, what ran before, what the name holds.
+        lowerable = expression(
+            f"{RUNTIME_NAME}.traps.trap_lowerable(EXCEPTION, LINE, FUNCTION)", **site
+        )
+        wrapped = compiled_or_original(
+            compiled, [statement], f"{RULE}: original guard", also=lowerable
+        )
         wrapped._graphmend_trap = True
         return [wrapped]
 

@@ -1,16 +1,29 @@
 """Graph-native validation guards and the restoration of the exceptions they stand for.
 
 A lowered guard calls ``torch._assert_async(condition, message)``; the message
-carries a marker naming the module and the exception class of the original
-``raise``. When a compiled call fails with such a message, the boundary raises the
-original class with the original message instead of TorchDynamo's RuntimeError.
+carries a marker naming a *trap site*: the exception class of the original
+``raise`` (the object itself, found while tracing) and the file, line and function
+of that ``raise``. When a compiled call fails with such a message, the boundary
+raises the original class with the original message, from a frame that carries the
+user's file, line and function name, instead of TorchDynamo's RuntimeError.
 A message is always passed: without one, inductor drops the assertion.
+
+Whether a guard may be lowered at all is decided while tracing, by
+``trap_lowerable`` (which TorchDynamo calls for real and folds to a constant): the
+static rule cannot see the callers of a function, nor what the traced region did
+before the guard. Each condition it checks is a function below returning the
+reason it fails; a refused guard keeps the original ``if`` (and its graph break).
 """
 
 from __future__ import annotations
 
 import builtins
+import dis
+import os
 import sys
+import threading
+import types
+from dataclasses import dataclass
 
 import torch
 
@@ -23,7 +36,10 @@ class TrapFailure(RuntimeError):
 
 
 def trap_message(module_name: str, exception_path: str, message) -> str:
-    """The assertion message for a lowered guard (built while tracing, so it is a constant)."""
+    """An assertion message naming the class by module and dotted path.
+
+    Kept for code rewritten by earlier versions; rewritten code now names a trap site
+    (``site_message``), which holds the class object itself."""
     has_message = "0" if message is None else "1"
     text = "" if message is None else str(message)
     return (
@@ -80,8 +96,20 @@ def _resolve(module_name: str, exception_path: str):
 
 
 def raise_original_for_trap_failure(error: BaseException) -> None:
-    """Raise the original exception if ``error`` is a failed lowered guard; else return."""
-    parsed = _parse(str(error))
+    """Raise the original exception if ``error`` is a failed lowered guard; else return.
+
+    Called in the boundary's ``except RuntimeError`` block. The exception is raised
+    from a frame with the user's file, line and function name; its ``__context__`` is
+    what the user's ``raise`` would have chained (the exception being handled around
+    the compiled call, which ``error`` chained when it was raised), not ``error``.
+    """
+    text = str(error)
+    site_and_message = _parse_site(text)
+    if site_and_message is not None:
+        site, message = site_and_message
+        exception = site.exception_class() if message is None else site.exception_class(message)
+        _raise_at_site(exception, site, error.__context__)
+    parsed = _parse(text)
     if parsed is None:
         return
     module_name, exception_path, message = parsed
@@ -141,3 +169,231 @@ def all_of(*values):
 def any_of(*values):
     """``v1 or v2 or ...`` as a truth value, every operand evaluated (they are safe)."""
     return _combine(values, True, torch.logical_or)
+
+
+# ---------------------------------------------------------------------------
+# Trap sites: what the boundary needs to raise the original exception exactly.
+
+SITE_MARKER = "[graphmend-trap-site "
+_TORCH_DIRECTORY = os.path.dirname(torch.__file__) + os.sep
+_BOUNDARY_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compiled_calls.py")
+_RAISED_NAME = "__graphmend_restored_exception__"
+
+
+@dataclass(frozen=True)
+class TrapSite:
+    """The ``raise`` a lowered guard stands for."""
+
+    exception_class: type
+    filename: str
+    line: int
+    function_name: str
+
+
+_sites_lock = threading.Lock()
+_sites: list[TrapSite] = []
+_site_numbers: dict[TrapSite, int] = {}
+# The latest reason a guard was refused while tracing, by (file, line of the raise):
+# `graphmend check` cannot report these statically, so tests and users look here. A
+# guard refused once may be lowered in another trace (e.g. as its own frame).
+trace_time_declines: dict[tuple[str, int], str] = {}
+
+
+def _register_site(site: TrapSite) -> int:
+    with _sites_lock:
+        number = _site_numbers.get(site)
+        if number is None:
+            number = len(_sites)
+            _sites.append(site)
+            _site_numbers[site] = number
+        return number
+
+
+def site_message(site_number: int, line: int, function_name: str, message) -> str:
+    """The assertion message for a lowered guard (built while tracing, so it is a constant).
+
+    Besides the site's number it names the site's line and function: a graph compiled
+    in another process (a cache of compiled graphs) whose numbering differs is then
+    not mistaken for another site's failure. (TorchDynamo traces this function, so it
+    must not read the site list, which grows while tracing.)"""
+    has_message = "0" if message is None else "1"
+    text = "" if message is None else str(message)
+    return (
+        f"{SITE_MARKER}{site_number}{_FIELD_SEPARATOR}{line}{_FIELD_SEPARATOR}"
+        f"{function_name}{_FIELD_SEPARATOR}{has_message}] {text}"
+    )
+
+
+def _parse_site(error_text: str):
+    start = error_text.find(SITE_MARKER)
+    if start < 0:
+        return None
+    header, separator, message = error_text[start + len(SITE_MARKER) :].partition("] ")
+    fields = header.split(_FIELD_SEPARATOR)
+    if not separator or len(fields) != 4 or not fields[0].isdigit() or not fields[1].isdigit():
+        return None
+    number, line, function_name, has_message = fields
+    if int(number) >= len(_sites):
+        return None
+    site = _sites[int(number)]
+    if site.line != int(line) or site.function_name != function_name:
+        return None
+    return site, (message if has_message == "1" else None)
+
+
+_raise_code_cache: dict[tuple[str, int, str], types.CodeType] = {}
+
+
+def _raise_code(site: TrapSite) -> types.CodeType:
+    """A code object that raises ``__graphmend_restored_exception__`` from the user's
+    line, in a frame named after the user's function, so the traceback (and
+    ``traceback.extract_tb``, ``linecache``) shows the user's ``raise``."""
+    key = (site.filename, site.line, site.function_name)
+    code = _raise_code_cache.get(key)
+    if code is None:
+        source = "\n" * (max(site.line, 1) - 1) + f"raise {_RAISED_NAME}\n"
+        code = compile(source, site.filename, "exec", dont_inherit=True)
+        code = code.replace(co_name=site.function_name, co_qualname=site.function_name)
+        _raise_code_cache[key] = code
+    return code
+
+
+def _raise_at_site(exception: BaseException, site: TrapSite, context) -> None:
+    try:
+        exec(_raise_code(site), {"__builtins__": builtins, _RAISED_NAME: exception})  # noqa: S102
+    except BaseException as restored:
+        # The raise inside the boundary's handler chained the RuntimeError; the
+        # user's raise chained only what was being handled around the call.
+        restored.__context__ = context
+        restored.__suppress_context__ = False
+        raise
+
+
+# ---------------------------------------------------------------------------
+# Legality while tracing. Each condition returns None when it holds, or the reason.
+
+
+def _current_translator():
+    """TorchDynamo's innermost instruction translator, or None when not tracing."""
+    try:
+        from torch._dynamo.symbolic_convert import tls
+    except ImportError:  # pragma: no cover - another torch: never lower
+        return None
+    root = getattr(tls, "current_tx", None)
+    if root is None:
+        return None
+    return root.output.current_tx
+
+
+def raised_class_is_exception(exception_class) -> str | None:
+    """`raise some_instance` re-raises that very object, and `raise factory(msg)` raises
+    whatever the call returns: only an exception class can be rebuilt at the boundary."""
+    if not (isinstance(exception_class, type) and issubclass(exception_class, BaseException)):
+        return f"the raised `{type(exception_class).__name__}` is not an exception class"
+    return None
+
+
+def no_handler_in_traced_frames(translator) -> str | None:
+    """A failed assertion aborts the whole compiled region: a `try` or `with` around the
+    guard in any traced frame (the function or a caller inlined into the same graph)
+    would have caught, cleaned up after or suppressed the original exception."""
+    frame = translator
+    while frame is not None:
+        instruction = frame.current_instruction
+        if instruction is not None and getattr(instruction, "exn_tab_entry", None) is not None:
+            return f"`{frame.f_code.co_name}` calls it inside a `try` or `with` block"
+        frame = frame.parent
+    return None
+
+
+_handler_ranges: dict[types.CodeType, tuple] = {}
+
+
+def _has_active_handler(frame: types.FrameType) -> bool:
+    code = frame.f_code
+    ranges = _handler_ranges.get(code)
+    if ranges is None:
+        ranges = tuple((entry.start, entry.end) for entry in dis.Bytecode(code).exception_entries)
+        _handler_ranges[code] = ranges
+    return any(start <= frame.f_lasti < end for start, end in ranges)
+
+
+def no_handler_in_eager_callers() -> str | None:
+    """The traced frame may itself be called from Python running eagerly inside the
+    compiled call (a caller TorchDynamo skipped or broke out of): the RuntimeError of a
+    failed assertion passes through those frames untranslated, so none of them may be
+    inside a `try` or `with`; and a compiled-call boundary must be there to restore
+    the original exception at all."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename == _BOUNDARY_FILE:
+            return None
+        if not filename.startswith(_TORCH_DIRECTORY) and filename != __file__:
+            if _has_active_handler(frame):
+                return f"`{frame.f_code.co_name}` calls it eagerly inside a `try` or `with` block"
+        frame = frame.f_back
+    return "no compiled-call boundary (a wrapped `torch.compile`) would restore the exception"
+
+
+def no_input_mutated_before_guard(translator) -> str | None:
+    """Under a functionalizing backend (aot_eager, inductor) in-place writes to a graph
+    input are applied after the graph runs, so a failed assertion would lose a write
+    the original made before raising. The fake tensors of the inputs count every
+    in-place write (through any view) made so far in the traced region."""
+    for node in translator.output.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        example = node.meta.get("example_value")
+        if isinstance(example, torch.Tensor) and example._version > 0:
+            return f"the input `{node.name}` is written in place before the guard"
+    return None
+
+
+def no_pending_side_effect_before_guard(translator) -> str | None:
+    """Writes to existing Python objects (attributes, lists, dicts, globals, cells) are
+    replayed after the graph runs: a failed assertion would drop those the original
+    made before raising. graphmend's own deferred effects are not the user's writes."""
+    side_effects = translator.output.side_effects
+    for variable in side_effects._get_modified_vars():
+        source = getattr(variable, "source", None)
+        if source is None:
+            continue  # an object created inside the region: nobody else sees it
+        name = source.name if isinstance(source.name, str) else source.name()
+        if "PENDING_EFFECTS" in name:
+            continue
+        return f"`{name}` is changed before the guard"
+    return None
+
+
+@torch.compiler.assume_constant_result
+def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
+    """Whether the guard being traced may become a graph assertion.
+
+    TorchDynamo calls this for real while tracing and folds the answer into the
+    graph as a constant; it adds no guard (the answer depends only on the code
+    traced, and on the eager callers checked by ``no_handler_in_eager_callers``).
+    Not tracing, the answer is False: the original ``if`` runs.
+    """
+    translator = _current_translator()
+    if translator is None:
+        return False
+    reason = (
+        raised_class_is_exception(exception_class)
+        or no_handler_in_traced_frames(translator)
+        or no_handler_in_eager_callers()
+        or no_input_mutated_before_guard(translator)
+        or no_pending_side_effect_before_guard(translator)
+    )
+    if reason is None:
+        return True
+    trace_time_declines[(translator.f_code.co_filename, line)] = reason
+    return False
+
+
+@torch.compiler.assume_constant_result
+def trap_site(exception_class, line: int, function_name: str) -> int:
+    """The number of the trap site for the guard being traced (a constant)."""
+    translator = _current_translator()
+    filename = translator.f_code.co_filename if translator is not None else "<unknown>"
+    return _register_site(TrapSite(exception_class, filename, line, function_name))
