@@ -1,6 +1,7 @@
 """Shrink a program that behaves differently once mended to a small reproducer.
 
-Delta debugging over the program's lines (Zeller's ddmin): remove chunks of lines,
+First whole compound statements (a line ending a header and the block under it) are
+tried for removal, then delta debugging over the program's lines (Zeller's ddmin): remove chunks of lines,
 halving the chunk size when no chunk can go, and keep a smaller program whenever it
 still parses and still shows the same kind of difference (same mode, same observable
 part). A last pass tries each remaining line alone, and, where removing a line leaves
@@ -48,7 +49,7 @@ def still_differs(program: Program, difference: Difference) -> Callable[[str], b
     def test(source: str) -> bool:
         candidate = dataclasses.replace(program, source=source)
         try:
-            report = compare(candidate, modes=(difference.mode,))
+            report = compare(candidate, modes=(difference.mode,), calls=difference.call + 1)
         except Exception:  # noqa: BLE001 - a candidate the harness cannot run does not reproduce
             return False
         return any(found.signature == difference.signature for found in report.differences)
@@ -63,6 +64,17 @@ def ddmin_lines(lines: list[str], test: Callable[[str], bool], deadline: float) 
     def accepts(candidate: list[str]) -> bool:
         return time.monotonic() < deadline and parses(source_of(candidate)) and test(source_of(candidate))
 
+    # whole compound statements first (a header line and the block under it): big cuts that parse
+    index = 0
+    while index < len(lines) and time.monotonic() < deadline:
+        depth = _indentation(lines[index])
+        end = index + 1
+        while end < len(lines) and _indentation(lines[end]) > depth:
+            end += 1
+        if end - index > 1 and accepts(lines[:index] + lines[end:]):
+            lines = lines[:index] + lines[end:]
+        else:
+            index += 1
     granularity = 2
     while len(lines) >= 2 and time.monotonic() < deadline:
         size = max(1, len(lines) // granularity)
@@ -80,17 +92,6 @@ def ddmin_lines(lines: list[str], test: Callable[[str], bool], deadline: float) 
             if size == 1:
                 break
             granularity = min(len(lines), granularity * 2)
-    # whole compound statements (a header line and the block under it)
-    index = 0
-    while index < len(lines) and time.monotonic() < deadline:
-        depth = _indentation(lines[index])
-        end = index + 1
-        while end < len(lines) and _indentation(lines[end]) > depth:
-            end += 1
-        if end - index > 1 and accepts(lines[:index] + lines[end:]):
-            lines = lines[:index] + lines[end:]
-        else:
-            index += 1
     # one line at a time, with ``pass`` standing in where a block would be left empty
     index = 0
     while index < len(lines) and time.monotonic() < deadline:

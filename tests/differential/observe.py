@@ -469,14 +469,17 @@ class Report:
 
 
 def compare(
-    program: Program, modes=("eager", "compiled:eager", "compiled:aot_eager"), filename=None, mended_source=None
+    program: Program, modes=("eager", "compiled:eager", "compiled:aot_eager"), filename=None, mended_source=None,
+    calls: int | None = None,
 ) -> Report:
     """Original eagerly against mended in each mode; see the module docstring.
 
-    ``mended_source`` replaces graphmend's output by a given text (to test the harness)."""
+    ``mended_source`` replaces graphmend's output by a given text (to test the harness);
+    ``calls`` keeps only the first input sets (the minimiser needs no more than the one
+    that showed the difference)."""
     filename = filename or f"/graphmend-fuzz/program_{program.seed}.py"
     module_name = f"gm_fuzz_{program.seed}"
-    inputs = input_values(program.seed, program.shape)
+    inputs = input_values(program.seed, program.shape)[:calls]
     report = Report()
     cache: dict[tuple[str, str], LoadedCode] = {}
 
