@@ -50,10 +50,11 @@ KNOWN_DIFFERENCES: dict[int, str] = {
     4: "Where: an arm's F.relu(inplace=True)/helper runs on the untaken path (leaf in-place RuntimeError -> "
        "helper's ValueError; aot_eager BackendCompilerFailed)",
     6: "runtime: exposed TorchDynamo trace-time error (RuntimeError -> TorchRuntimeError)",
-    7: "Trap: restored exception carries a suppressed RuntimeError context",
+    7: "Trap: restored exception carries a suppressed RuntimeError context (gone with work/trap); "
+       "Where: aliasing lost (`z is y` False after z = x / z = y) on call 1",
     8: "Where: gradient flows into the untaken arm's input (y.grad None -> zeros)",
     9: "Where: aliasing lost (`z is x` False after z = x / z = y)",
-    10: "Trap: `raise make_error(msg)` raises graphmend's TrapFailure",
+    10: "Trap: `raise make_error(msg)` raises graphmend's TrapFailure (passes with work/trap merged)",
 }
 
 
