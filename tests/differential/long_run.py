@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--programs", type=int, default=300)
     parser.add_argument("--start", type=int, default=0, help="first seed")
+    parser.add_argument("--seeds", help="comma-separated seeds to run instead of a range (e.g. those that differed)")
     parser.add_argument("--inductor-every", type=int, default=25, help="0: never")
     parser.add_argument("--no-aot-eager", action="store_true")
     parser.add_argument("--minimise-per-class", type=int, default=2)
@@ -91,7 +92,11 @@ def main(argv=None) -> int:
     if options.findings and os.path.exists(options.findings):
         with open(options.findings) as existing:  # number on from earlier runs' entries
             findings = sum(line.startswith("## L") for line in existing)
-    for seed in range(options.start, options.start + options.programs):
+    seeds = (
+        [int(seed) for seed in options.seeds.split(",")] if options.seeds
+        else range(options.start, options.start + options.programs)
+    )
+    for seed in seeds:
         if options.time_limit and time.monotonic() - started > options.time_limit:
             break
         program = generate(seed)
@@ -136,7 +141,8 @@ def main(argv=None) -> int:
 
     elapsed = time.monotonic() - started
     print("\n==== graphmend differential fuzzing: summary ====")
-    print(f"seeds {options.start}..{options.start + options.programs - 1}; programs run: {programs} in {elapsed:.0f} s")
+    asked = options.seeds or f"{options.start}..{options.start + options.programs - 1}"
+    print(f"seeds {asked}; programs run: {programs} in {elapsed:.0f} s")
     for mode in ("eager", "compiled:eager", "compiled:aot_eager", "compiled:inductor"):
         print(f"  {mode:20s} {runs[mode]} programs")
     total = sum(len(v) for v in classes.values())
