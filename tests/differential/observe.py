@@ -95,20 +95,21 @@ def _short(value, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 
-def exposed_dynamo_error(difference: Difference, source: str) -> bool:
-    """The original failed in a torch op (not a ``raise`` of the program) and the compiled
-    mended program raised TorchDynamo's trace-time wrapper (``TorchRuntimeError``) instead.
+def exposed_dynamo_error(difference: Difference) -> bool:
+    """The compiled mended program raised TorchDynamo's trace-time wrapper
+    (``TorchRuntimeError``) of the very failure the original raised eagerly.
 
-    Usually mending let TorchDynamo trace code it ran eagerly before, and TorchDynamo turns
-    an op's failure found while tracing into its own error: what a user of the original
-    program would see too once the graph break is gone. It is also what an untaken arm
-    that raises looks like when it is traced, so these are counted apart, not dropped.
+    Mending let TorchDynamo trace code it ran eagerly before, and TorchDynamo reports an
+    op's failure found while tracing as its own error (e.g. ``z1.add_`` on a leaf that
+    requires grad). The original message must appear inside TorchDynamo's: a different
+    message (an untaken arm's shape mismatch traced by Where) is a rule's difference.
+    Counted apart, never dropped.
     """
     expected, actual = difference.expected, difference.actual
     return (
         difference.part == "error" and difference.mode != "eager" and expected is not None
-        and actual is not None and expected[0] == "builtins" and expected[1] in ("RuntimeError", "IndexError")
-        and expected[3] not in source and actual[0] == "torch._dynamo.exc" and actual[1] == "TorchRuntimeError"
+        and actual is not None and actual[0] == "torch._dynamo.exc" and actual[1] == "TorchRuntimeError"
+        and bool(expected[3]) and expected[3] in actual[3]
     )
 
 
@@ -502,7 +503,7 @@ def compare(
         difference = first_difference(mode, inputs, reference, actual)
         if difference is None:
             continue
-        difference.exposed = exposed_dynamo_error(difference, program.source)
+        difference.exposed = exposed_dynamo_error(difference)
         if mode == "eager":
             report.differences.append(difference)
             continue

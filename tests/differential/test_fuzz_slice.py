@@ -43,13 +43,16 @@ PROGRAMS_DIGEST = "47ca7a1ae49b6184fb7f0ab042f6c547"
 # seed -> the difference classes it shows on main (long_run's class names; the rule).
 # Found on main (ff78338); each class has its reproducer in /work/notes/fuzz_findings.md.
 KNOWN_DIFFERENCES: dict[int, str] = {
+    # 0, 1, 6, 7, 8, 9, 10 pass with work/where and work/trap merged (13:10 UTC): remove them then.
     0: "Where: aliasing lost, `torch.tanh(x, out=y)` after a branch rebinding y writes a selected copy, "
        "not the caller's y (fuzz_findings M1)",
     1: "Where: an untaken arm's shape mismatch (`t + torch.ones(5)`) is traced and fails "
        "(ValueError -> TorchRuntimeError) (fuzz_findings M2)",
-    4: "Where: an arm's F.relu(inplace=True)/helper runs on the untaken path (leaf in-place RuntimeError -> "
-       "helper's ValueError; aot_eager BackendCompilerFailed)",
-    6: "runtime: exposed TorchDynamo trace-time error (RuntimeError -> TorchRuntimeError)",
+    4: "Where: aliasing of a grad leaf lost, an arm's F.relu(inplace=True) dropped (leaf in-place RuntimeError "
+       "-> helper's ValueError; aot_eager BackendCompilerFailed) (fuzz_findings M4); with work/where+trap "
+       "merged still differs: the leaf in-place error is found at trace time (TorchRuntimeError)",
+    6: "Where: an untaken arm's shape mismatch is traced (RuntimeError -> TorchRuntimeError; passes with "
+       "work/where+trap merged)",
     7: "Trap: restored exception carries a suppressed RuntimeError context (gone with work/trap); "
        "Where: aliasing lost (`z is y` False after z = x / z = y) on call 1",
     8: "Where: gradient flows into the untaken arm's input (y.grad None -> zeros)",
