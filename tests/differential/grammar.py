@@ -1,0 +1,553 @@
+"""A seeded grammar of programs that exercise everything graphmend promises to keep.
+
+``program_generator`` draws programs from the constructs the rules were written for;
+this grammar draws them from the ways a program can *observe* itself, which is what
+a rewrite must not change (see issue 15):
+
+* aliasing and identity: ``z = x`` in one arm and ``z = y`` in the other, ``is``
+  checks, returning an input;
+* in-place writes by method (``add_``), by keyword (``inplace=True``, ``out=``);
+* ``global`` and ``nonlocal`` writes, closures;
+* attribute and container state of arguments (``box.t = ...``, ``items.append``,
+  ``table["k"] = ...``) and of module globals;
+* autograd: inputs that require grad, ops whose derivative is infinite at 0
+  (``sqrt``), so an untaken arm must not leak a NaN into a gradient;
+* the random generator: draws inside arms;
+* exceptions raised in helpers and callers, caught by ``try/except`` at each level,
+  ``try/finally``, and expressions that raise (division by zero, shape mismatch);
+* output through every channel: ``print``, ``sys.stdout.write``, ``sys.stderr``,
+  logging (with a handler that records into a list the function reads back), and
+  warnings (with a filter turning them into errors);
+* nested helpers with guards or output, loops with ``break``/``continue``;
+* where ``torch.compile`` is called: by the test, by the module itself, or by another
+  module that imports the program.
+
+Every program defines ``f(x, y, box, items, table)``. The generator only tracks
+which names are bound on every path (so programs run); it makes no claim about what
+graphmend can fix: the behaviour comparison must hold for every program.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+CONSTANTS = ("0.5", "2.0", "1.5", "0.25", "3.0")
+UNARY = ("torch.relu", "torch.sigmoid", "torch.tanh", "torch.abs")
+BINARY = ("+", "-", "*")
+COMPILE_SITES = ("test", "module", "other-module")
+STATE_NAMES = ("COUNT", "TOTAL", "HISTORY", "SEEN", "CACHE")
+BACKEND_LINE = 'BACKEND = "eager"'
+
+HEADER = '''\
+import logging
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+COUNT = 0
+TOTAL = torch.zeros({shape})
+HISTORY = []
+SEEN = []
+CACHE = {{}}
+
+
+class ProgramError(Exception):
+    pass
+
+
+class Box:
+    def __init__(self):
+        self.t = None
+        self.n = 0
+
+
+class ListHandler(logging.Handler):
+    def emit(self, record):
+        SEEN.append(record.getMessage())
+'''
+
+
+@dataclass
+class Program:
+    seed: int
+    source: str
+    features: Counter = field(default_factory=Counter)
+    requires_grad: bool = False
+    shape: tuple = (4,)
+    log_level: int = 10
+    compile_site: str = "test"
+
+    def describe(self) -> str:
+        return (
+            f"seed {self.seed} (grad={self.requires_grad}, shape={self.shape}, "
+            f"compiled from: {self.compile_site})\n{self.source}"
+        )
+
+
+def other_module_source(library: str) -> str:
+    """The module that compiles the program's ``f`` from elsewhere (``compile_site="other-module"``)."""
+    return (
+        "import torch\n\n"
+        f"import {library} as library\n\n"
+        f"{BACKEND_LINE}\n"
+        "compiled_f = torch.compile(library.f, backend=BACKEND, dynamic=False)\n"
+    )
+
+
+class _Generator:
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.features: Counter = Counter()
+        self.helpers: list[str] = []
+        self.globals_written: set[str] = set()
+        self.counter = 0
+        self.requires_grad = self.rng.random() < 0.3
+        self.list_handler = False
+        self.closure = False
+
+    # small helpers ---------------------------------------------------------------
+
+    def chance(self, p: float) -> bool:
+        return self.rng.random() < p
+
+    def pick(self, options):
+        return self.rng.choice(list(options))
+
+    def fresh(self, prefix: str = "h") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def feature(self, name: str) -> None:
+        self.features[name] += 1
+
+    def expression(self, names: list[str], depth: int = 0) -> str:
+        """An elementwise tensor expression of the names' shape, never a bare name."""
+        roll = self.rng.random()
+        if depth >= 2 or (depth and roll < 0.4):
+            return self.pick(names)
+        if roll < 0.5:
+            right = self.pick(CONSTANTS) if self.chance(0.4) else self.expression(names, depth + 1)
+            text = f"{self.expression(names, depth + 1)} {self.pick(BINARY)} {right}"
+            return f"({text})" if depth else text
+        if roll < 0.85:
+            return f"{self.pick(UNARY)}({self.expression(names, depth + 1)})"
+        return f"{self.pick(names)} * {self.pick(CONSTANTS)}"
+
+    def condition(self, names: list[str]) -> str:
+        name = self.pick(names)
+        forms = [
+            f"{name}.sum() > 0",
+            f"({name} > 0).all()",
+            f"{name}.max() > 0.5",
+            f"{name}.mean() < 0",
+            f"({name} > 1).any()",
+            "x.sum() > y.sum()",
+        ]
+        if self.chance(0.08):
+            self.feature("boolop-condition")
+            return f"{self.pick(forms)} {self.pick(['and', 'or'])} {self.pick(forms)}"
+        return self.pick(forms)
+
+    # helpers (module-level functions called by f) ---------------------------------
+
+    def helper(self) -> str:
+        """A module-level helper ``helperN(t, u)`` returning a tensor; may guard, print, raise."""
+        name = self.fresh("helper")
+        lines = [f"def {name}(t, u):"]
+        kind = self.pick(["guard", "print", "pure", "raise-arm", "inplace", "random", "global", "log"])
+        self.feature(f"helper-{kind}")
+        body = []
+        if kind == "guard":
+            body += [f"if {self.condition(['t', 'u'])}:", f'    raise ValueError("{name} rejects its input")']
+        elif kind == "print":
+            body += [self.pick([f'print("in {name}", t)', f'print("in {name}")', f'sys.stdout.write("{name}\\n")'])]
+        elif kind == "raise-arm":
+            body += [
+                f"if {self.condition(['t', 'u'])}:",
+                f"    return t * (1.0 / len(u.shape[1:]))" if self.chance(0.5) else "    return t + torch.ones(5)",
+            ]
+            self.feature("raising-expression")
+        elif kind == "inplace":
+            body += [f"t.{self.pick(['add_(1.0)', 'mul_(0.5)', 'clamp_(-1.0, 1.0)'])}"]
+            self.feature("inplace-method")
+        elif kind == "random":
+            body += ["u = u + torch.randn_like(u) * 0.1"]
+            self.feature("random")
+        elif kind == "global":
+            body += ["global COUNT", "COUNT += 1"]
+            self.feature("global-write")
+        elif kind == "log":
+            body += [f'logger.info("{name} %s", t.sum())']
+            self.feature("log")
+        if self.chance(0.4):
+            body += [f"if {self.condition(['t', 'u'])}:", f"    return {self.expression(['t', 'u'])}"]
+            self.feature("helper-branch")
+        body += [f"return {self.expression(['t', 'u'])}"]
+        lines += ["    " + line for line in body]
+        self.helpers.append("\n".join(lines))
+        return name
+
+    # statements of f --------------------------------------------------------------
+
+    def block(self, names: list[str], depth: int, count: int, in_loop: bool = False) -> list[str]:
+        """Statements that only rebind names in ``names`` (bound before) or bind fresh ones it appends."""
+        lines: list[str] = []
+        for _ in range(count):
+            lines += self.statement(names, depth, in_loop)
+        return lines or ["pass"]
+
+    def statement(self, names: list[str], depth: int, in_loop: bool) -> list[str]:
+        kinds = [
+            ("assign", 3), ("branch", 5), ("alias", 1.2), ("effect", 3), ("guard", 1), ("inplace", 1.2),
+            ("state", 1.2), ("random", 0.8), ("try", 1.2 if depth < 2 else 0), ("loop", 1 if depth < 2 else 0),
+            ("helper", 1.2), ("closure", 0.6), ("warning-filter", 0.5), ("raising", 0.7),
+        ]
+        if in_loop:
+            kinds.append(("break", 1.5))
+        kind = self.rng.choices([k for k, _ in kinds], weights=[w for _, w in kinds])[0]
+        return getattr(self, "statement_" + kind.replace("-", "_"))(names, depth, in_loop)
+
+    def statement_assign(self, names, depth, in_loop):
+        if depth == 0 and self.chance(0.6):
+            target = self.fresh()
+            line = f"{target} = {self.expression(names)}"
+            names.append(target)
+            return [line]
+        return [f"{self.pick(self.rebindable(names))} = {self.expression(names)}"]
+
+    def rebindable(self, names: list[str]) -> list[str]:
+        return [n for n in names if n not in ("x", "y")] or names
+
+    def arm(self, names: list[str], targets: list[str], depth: int, in_loop: bool) -> list[str]:
+        """One arm of a data-dependent branch: binds every target, plus some spice."""
+        lines = []
+        local = list(names)
+        for target in targets:
+            roll = self.rng.random()
+            if roll < 0.12:
+                source = self.pick(["x", "y"] + [n for n in names if n not in ("x", "y")][:2])
+                lines.append(f"{target} = {source}")
+                self.feature("alias-in-arm")
+            elif roll < 0.22:
+                lines.append(f"{target} = torch.sqrt({self.pick(local)}.abs()) * {self.pick(CONSTANTS)}")
+                self.feature("sqrt-in-arm")
+            elif roll < 0.3:
+                lines.append(f"{target} = {self.pick(local)} + torch.rand_like({self.pick(local)})")
+                self.feature("random-in-arm")
+            else:
+                lines.append(f"{target} = {self.expression(local)}")
+            if target not in local:
+                local.append(target)
+        for _ in range(self.rng.choice([0, 0, 1, 1, 2])):
+            lines += self.spice(local, depth)
+        if self.chance(0.2):
+            self.rng.shuffle(lines)
+        return lines
+
+    def spice(self, names: list[str], depth: int) -> list[str]:
+        """A statement with an effect beyond binding names, for a branch arm."""
+        kind = self.pick([
+            "inplace-method", "inplace-keyword", "out-keyword", "global-write", "container", "attribute",
+            "print", "log", "warn", "stderr", "random", "raising-expression", "helper", "closure-call",
+            "dict-state",
+        ])
+        name = self.pick(self.rebindable(names))
+        if kind == "closure-call" and not self.closure:
+            kind = "helper"
+        self.feature(kind)
+        if kind == "inplace-method":
+            return [f"{name}.{self.pick(['add_(1.0)', 'mul_(2.0)', 'neg_()', 'copy_(' + self.pick(names) + ' * 0.5)'])}"]
+        if kind == "inplace-keyword":
+            return [f"F.relu({name}, inplace=True)"]
+        if kind == "out-keyword":
+            return [f"torch.{self.pick(['exp', 'tanh', 'abs'])}({self.pick(names)}, out={name})"]
+        if kind == "global-write":
+            self.globals_written.add("COUNT")
+            return [self.pick(["COUNT += 1", f"TOTAL.add_({self.pick(names)})", f"HISTORY.append({self.pick(names)}.sum())"])]
+        if kind == "container":
+            return [self.pick([f"items.append({name})", f"items.append({name} * 2.0)", "items.clear()"])]
+        if kind == "attribute":
+            return [self.pick([f"box.t = {name}", "box.n = box.n + 1", f"box.t = {name}.clone()"])]
+        if kind == "dict-state":
+            return [self.pick([f'table["k"] = {name}', f'CACHE["last"] = {name}.sum()'])]
+        if kind == "print":
+            return [self.pick([f'print("arm", {name})', 'print("arm")', f'print("arm", {name}.sum(), sep=":")'])]
+        if kind == "log":
+            return [self.pick([f'logger.info("arm %s", {name})', 'logger.warning("arm")'])]
+        if kind == "warn":
+            return [self.pick(['warnings.warn("arm")', 'warnings.warn("arm", RuntimeWarning)'])]
+        if kind == "stderr":
+            return [self.pick(['sys.stderr.write("arm\\n")', 'print("arm", file=sys.stderr)', 'sys.stdout.write("arm\\n")'])]
+        if kind == "random":
+            return [f"{name} = {name} + torch.randn_like({name})"]
+        if kind == "raising-expression":
+            return [self.pick([
+                f"{name} = {name} * (1.0 / len(items))",
+                f"{name} = {name} + torch.ones(5)",
+                f"{name} = {name} * (1 // box.n)",
+            ])]
+        if kind == "helper":
+            return [f"{name} = {self.helper()}({name}, {self.pick(names)})"]
+        if kind == "closure-call":
+            if self.closure:
+                return [f"{name} = bump({name})"]
+            return [f"{name} = {self.helper()}({name}, {self.pick(names)})"]
+        return []
+
+    def statement_branch(self, names, depth, in_loop):
+        condition = self.condition(names)
+        self.feature("branch")
+        if self.chance(0.65):
+            fresh = [self.fresh() for _ in range(self.rng.randint(0, 2))] if depth == 0 else []
+            targets = fresh + self.rng.sample(self.rebindable(names), min(len(self.rebindable(names)), self.rng.randint(0 if fresh else 1, 2)))
+            first = self.arm(names, targets, depth, in_loop)
+            second = self.arm(names, targets, depth, in_loop)
+            names.extend(t for t in fresh if t not in names)
+            return [f"if {condition}:"] + self.indent(first) + ["else:"] + self.indent(second)
+        targets = self.rng.sample(self.rebindable(names), 1)
+        return [f"if {condition}:"] + self.indent(self.arm(names, targets, depth, in_loop))
+
+    def statement_alias(self, names, depth, in_loop):
+        self.feature("alias")
+        target = self.fresh("z")
+        lines = [f"if {self.condition(names)}:", f"    {target} = x", "else:", f"    {target} = y"]
+        follow = self.pick(["mul", "is", "both", "return"])
+        if follow in ("mul", "both"):
+            lines.append(f"{target}.mul_(10.0)" if not self.requires_grad else f"{target} = {target} * 10.0")
+            self.feature("inplace-through-alias")
+        if follow in ("is", "both"):
+            lines.append(f'print("alias", {target} is x, {target} is y)')
+            self.feature("identity-check")
+        if follow == "return" and depth == 0:
+            self.alias_return = target
+        if depth == 0:
+            names.append(target)
+        return lines
+
+    def statement_effect(self, names, depth, in_loop):
+        name = self.pick(names)
+        forms = [
+            ("print", f'print("v", {name})'), ("print", 'print("checkpoint")'),
+            ("print", f'print("sum", {name}.sum(), end=";\\n")'), ("print", f'print(f"f {{{name}.sum()}}")'),
+            ("stdout-write", 'sys.stdout.write("raw\\n")'), ("stderr", 'sys.stderr.write("err\\n")'),
+            ("stderr", f'print("to stderr", {name}, file=sys.stderr)'),
+            ("log", f'logger.info("val %s", {name})'), ("log", 'logger.warning("careful")'),
+            ("log", f'logger.debug("dbg %s", {name}.sum())'), ("log", f'logger.error("err %s", {name}.shape)'),
+            ("warn", 'warnings.warn("careful")'), ("warn", 'warnings.warn("deprecated", DeprecationWarning)'),
+            ("warn", 'warnings.warn("odd", category=RuntimeWarning)'),
+            ("log-list-handler", 'print("seen", len(SEEN))'),
+            ("print-mutable", 'print("items", len(items), box.n)'),
+        ]
+        kind, text = self.pick(forms)
+        self.feature(kind)
+        lines = [text]
+        if kind == "log-list-handler":
+            self.list_handler = True
+            lines = [f'logger.info("record %s", {name}.sum())', text]
+        if kind == "print" and self.chance(0.4):
+            target = self.pick(self.rebindable(names))
+            lines.append(f"{target}.add_(1.0)" if target not in ("x", "y") or not self.requires_grad else f"{target} = {target} + 1.0")
+            self.feature("mutation-after-print")
+        return lines
+
+    def statement_guard(self, names, depth, in_loop):
+        self.feature("guard")
+        name = self.pick(names)
+        forms = [
+            (f"({name} < -5).any()", 'raise ValueError("too small")'),
+            ("not torch.equal(x, y)", 'raise ValueError("x and y differ")'),
+            (f"({name}.abs() > 1e6).any()", 'raise RuntimeError("overflow")'),
+            ("(x < -5).any()", 'raise ProgramError("custom failure")'),
+            ("(x < -5).any()", "raise ValueError"),
+            (f"({name} < -5).any()", 'raise ValueError(f"bad sum {x.sum()}")'),
+            ("(y < -5).any()", "raise ERROR"),
+            ("(y < -5).any()", 'raise make_error("built")'),
+        ]
+        test, raise_statement = self.pick(forms)
+        lines = [f"if {test}:", f"    {raise_statement}"]
+        if "ERROR" in raise_statement and "make" not in raise_statement:
+            self.feature("raise-instance")
+            lines = ['ERROR = ValueError("prebuilt")'] + lines
+        if "make_error" in raise_statement:
+            self.feature("raise-factory")
+            if "def make_error" not in "\n".join(self.helpers):
+                self.helpers.append('def make_error(message):\n    return ProgramError(message)')
+        return lines
+
+    def statement_inplace(self, names, depth, in_loop):
+        name = self.pick(self.rebindable(names))
+        kind = self.pick(["inplace-method", "inplace-keyword", "out-keyword"])
+        self.feature(kind)
+        if kind == "inplace-method":
+            return [f"{name}.{self.pick(['add_(0.5)', 'mul_(2.0)', 'sub_(' + self.pick(names) + ')'])}"]
+        if kind == "inplace-keyword":
+            return [f"{name} = F.relu({name}, inplace=True)"]
+        return [self.pick([
+            f"torch.tanh({self.pick(names)}, out={name})",
+            f"torch.mul({self.pick(names)}, 2.0, out={name})",
+        ])]
+
+    def statement_state(self, names, depth, in_loop):
+        name = self.pick(names)
+        kind = self.pick(["container", "attribute", "dict-state", "global-write"])
+        self.feature(kind)
+        if kind == "container":
+            return [self.pick([f"items.append({name})", f"items.append({name}.sum())", f"{name} = {name} + len(items)"])]
+        if kind == "attribute":
+            return [self.pick([f"box.t = {name}", "box.n = box.n + 1", f"box.t = {name} * 2.0"])]
+        if kind == "dict-state":
+            return [self.pick([f'table["k"] = {name}', f'table["n"] = table.get("n", 0) + 1'])]
+        self.globals_written.add("COUNT")
+        return [self.pick(["COUNT += 1", f"TOTAL.add_({name})", f"HISTORY.append({name})"])]
+
+    def statement_random(self, names, depth, in_loop):
+        self.feature("random")
+        name = self.pick(self.rebindable(names))
+        return [self.pick([
+            f"{name} = {name} + torch.randn_like({name}) * 0.1",
+            f"{name} = {name} * torch.bernoulli(torch.full_like({name}, 0.5))",
+            "torch.rand(1)",
+        ])]
+
+    def statement_try(self, names, depth, in_loop):
+        form = self.pick(["except", "finally", "except-finally", "helper-except"])
+        self.feature(f"try-{form}")
+        if form == "helper-except":
+            target = self.pick(self.rebindable(names))
+            helper = self.helper()
+            self.feature("nested-helper-caught")
+            return [
+                "try:", f"    {target} = {helper}({target}, {self.pick(names)})",
+                f"except {self.pick(['ValueError', 'Exception', 'RuntimeError', '(ValueError, RuntimeError)'])} as error:",
+                '    print("caught", type(error).__name__, error)',
+                f"    {target} = {target} * 0.0",
+            ]
+        body = self.indent(self.block(names if depth else list(names), depth + 1, self.rng.randint(1, 3), in_loop))
+        lines = ["try:"] + body
+        if form in ("except", "except-finally"):
+            lines += [
+                f"except {self.pick(['ValueError', 'Exception', 'ZeroDivisionError', 'RuntimeError', 'UserWarning'])} as error:",
+                '    print("handled", type(error).__name__, str(error)[:40])',
+            ]
+        if form in ("finally", "except-finally"):
+            lines += ["finally:", f'    print("finally", {self.pick(["x.sum()", "len(items)", "COUNT"])})']
+        return lines
+
+    def statement_loop(self, names, depth, in_loop):
+        self.feature("loop")
+        count = self.rng.randint(1, 3)
+        body = self.block(names if depth else list(names), depth + 1, self.rng.randint(1, 3), True)
+        return [f"for i in range({count}):"] + self.indent(body)
+
+    def statement_break(self, names, depth, in_loop):
+        word = self.pick(["break", "continue"])
+        self.feature(word)
+        return [f"if {self.condition(names)}:", f"    {word}"]
+
+    def statement_helper(self, names, depth, in_loop):
+        target = self.pick(self.rebindable(names))
+        self.feature("helper-call")
+        return [f"{target} = {self.helper()}({target}, {self.pick(names)})"]
+
+    def statement_closure(self, names, depth, in_loop):
+        if depth or self.closure:
+            return self.statement_assign(names, depth, in_loop)
+        self.closure = True
+        self.feature("closure")
+        self.feature("nonlocal")
+        return [
+            "acc = x * 0.0",
+            "def bump(t):",
+            "    nonlocal acc",
+            f"    acc = acc + t{' * 0.5' if self.chance(0.5) else ''}",
+            "    return t + 1.0",
+            f"if {self.condition(names)}:",
+            f"    {self.pick(self.rebindable(names))} = bump({self.pick(names)})",
+            'print("acc", acc)' if self.chance(0.5) else "items.append(acc)",
+        ]
+
+    def statement_warning_filter(self, names, depth, in_loop):
+        self.feature("warning-filter-error")
+        guarded = self.chance(0.6)
+        inner = [
+            "with warnings.catch_warnings():",
+            f'    warnings.simplefilter("{self.pick(["error", "error", "ignore"])}")',
+            f"    if {self.condition(names)}:",
+            '        warnings.warn("filtered")',
+            f"    {self.pick(self.rebindable(names))} = {self.expression(names)}",
+        ]
+        if not guarded:
+            return inner
+        return ["try:"] + self.indent(inner) + ["except UserWarning as error:", '    print("warning as error", error)']
+
+    def statement_raising(self, names, depth, in_loop):
+        self.feature("raising-expression")
+        target = self.pick(self.rebindable(names))
+        raising = self.pick([
+            f"{target} = {target} * (1.0 / len(items))",
+            f"{target} = {target} + torch.ones(5)",
+            f"{target} = {target}[{self.pick(['0', '7'])}] + {target}",
+        ])
+        return [f"if {self.condition(names)}:", f"    {raising}"]
+
+    def indent(self, lines: list[str]) -> list[str]:
+        return ["    " + line for line in lines]
+
+    def ending(self, names: list[str]) -> list[str]:
+        alias = getattr(self, "alias_return", None)
+        roll = self.rng.random()
+        if alias and roll < 0.5:
+            self.feature("return-alias")
+            return [f"return {alias}, {alias} is x"]
+        if roll < 0.35:
+            return [f"return {self.expression(names)}"]
+        if roll < 0.5:
+            self.feature("return-input")
+            return [f"if {self.condition(names)}:", "    return x", "return y"]
+        if roll < 0.6:
+            self.feature("tuple-return")
+            return [f"return {self.expression(names)}, {self.pick(names)}"]
+        self.feature("return-branch")
+        return [f"if {self.condition(names)}:", f"    return {self.expression(names)}", f"return {self.expression(names)}"]
+
+    def program(self) -> Program:
+        shape = self.pick([(4,), (4,), (2, 3)])
+        names = ["x", "y"]
+        body: list[str] = []
+        if self.requires_grad:
+            self.feature("autograd")
+        for _ in range(self.rng.randint(3, 8)):
+            body += self.statement(names, 0, False)
+        body += self.ending(names)
+        if self.globals_written or any("COUNT" in line and "+=" in line for line in body):
+            body = ["global COUNT"] + body
+            self.feature("global-declaration")
+        compile_site = self.rng.choices(COMPILE_SITES, weights=[6, 2, 2])[0]
+        self.feature(f"compiled-from-{compile_site}")
+        lines = [HEADER.format(shape=shape)]
+        if self.list_handler:
+            lines.append("logger.addHandler(ListHandler())\n")
+        lines += [helper + "\n\n" for helper in self.helpers]
+        lines.append("def f(x, y, box, items, table):\n" + "\n".join(self.indent(body)) + "\n")
+        if compile_site == "module":
+            lines.append(f"\n{BACKEND_LINE}\ncompiled_f = torch.compile(f, backend=BACKEND, dynamic=False)\n")
+        source = "\n".join(lines)
+        return Program(
+            seed=self.seed,
+            source=source,
+            features=self.features,
+            requires_grad=self.requires_grad,
+            shape=shape,
+            log_level=self.pick([10, 20]),
+            compile_site=compile_site,
+        )
+
+
+def generate(seed: int) -> Program:
+    return _Generator(seed).program()

@@ -1,0 +1,172 @@
+"""The long differential fuzzing run: many grammar programs, every backend, minimised findings.
+
+    PYTHONPATH=src python tests/differential/long_run.py --programs 5000 --inductor-every 25 \\
+        --findings /tmp/fuzz_findings.md --time-limit 3600
+
+Each program (``grammar.generate(seed)``) runs original vs mended eagerly, compiled with
+the ``eager`` and ``aot_eager`` backends, and, on every ``--inductor-every``-th program,
+with ``inductor``. Each behaviour difference is put in a class (mode, observable part,
+and a coarse shape of the difference); the first ``--minimise-per-class`` of each class
+are minimised to a reproducer, whose mended text names the rules involved. The summary
+gives programs run per mode, the classes with their counts and reproducers, the
+differences that TorchDynamo makes on its own (original compiled differs the same way),
+and how often each construct was generated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import os
+import sys
+import time
+import traceback
+from collections import Counter
+
+if __package__ in (None, ""):  # run as a script: make ``tests.differential`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    __package__ = "tests.differential"  # noqa: A001
+
+from graphmend.rewrite.pipeline import mend_module_source  # noqa: E402
+
+from .grammar import generate  # noqa: E402
+from .minimise import minimise, rules_involved  # noqa: E402
+from .observe import Difference, compare, difference_class  # noqa: E402
+
+
+def mended_text(source: str) -> str:
+    return mend_module_source(source, filename="/graphmend-fuzz/reproducer.py", module_name="reproducer", scope="all").source
+
+
+def append_finding(path: str, number: int, klass: str, program, difference: Difference, reproducer) -> None:
+    mended = mended_text(reproducer.source)
+    rules = rules_involved(mended) or ["none (module unchanged?)"]
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M UTC")
+    with open(path, "a") as out:
+        out.write(
+            f"\n## L{number}: {klass} (rules in the mended reproducer: {', '.join(rules)})\n"
+            f"- found {stamp} by the long run: seed {program.seed}, mode {difference.mode}, "
+            f"input {difference.input_name!r} (call {difference.call}), grad={program.requires_grad}, "
+            f"compiled from: {program.compile_site}\n"
+            f"- expected (original, eager): `{_clip(difference.expected)}`\n"
+            f"- observed (mended, {difference.mode}): `{_clip(difference.actual)}`\n"
+            f"- reproducer (`f(x, y, box, items, table)`, inputs from observe.input_values):\n"
+            f"```python\n{reproducer.source}```\n"
+            f"- mended text:\n```python\n{mended}```\n"
+        )
+
+
+def _clip(value, limit: int = 600) -> str:
+    text = repr(value).replace("`", "'")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--programs", type=int, default=300)
+    parser.add_argument("--start", type=int, default=0, help="first seed")
+    parser.add_argument("--seeds", help="comma-separated seeds to run instead of a range (e.g. those that differed)")
+    parser.add_argument("--inductor-every", type=int, default=25, help="0: never")
+    parser.add_argument("--no-aot-eager", action="store_true")
+    parser.add_argument("--minimise-per-class", type=int, default=2)
+    parser.add_argument("--minimise-budget", type=float, default=120.0, help="seconds per reproducer")
+    parser.add_argument("--findings", help="append each minimised finding to this markdown file")
+    parser.add_argument("--time-limit", type=float, default=0, help="stop starting programs after this many seconds")
+    options = parser.parse_args(argv)
+
+    # TorchDynamo logs each failed fake-tensor call with a traceback; the program's own
+    # errors are what we compare, not that log.
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
+    logging.getLogger("torch._dynamo").setLevel(logging.CRITICAL)
+
+    started = time.monotonic()
+    runs = Counter()
+    classes: dict[str, list] = {}
+    torch_own = Counter()
+    numeric = Counter()
+    crashes = []
+    coverage = Counter()
+    programs = 0
+    findings = 0
+    if options.findings and os.path.exists(options.findings):
+        with open(options.findings) as existing:  # number on from earlier runs' entries
+            findings = sum(line.startswith("## L") for line in existing)
+    seeds = (
+        [int(seed) for seed in options.seeds.split(",")] if options.seeds
+        else range(options.start, options.start + options.programs)
+    )
+    for seed in seeds:
+        if options.time_limit and time.monotonic() - started > options.time_limit:
+            break
+        program = generate(seed)
+        modes = ["eager", "compiled:eager"]
+        if not options.no_aot_eager:
+            modes.append("compiled:aot_eager")
+        if options.inductor_every and seed % options.inductor_every == 0:
+            modes.append("compiled:inductor")
+        try:
+            report = compare(program, modes=tuple(modes))
+        except Exception:  # noqa: BLE001 - a harness failure is reported, not fatal
+            crashes.append((seed, traceback.format_exc(limit=3)))
+            continue
+        programs += 1
+        coverage.update(set(program.features))
+        runs.update(report.modes_run)
+        for difference in report.torch_own:
+            torch_own[difference_class(difference)] += 1
+        for difference in report.numeric:
+            numeric[difference.mode] += 1
+        minimised_here = set()
+        for difference in report.differences:
+            klass = difference_class(difference)
+            if difference.exposed:
+                klass = "exposed TorchDynamo trace-time error: " + klass
+            entries = classes.setdefault(klass, [])
+            reproducer = None
+            limit = 1 if difference.exposed else options.minimise_per_class
+            wanted = sum(1 for e in entries if e[2] is not None) < limit
+            if wanted and klass not in minimised_here:
+                minimised_here.add(klass)
+                reproducer = minimise(program, difference, options.minimise_budget)
+                findings += 1
+                if options.findings:
+                    append_finding(options.findings, findings, klass, program, difference, reproducer)
+            entries.append((seed, difference.mode, reproducer))
+        print(
+            f"[{time.monotonic() - started:7.0f}s] seed {seed}: "
+            + (", ".join(difference_class(d) + f" [{d.mode}]" for d in report.differences) or "same"),
+            flush=True,
+        )
+
+    elapsed = time.monotonic() - started
+    print("\n==== graphmend differential fuzzing: summary ====")
+    asked = options.seeds or f"{options.start}..{options.start + options.programs - 1}"
+    print(f"seeds {asked}; programs run: {programs} in {elapsed:.0f} s")
+    for mode in ("eager", "compiled:eager", "compiled:aot_eager", "compiled:inductor"):
+        print(f"  {mode:20s} {runs[mode]} programs")
+    total = sum(len(v) for v in classes.values())
+    print(f"behaviour differences: {total} in {len({s for v in classes.values() for s, _, _ in v})} programs, {len(classes)} classes")
+    for klass, entries in sorted(classes.items(), key=lambda item: -len(item[1])):
+        seeds = sorted({seed for seed, _, _ in entries})
+        print(f"  {len(entries):5d}  {klass}  (seeds {', '.join(map(str, seeds[:8]))}{' ...' if len(seeds) > 8 else ''})")
+        for seed, mode, reproducer in entries:
+            if reproducer is not None:
+                lines = reproducer.source.count("\n")
+                print(f"         reproducer from seed {seed} [{mode}], {lines} lines, rules: "
+                      f"{', '.join(rules_involved(mended_text(reproducer.source))) or '-'}")
+    print(f"TorchDynamo's own differences (original compiled differs the same way): {sum(torch_own.values())}")
+    for klass, count in torch_own.most_common():
+        print(f"  {count:5d}  {klass}")
+    print(f"inductor float-bit-only differences (allclose): {sum(numeric.values())}")
+    print(f"harness crashes: {len(crashes)}")
+    for seed, text in crashes[:5]:
+        print(f"  seed {seed}: {text.strip().splitlines()[-1]}")
+    print("construct coverage (programs containing each construct):")
+    for feature, count in sorted(coverage.items()):
+        print(f"  {feature:30s} {count}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

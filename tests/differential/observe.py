@@ -1,0 +1,537 @@
+"""Run a grammar program (see ``grammar``) original and mended, eagerly and compiled, and compare.
+
+One *run* loads a fresh copy of the program's module (or modules, when another module
+compiles it), then calls ``f(x, y, box, items, table)`` on each input set in turn, in
+one process state: module globals carry over between the calls, as they would in a
+user's program, so a difference that shows only on a later call is seen too. Before
+each call the torch generator is seeded. Every call records one ``Observation``:
+
+* ``error``: the exception that left ``f`` (module, type, args, message, the type of
+  its ``__context__``/``__cause__`` and whether the context is suppressed) or None;
+* ``value``: the returned value, tensors bit-exact (with dtype, shape, requires_grad,
+  whether they have a grad_fn) and each object's identity relative to the inputs and
+  module globals (``is x``, shares storage with ``y``);
+* ``gradients``: after ``backward()`` of the sum of returned tensors that require grad,
+  the gradients of ``x`` and ``y`` bit-exact (NaN equal to the same NaN), or the
+  exception backward raised;
+* ``arguments``: ``x``, ``y``, ``box.__dict__``, ``items`` and ``table`` afterwards;
+* ``globals``: the module's state names (``COUNT``, ``TOTAL``, ``HISTORY``, ``SEEN``,
+  ``CACHE``) afterwards;
+* ``rng``: a digest of the torch generator state afterwards;
+* ``events``: stdout, stderr, log records and warnings, interleaved in one list.
+
+``compare`` runs the original eagerly as the reference, then the mended program
+eagerly and compiled with each backend asked for. A compiled run that differs from the
+reference is checked against the original compiled with the same backend: when the
+two compiled runs agree, the difference is TorchDynamo's own (counted, not a finding).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import logging
+import math
+import os
+import sys
+import types
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+import graphmend.runtime  # noqa: F401 - wraps torch.compile: flushes deferred effects, restores traps
+from graphmend.rewrite.pipeline import mend_module_source
+
+from .grammar import BACKEND_LINE, STATE_NAMES, Program, other_module_source
+
+TORCH_DIRECTORY = os.path.dirname(torch.__file__)
+RESUME_PREFIX = "torch_dynamo_resume_in_"
+PARTS = ("error", "value", "gradients", "arguments", "globals", "rng", "events")
+MODES = ("eager", "compiled:eager", "compiled:aot_eager", "compiled:inductor")
+
+
+@dataclass
+class Observation:
+    error: object = None
+    value: object = None
+    gradients: object = None
+    arguments: object = None
+    globals: object = None
+    rng: object = None
+    events: list = field(default_factory=list)
+
+
+@dataclass
+class Difference:
+    mode: str
+    call: int
+    input_name: str
+    part: str
+    expected: object
+    actual: object
+    # see ``exposed_dynamo_error``: reported apart, as TorchDynamo's difference, not a rule's
+    exposed: bool = False
+
+    @property
+    def klass(self) -> str:
+        return difference_class(self)
+
+    @property
+    def signature(self) -> tuple:
+        return (self.mode, self.klass, self.input_name)
+
+    def describe(self, limit: int = 1500) -> str:
+        return (
+            f"[{self.mode}] call {self.call} (input {self.input_name!r}), part {self.part!r}\n"
+            f"  expected (original, eager): {_short(self.expected, limit)}\n"
+            f"  actual   (mended):          {_short(self.actual, limit)}"
+        )
+
+
+def _short(value, limit: int) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+
+
+def exposed_dynamo_error(difference: Difference) -> bool:
+    """The compiled mended program raised TorchDynamo's trace-time wrapper
+    (``TorchRuntimeError``) of the very failure the original raised eagerly.
+
+    Mending let TorchDynamo trace code it ran eagerly before, and TorchDynamo reports an
+    op's failure found while tracing as its own error (e.g. ``z1.add_`` on a leaf that
+    requires grad). The original message must appear inside TorchDynamo's: a different
+    message (an untaken arm's shape mismatch traced by Where) is a rule's difference.
+    Counted apart, never dropped.
+    """
+    expected, actual = difference.expected, difference.actual
+    return (
+        difference.part == "error" and difference.mode != "eager" and expected is not None
+        and actual is not None and actual[0] == "torch._dynamo.exc" and actual[1] == "TorchRuntimeError"
+        and bool(expected[3]) and expected[3] in actual[3]
+    )
+
+
+def difference_class(difference: Difference) -> str:
+    """A coarse name for a difference, so one bug found a hundred times is minimised once."""
+    kind = "eager" if difference.mode == "eager" else "compiled"
+    detail = ""
+    expected, actual = difference.expected, difference.actual
+    if difference.part == "error":
+        names = [None if e is None else e[1] for e in (expected, actual)]
+        if expected and actual and expected[:4] == actual[:4]:
+            detail = "exception context/cause changed"
+        elif expected and actual and expected[:2] == actual[:2]:
+            detail = f"{names[0]} message/args changed"
+        else:
+            detail = f"{names[0]} -> {names[1]}"
+    elif difference.part == "events":
+        kinds_expected = [e[0] for e in expected]
+        kinds_actual = [e[0] for e in actual]
+        if sorted(_event_pieces(expected)) == sorted(_event_pieces(actual)):
+            detail = "reordered"
+        elif len(actual) < len(expected):
+            detail = "missing " + ",".join(sorted(set(kinds_expected) - set(kinds_actual)) or ["output"])
+        elif len(actual) > len(expected):
+            detail = "extra " + ",".join(sorted(set(kinds_actual) - set(kinds_expected)) or ["output"])
+        else:
+            detail = "text of " + ",".join(sorted({a[0] for a, b in zip(actual, expected) if a != b}))
+    return f"{kind} {difference.part}" + (f": {detail}" if detail else "")
+
+
+def _event_pieces(events: list) -> list[str]:
+    """Events with output text split into lines (consecutive writes are merged as seen)."""
+    pieces = []
+    for event in events:
+        if event[0] in ("stdout", "stderr"):
+            pieces += [repr((event[0], line)) for line in event[1].splitlines(keepends=True)]
+        else:
+            pieces.append(repr(event))
+    return pieces
+
+
+# normalising values ------------------------------------------------------------
+
+
+def tensor_bits(value: torch.Tensor) -> tuple:
+    flat = value.detach().contiguous().reshape(-1)
+    if flat.dtype.is_floating_point:
+        flat = flat.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()])
+    return tuple(flat.tolist())
+
+
+class Normaliser:
+    """Turns values into comparable keys, naming objects the program was given or owns."""
+
+    def __init__(self, known: dict[int, str], storages: dict[int, str]):
+        self.known = known
+        self.storages = storages
+
+    def __call__(self, value, depth: int = 0):
+        identity = self.known.get(id(value))
+        if isinstance(value, torch.Tensor):
+            key = (
+                "tensor", str(value.dtype), tuple(value.shape), value.requires_grad,
+                value.grad_fn is not None, tensor_bits(value),
+            )
+            storage = None
+            if value.layout == torch.strided and value.device.type == "cpu":
+                with contextlib.suppress(Exception):
+                    storage = self.storages.get(value.untyped_storage().data_ptr())
+            return key + (("is", identity), ("storage", storage))
+        if depth > 4:
+            return ("deep", type(value).__name__)
+        if isinstance(value, (tuple, list)):
+            return (type(value).__name__, ("is", identity), tuple(self(v, depth + 1) for v in value))
+        if isinstance(value, dict):
+            return ("dict", ("is", identity), tuple((repr(k), self(v, depth + 1)) for k, v in value.items()))
+        if isinstance(value, float) and math.isnan(value):
+            return ("float", "nan")
+        if isinstance(value, (bool, int, float, str, type(None))):
+            return (type(value).__name__, value)
+        if hasattr(value, "__dict__"):
+            return (type(value).__qualname__, ("is", identity), self(dict(vars(value)), depth + 1))
+        return ("object", type(value).__qualname__, ("is", identity))
+
+
+DYNAMO_MESSAGE_SUFFIX = "\n\nfrom user code:"
+
+
+def _without_dynamo_suffix(text: str) -> str:
+    """TorchDynamo appends where in the user's code a compiled op failed; the same error
+    raised by the original compiled with fewer graphs would not carry it, so it is no
+    part of the comparison."""
+    return text.split(DYNAMO_MESSAGE_SUFFIX, 1)[0]
+
+
+def exception_key(error: BaseException, module_names: set[str]) -> tuple:
+    def owner(kind):
+        return "<program>" if kind.__module__ in module_names else kind.__module__
+
+    kind = type(error)
+    context = error.__context__
+    cause = error.__cause__
+    return (
+        owner(kind), kind.__qualname__, repr(tuple(_without_dynamo_suffix(a) if isinstance(a, str) else a for a in error.args)),
+        _without_dynamo_suffix(str(error)),
+        None if context is None else type(context).__qualname__,
+        None if cause is None else type(cause).__qualname__,
+        error.__suppress_context__,
+    )
+
+
+# observing output -----------------------------------------------------------------
+
+
+class _Stream(io.TextIOBase):
+    def __init__(self, events: list, channel: str):
+        self.events = events
+        self.channel = channel
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if text:
+            if self.events and self.events[-1][0] == self.channel:
+                self.events[-1] = (self.channel, self.events[-1][1] + text)
+            else:
+                self.events.append((self.channel, text))
+        return len(text)
+
+
+class _LogEvents(logging.Handler):
+    def __init__(self, events: list):
+        super().__init__(logging.DEBUG)
+        self.events = events
+
+    def emit(self, record: logging.LogRecord) -> None:
+        function = record.funcName
+        if function.startswith(RESUME_PREFIX):
+            function = function[len(RESUME_PREFIX):].rsplit("_at_", 1)[0]
+        self.events.append(("log", record.levelname, record.getMessage(), record.lineno, function))
+
+
+@contextlib.contextmanager
+def observing(logger_names: list[str], log_level: int, events: list):
+    handlers = []
+    for name in logger_names:
+        logger = logging.getLogger(name)
+        handler = _LogEvents(events)
+        logger.addHandler(handler)
+        logger.setLevel(log_level)
+        logger.propagate = False
+        handlers.append((logger, handler))
+
+    def show_warning(message, category, filename, lineno, file=None, line=None):
+        if os.path.abspath(filename).startswith(TORCH_DIRECTORY):
+            return  # TorchDynamo's own warnings, not the program's
+        events.append(("warning", str(message), category.__qualname__, lineno))
+
+    try:
+        with contextlib.redirect_stdout(_Stream(events, "stdout")), contextlib.redirect_stderr(
+            _Stream(events, "stderr")
+        ), warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = show_warning
+            yield
+    finally:
+        for logger, handler in handlers:
+            logger.removeHandler(handler)
+
+
+# loading programs -------------------------------------------------------------------
+
+
+def with_backend(source: str, backend: str) -> str:
+    return source.replace(BACKEND_LINE, f'BACKEND = "{backend}"')
+
+
+@dataclass
+class LoadedCode:
+    """Code objects of one variant of a program for one backend (mended once, executed per run)."""
+
+    module_name: str
+    code: types.CodeType
+    main_name: str | None = None
+    main_code: types.CodeType | None = None
+
+
+def prepare(
+    program: Program, variant: str, backend: str, filename: str, module_name: str, mended_source: str | None = None
+) -> LoadedCode:
+    source = with_backend(program.source, backend)
+    if variant == "mended" and mended_source is not None:  # the harness's own tests: a hand-made "mended" text
+        source, variant = with_backend(mended_source, backend), "given"
+    main_name = main_code = None
+    if program.compile_site == "other-module":
+        main_name = module_name + "_main"
+        main_source = with_backend(other_module_source(module_name), backend)
+        main_filename = filename.replace(".py", "_main.py")
+        main_code = _compile(main_source, main_filename, main_name, variant, scope="entry")
+    scope = "entry" if program.compile_site == "module" else "all"
+    return LoadedCode(module_name, _compile(source, filename, module_name, variant, scope), main_name, main_code)
+
+
+def _compile(source: str, filename: str, module_name: str, variant: str, scope: str) -> types.CodeType:
+    if variant == "mended":
+        result = mend_module_source(source, filename=filename, module_name=module_name, scope=scope)
+        if result.changed:
+            return compile(result.tree, filename, "exec")
+    return compile(source, filename, "exec")
+
+
+def _exec_module(name: str, code: types.CodeType) -> types.ModuleType:
+    logger = logging.getLogger(name)
+    logger.handlers.clear()  # a fresh copy of the program adds its own handlers again
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(code, module.__dict__)  # noqa: S102 - running the generated program is the point
+    return module
+
+
+def unload(loaded: LoadedCode) -> None:
+    for name in (loaded.module_name, loaded.main_name):
+        if name:
+            sys.modules.pop(name, None)
+            logging.getLogger(name).handlers.clear()
+
+
+# inputs -----------------------------------------------------------------------------
+
+
+INPUT_NAMES = ("positive", "negative", "zeros", "small")
+
+
+def input_values(seed: int, shape: tuple) -> list[tuple[str, torch.Tensor, torch.Tensor, int, int]]:
+    """(name, x, y, how many items, box.n) per input set; ``zeros`` has exact zeros (sqrt's
+    infinite derivative), ``small`` fails range guards."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw():
+        return torch.randn(shape, generator=generator).clamp(-3.0, 3.0)
+
+    positive = torch.rand(shape, generator=generator) + 0.5
+    negative = -(torch.rand(shape, generator=generator) + 0.1)
+    zeros = draw()
+    zeros.view(-1)[::2] = 0.0
+    small = draw() - 6.0
+    return [
+        ("positive", positive, positive.clone(), 0, 1),
+        ("negative", negative, draw(), 1, 0),
+        ("zeros", zeros, zeros.clone(), 0, 0),
+        ("small", small, small.clone(), 2, 1),
+    ]
+
+
+# one run ------------------------------------------------------------------------------
+
+
+def run_program(program: Program, loaded: LoadedCode, mode: str, inputs) -> list[Observation]:
+    """Load the program once and call it on every input set in turn."""
+    torch.manual_seed(program.seed)
+    module = _exec_module(loaded.module_name, loaded.code)
+    main = _exec_module(loaded.main_name, loaded.main_code) if loaded.main_name else None
+    if mode == "eager":
+        target = module.f
+    else:
+        backend = mode.split(":", 1)[1]
+        if program.compile_site == "module":
+            target = module.compiled_f
+        elif program.compile_site == "other-module":
+            target = main.compiled_f
+        else:
+            target = torch.compile(module.f, backend=backend, dynamic=False)
+    names = {loaded.module_name} | ({loaded.main_name} if loaded.main_name else set())
+    observations = []
+    for index, (_, x_value, y_value, item_count, box_count) in enumerate(inputs):
+        observations.append(
+            _call(program, module, target, names, index, x_value, y_value, item_count, box_count)
+        )
+    return observations
+
+
+def _call(program, module, target, module_names, index, x_value, y_value, item_count, box_count) -> Observation:
+    x = x_value.clone().requires_grad_(program.requires_grad)
+    y = y_value.clone().requires_grad_(program.requires_grad)
+    box_class = getattr(module, "Box", None)
+    box = box_class() if isinstance(box_class, type) else types.SimpleNamespace(t=None, n=0)
+    with contextlib.suppress(Exception):
+        box.n = box_count
+    items = [torch.ones_like(x_value) * (k + 1) for k in range(item_count)]
+    table = {"k": 0}
+    known = {id(x): "x", id(y): "y", id(box): "box", id(items): "items", id(table): "table"}
+    storages = {}
+    for label, tensor in (("x", x), ("y", y)):
+        storages[tensor.untyped_storage().data_ptr()] = label
+    for name in STATE_NAMES:
+        if name in module.__dict__:
+            known.setdefault(id(module.__dict__[name]), name)
+            if isinstance(module.__dict__[name], torch.Tensor):
+                storages[module.__dict__[name].untyped_storage().data_ptr()] = name
+    normalise = Normaliser(known, storages)
+    observation = Observation()
+    torch.manual_seed(1000 + index)
+    value = None
+    with observing(list(module_names), program.log_level, observation.events):
+        try:
+            value = target(x, y, box, items, table)
+            observation.value = normalise(value)
+        except Exception as error:  # noqa: BLE001 - the exception is what is compared
+            observation.error = exception_key(error, module_names)
+    if observation.error is None and program.requires_grad:
+        observation.gradients = _gradients(value, x, y, normalise)
+    observation.arguments = normalise((x, y, box, items, table))
+    observation.globals = tuple((name, normalise(module.__dict__.get(name))) for name in STATE_NAMES)
+    observation.rng = hashlib.md5(torch.get_rng_state().numpy().tobytes()).hexdigest()
+    return observation
+
+
+def _gradients(value, x, y, normalise):
+    tensors = []
+
+    def collect(item, depth=0):
+        if isinstance(item, torch.Tensor):
+            if item.requires_grad and item.is_floating_point():
+                tensors.append(item)
+        elif isinstance(item, (tuple, list)) and depth < 3:
+            for element in item:
+                collect(element, depth + 1)
+
+    collect(value)
+    if not tensors:
+        return None
+    try:
+        sum(t.sum() for t in tensors).backward()
+    except Exception as error:  # noqa: BLE001
+        return ("backward raised", type(error).__qualname__, str(error)[:200])
+    return (normalise(x.grad), normalise(y.grad))
+
+
+# comparing -----------------------------------------------------------------------------
+
+
+def first_difference(mode, inputs, expected: list[Observation], actual: list[Observation]) -> Difference | None:
+    for index, (reference, observed) in enumerate(zip(expected, actual)):
+        for part in PARTS:
+            if getattr(reference, part) != getattr(observed, part):
+                return Difference(mode, index, inputs[index][0], part, getattr(reference, part), getattr(observed, part))
+    return None
+
+
+@dataclass
+class Report:
+    differences: list[Difference] = field(default_factory=list)
+    torch_own: list[Difference] = field(default_factory=list)  # original compiled differs the same way
+    numeric: list[Difference] = field(default_factory=list)  # inductor: float bits only, allclose
+    modes_run: list[str] = field(default_factory=list)
+    crashed: str | None = None
+
+
+def compare(
+    program: Program, modes=("eager", "compiled:eager", "compiled:aot_eager"), filename=None, mended_source=None,
+    calls: int | None = None,
+) -> Report:
+    """Original eagerly against mended in each mode; see the module docstring.
+
+    ``mended_source`` replaces graphmend's output by a given text (to test the harness);
+    ``calls`` keeps only the first input sets (the minimiser needs no more than the one
+    that showed the difference)."""
+    filename = filename or f"/graphmend-fuzz/program_{program.seed}.py"
+    module_name = f"gm_fuzz_{program.seed}"
+    inputs = input_values(program.seed, program.shape)[:calls]
+    report = Report()
+    cache: dict[tuple[str, str], LoadedCode] = {}
+
+    def observe(variant: str, mode: str) -> list[Observation]:
+        backend = mode.split(":", 1)[1] if ":" in mode else "eager"
+        key = (variant, backend)
+        if key not in cache:
+            cache[key] = prepare(program, variant, backend, filename, module_name, mended_source)
+        torch._dynamo.reset()
+        try:
+            return run_program(program, cache[key], mode, inputs)
+        finally:
+            torch._dynamo.reset()
+            unload(cache[key])
+
+    reference = observe("original", "eager")
+    for mode in modes:
+        report.modes_run.append(mode)
+        actual = observe("mended", mode)
+        difference = first_difference(mode, inputs, reference, actual)
+        if difference is None:
+            continue
+        difference.exposed = exposed_dynamo_error(difference)
+        if mode == "eager":
+            report.differences.append(difference)
+            continue
+        original_compiled = observe("original", mode)
+        if first_difference(mode, inputs, original_compiled, actual) is None:
+            report.torch_own.append(difference)
+        elif mode.endswith("inductor") and _only_float_bits(original_compiled, actual):
+            report.numeric.append(difference)
+        else:
+            report.differences.append(difference)
+    return report
+
+
+def _only_float_bits(expected: list[Observation], actual: list[Observation]) -> bool:
+    """True when the two runs differ only in tensor values that are allclose (inductor fusion)."""
+
+    def strip(value):
+        if isinstance(value, tuple) and value and value[0] == "tensor":
+            return value[:5]
+        if isinstance(value, tuple):
+            return tuple(strip(v) for v in value)
+        return value
+
+    for reference, observed in zip(expected, actual):
+        for part in PARTS:
+            if part in ("value", "gradients", "arguments", "globals"):
+                if strip(getattr(reference, part)) != strip(getattr(observed, part)):
+                    return False
+            elif getattr(reference, part) != getattr(observed, part):
+                return False
+    return True

@@ -1,0 +1,105 @@
+"""The fast seeded slice of the differential fuzzer (``grammar`` + ``observe``).
+
+Each seed's program runs original vs mended, eagerly and compiled (backend ``eager``;
+every fourth seed also ``aot_eager``), on four input sets in turn, and every
+observable is compared (see ``observe``): return values bit-exact with identity,
+gradients, stdout/stderr/log/warning events in one order, exceptions, argument,
+container, attribute and global state, and the torch generator state. The
+comparison holds for every program, whatever graphmend can or cannot fix.
+
+Seeds listed in ``KNOWN_DIFFERENCES`` show behaviour differences on main that other
+work is fixing; they are ``xfail(strict=True)`` with the classes named, so the suite
+passes today and a fix turns them into failures that ask for the entry to be removed.
+The long run (``long_run.py``) covers thousands of seeds and all backends.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+
+import pytest
+
+from .grammar import generate
+from .minimise import ddmin_lines
+from .observe import compare
+
+SEEDS = range(12)  # about 45 s of CPU; the long run covers thousands
+EVERY_CONSTRUCT = {
+    "alias", "alias-in-arm", "identity-check", "inplace-through-alias", "return-alias", "return-input",
+    "inplace-method", "inplace-keyword", "out-keyword", "global-write", "global-declaration",
+    "closure", "nonlocal", "container", "attribute", "dict-state", "autograd", "sqrt-in-arm",
+    "random", "random-in-arm", "guard", "raise-instance", "raise-factory", "raising-expression",
+    "try-except", "try-finally", "try-except-finally", "try-helper-except", "nested-helper-caught",
+    "print", "stdout-write", "stderr", "log", "log-list-handler", "warn", "warning-filter-error",
+    "mutation-after-print", "print-mutable", "helper-guard", "helper-print", "helper-raise-arm",
+    "loop", "break", "continue", "boolop-condition", "branch", "return-branch", "tuple-return",
+    "compiled-from-test", "compiled-from-module", "compiled-from-other-module",
+}
+# md5 of the sources of seeds 0..99: KNOWN_DIFFERENCES names seeds, so a change to the
+# grammar must come with a fresh look at them and a new digest.
+PROGRAMS_DIGEST = "47ca7a1ae49b6184fb7f0ab042f6c547"
+
+# seed -> the difference classes it shows on main (long_run's class names; the rule).
+# Found on main (ff78338); each class has its reproducer in /work/notes/fuzz_findings.md.
+KNOWN_DIFFERENCES: dict[int, str] = {
+    # 0, 1, 6, 7, 8, 9, 10 pass with work/where and work/trap merged (13:10 UTC): remove them then.
+    0: "Where: aliasing lost, `torch.tanh(x, out=y)` after a branch rebinding y writes a selected copy, "
+       "not the caller's y (fuzz_findings M1)",
+    1: "Where: an untaken arm's shape mismatch (`t + torch.ones(5)`) is traced and fails "
+       "(ValueError -> TorchRuntimeError) (fuzz_findings M2)",
+    4: "Where: aliasing of a grad leaf lost, an arm's F.relu(inplace=True) dropped (leaf in-place RuntimeError "
+       "-> helper's ValueError; aot_eager BackendCompilerFailed) (fuzz_findings M4); with work/where+trap "
+       "merged still differs: the leaf in-place error is found at trace time (TorchRuntimeError)",
+    6: "Where: an untaken arm's shape mismatch is traced (RuntimeError -> TorchRuntimeError; passes with "
+       "work/where+trap merged)",
+    7: "Trap: restored exception carries a suppressed RuntimeError context (gone with work/trap); "
+       "Where: aliasing lost (`z is y` False after z = x / z = y) on call 1",
+    8: "Where: gradient flows into the untaken arm's input (y.grad None -> zeros)",
+    9: "Where: aliasing lost (`z is x` False after z = x / z = y)",
+    10: "Trap: `raise make_error(msg)` raises graphmend's TrapFailure (passes with work/trap merged)",
+}
+
+
+def test_grammar_is_deterministic_and_covers_every_construct() -> None:
+    programs = [generate(seed) for seed in range(400)]
+    for program in programs:
+        ast.parse(program.source)
+    assert [p.source for p in programs[:20]] == [generate(seed).source for seed in range(20)]
+    seen = set().union(*(program.features for program in programs))
+    assert EVERY_CONSTRUCT <= seen, f"never generated: {sorted(EVERY_CONSTRUCT - seen)}"
+    digest = hashlib.md5("".join(p.source for p in programs[:100]).encode()).hexdigest()
+    assert PROGRAMS_DIGEST is None or digest == PROGRAMS_DIGEST, (
+        "the grammar changed: re-check KNOWN_DIFFERENCES, then update PROGRAMS_DIGEST"
+    )
+
+
+def test_ddmin_keeps_a_parsing_program_that_still_fails() -> None:
+    source = "def f(x):\n    a = 1\n    if x:\n        b = 2\n        c = 3\n    return BAD\n"
+    calls = []
+
+    def test(candidate: str) -> bool:
+        calls.append(candidate)
+        return "BAD" in candidate and "def f" in candidate
+
+    lines = ddmin_lines(source.rstrip("\n").split("\n"), test, deadline=float("inf"))
+    assert lines == ["def f(x):", "    return BAD"]
+    assert calls and all(ast.parse(c) for c in calls)  # only parsing candidates are tried
+
+
+def _parameters():
+    for seed in SEEDS:
+        marks = []
+        if seed in KNOWN_DIFFERENCES:
+            marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[seed]))
+        yield pytest.param(seed, id=f"seed{seed}", marks=marks)
+
+
+@pytest.mark.parametrize("seed", list(_parameters()))
+def test_grammar_program_behaves_the_same_once_mended(seed: int) -> None:
+    program = generate(seed)
+    modes = ("eager", "compiled:eager") + (("compiled:aot_eager",) if seed % 4 == 0 else ())
+    report = compare(program, modes=modes)
+    assert not report.differences, (
+        f"{program.describe()}\n" + "\n".join(d.klass + "\n" + d.describe() for d in report.differences)
+    )

@@ -1,0 +1,53 @@
+"""The fuzzer's comparison sees every observable: one hand-made change per channel.
+
+Each row is a program and a "mended" text that differs from it in exactly one way a
+rewrite could; ``compare`` (eager mode only: fast) must report the difference in the
+named part, and must report nothing for the unchanged program.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .grammar import HEADER, Program
+from .observe import compare
+
+
+def program_of(body: str, requires_grad: bool = False) -> str:
+    lines = "\n".join("    " + line for line in body.strip("\n").split("\n"))
+    return HEADER.format(shape=(4,)) + "\n\ndef f(x, y, box, items, table):\n" + lines + "\n"
+
+
+CHANGES = [
+    # (name, part, original body, changed body, requires_grad)
+    ("identity of a returned input", "value", "return x", "return x * 1.0", False),
+    ("storage shared with an input", "value", "return x.view(-1)", "return x.clone().view(-1)", False),
+    ("in-place write to an argument", "arguments", "x.add_(1.0)\nreturn y", "return y", False),
+    ("attribute of an argument", "arguments", "box.n = 5\nreturn y", "return y", False),
+    ("container argument", "arguments", "items.append(x)\nreturn y", "items.append(x.clone())\nreturn y", False),
+    ("global written", "globals", "global COUNT\nCOUNT += 1\nreturn y", "return y", False),
+    ("global tensor in place", "globals", "TOTAL.add_(x)\nreturn y", "return y", False),
+    ("random draw", "rng", "torch.rand(1)\nreturn y", "return y", False),
+    ("stdout text", "events", 'print("a", x)\nreturn y', 'print("a", x.detach())\nreturn y', True),
+    ("stdout against stderr", "events", 'print("a")\nreturn y', 'print("a", file=sys.stderr)\nreturn y', False),
+    ("output order", "events", 'print("a")\nlogger.warning("b")\nreturn y', 'logger.warning("b")\nprint("a")\nreturn y', False),
+    ("warning category", "events", 'warnings.warn("w")\nreturn y', 'warnings.warn("w", RuntimeWarning)\nreturn y', False),
+    ("log record line", "events", 'logger.info("i")\nreturn y', 'pass\nlogger.info("i")\nreturn y', False),
+    ("exception type", "error", 'raise ValueError("v")', 'raise RuntimeError("v")', False),
+    ("exception context", "error", 'raise ValueError("v")',
+     'try:\n    raise KeyError("k")\nexcept KeyError:\n    raise ValueError("v")', False),
+    ("NaN gradient from an untaken arm", "gradients", "return x * 2.0",
+     "return torch.where(x > -100, x * 2.0, torch.sqrt(x))", True),
+    ("gradient requires_grad of the result", "value", "return x * 2.0", "return (x * 2.0).detach()", True),
+]
+
+
+@pytest.mark.parametrize(
+    "name, part, original, changed, requires_grad", CHANGES, ids=[row[0].replace(" ", "-") for row in CHANGES]
+)
+def test_compare_reports_the_changed_part(name, part, original, changed, requires_grad) -> None:
+    program = Program(seed=7, source=program_of(original), requires_grad=requires_grad)
+    same = compare(program, modes=("eager",), mended_source=program_of(original))
+    assert same.differences == []
+    report = compare(program, modes=("eager",), mended_source=program_of(changed))
+    assert [d.part for d in report.differences] == [part], [d.describe() for d in report.differences]
