@@ -17,6 +17,8 @@ import threading
 import pytest
 import torch
 
+import graphmend
+
 from graphmend.counting import CountingBackend
 from helpers import original_and_mended
 
@@ -206,9 +208,9 @@ def test_output_is_complete_at_interpreter_exit(entry, tmp_path):
     script = tmp_path / "serve.py"
     script.write_text(textwrap.dedent(SCRIPT))
     environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [os.path.join(os.path.dirname(__file__), "..", "src"), environment.get("PYTHONPATH", "")]
-    )
+    # the graphmend this test process runs
+    source_root = os.path.dirname(os.path.dirname(graphmend.__file__))
+    environment["PYTHONPATH"] = os.pathsep.join([source_root, environment.get("PYTHONPATH", "")])
     finished = subprocess.run(
         [sys.executable, str(script), entry],
         capture_output=True, text=True, env=environment, timeout=300,

@@ -287,6 +287,29 @@ def test_mutable_object_prints_its_state_at_the_call():
     )
 
 
+def test_object_prints_the_state_it_has_at_the_call():
+    assert_same_behaviour(
+        """
+        class Counter:
+            def __init__(self):
+                self.n = 0
+
+            def __repr__(self):
+                return f"Counter({self.n})"
+
+        COUNTER = Counter()
+
+        def f(x):
+            COUNTER.n = 1
+            print("counter", COUNTER)
+            COUNTER.n = 11
+            return x + 1
+        """,
+        "f",
+        lambda: (torch.ones(2),),
+    )
+
+
 def test_tensor_updated_in_place_after_the_call_prints_the_old_value():
     assert_same_behaviour(
         """
