@@ -111,7 +111,26 @@ def _plain_tensor(value) -> bool:
     )
 
 
-_TENSOR, _INT, _SIZE = "tensor", "int", "size"
+_TENSOR, _INT, _SIZE, _LIST, _TUPLE, _CONSTANT = "tensor", "int", "size", "list", "tuple", "constant"
+
+
+def _split_sequence(value, tensors: list, integers: list):
+    """The elements of a list or tuple as slots (one level deep), or None."""
+    elements = []
+    for item in value:
+        if isinstance(item, torch.Tensor):
+            if not _plain_tensor(item):
+                return None
+            elements.append((_TENSOR,))
+            tensors.append(item)
+        elif type(item) is int:
+            elements.append((_INT,))
+            integers.append(item)
+        elif _has_fixed_text(item):
+            elements.append((_CONSTANT, item))
+        else:
+            return None
+    return tuple(elements)
 
 
 def _split_arguments(args: tuple, kwargs: dict):
@@ -140,6 +159,14 @@ def _split_arguments(args: tuple, kwargs: dict):
             integers.extend(value)
         elif _has_fixed_text(value):
             template.append(value)
+        elif type(value) is list or type(value) is tuple:
+            # Its elements as they are at the call (TorchDynamo follows the list's
+            # contents while tracing); a tensor in it is an operand like any other.
+            elements = _split_sequence(value, tensors, integers)
+            if elements is None:
+                return None
+            template.append(None)
+            slots.append((index, _LIST if type(value) is list else _TUPLE, elements))
         else:
             return None
     for value in kwargs.values():
@@ -235,8 +262,8 @@ def _why_not_exact_warning(detail: tuple, template: tuple, kwargs: dict) -> str 
         return "the category is not a Warning subclass (the call raises TypeError)"
     if not isinstance(message, str):
         return "the message is not a string"
-    if set(kwargs) - {"message", "category"}:
-        return "a keyword other than `message=` and `category=`"
+    if set(kwargs) - {"message", "category", "stacklevel"} or kwargs.get("stacklevel", 1) != 1:
+        return "a keyword other than `message=`, `category=` and `stacklevel=1`"
     for action, text, filter_category, module, filter_lineno in warnings.filters:
         if (
             (text is None or text.match(message))
@@ -262,13 +289,21 @@ def emit_effect(key: int, tensors: list[torch.Tensor], integers: list[int]) -> N
     kind, target, detail, template, slots, kwargs = _registry[key]
     args = list(template)
     tensor_values, integer_values = iter(tensors), iter(integers)
-    for position, slot_kind, length in slots:
+    for position, slot_kind, extent in slots:
         if slot_kind == _TENSOR:
             args[position] = next(tensor_values)
         elif slot_kind == _INT:
             args[position] = next(integer_values)
+        elif slot_kind == _SIZE:
+            args[position] = torch.Size([next(integer_values) for _ in range(extent)])
         else:
-            args[position] = torch.Size([next(integer_values) for _ in range(length)])
+            items = [
+                next(tensor_values) if element[0] == _TENSOR
+                else next(integer_values) if element[0] == _INT
+                else element[1]
+                for element in extent
+            ]
+            args[position] = items if slot_kind == _LIST else tuple(items)
     perform(kind, target, detail, tuple(args), kwargs)
 
 
