@@ -71,7 +71,9 @@ EXPECTED_LINES = "".join(f"step {printed(call)}\n" for call in range(50))
 
 def test_serving_loop_under_dynamo_optimize_prints_every_line_once_in_order(modules):
     original, mended = modules
-    text, graphs = run_loop(mended.step, compile_with=lambda backend: torch._dynamo.optimize(backend))
+    text, graphs = run_loop(
+        mended.step, compile_with=lambda backend: torch._dynamo.optimize(backend)
+    )
     original_text, original_graphs = run_loop(
         original.step, compile_with=lambda backend: torch._dynamo.optimize(backend)
     )

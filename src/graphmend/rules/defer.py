@@ -300,7 +300,8 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
     keywords = _dict_of(call.keywords)
     if kind == "print":
         return statements(
-            f"{eager} = {RUNTIME_NAME}.print_in_graph(ARGS, KWARGS)", ARGS=arguments, KWARGS=keywords
+            f"{eager} = {RUNTIME_NAME}.print_in_graph(ARGS, KWARGS)",
+            ARGS=arguments, KWARGS=keywords,
         ) + fallback
     # The location names the module: its file is looked up when the effect is performed,
     # so a fixed file that moves stays right. The file name given to the rewriter is

@@ -111,7 +111,8 @@ def _plain_tensor(value) -> bool:
     )
 
 
-_TENSOR, _INT, _SIZE, _LIST, _TUPLE, _CONSTANT = "tensor", "int", "size", "list", "tuple", "constant"
+_TENSOR, _INT, _SIZE = "tensor", "int", "size"
+_LIST, _TUPLE, _CONSTANT = "list", "tuple", "constant"
 
 
 def _split_sequence(value, tensors: list, integers: list):
@@ -176,7 +177,9 @@ def _split_arguments(args: tuple, kwargs: dict):
 
 
 @torch._dynamo.assume_constant_result
-def _register(kind: str, target_id, detail: tuple, template: tuple, slots: tuple, kwargs: dict) -> int:
+def _register(
+    kind: str, target_id, detail: tuple, template: tuple, slots: tuple, kwargs: dict
+) -> int:
     """Record an effect found while tracing; its key, or -1 to perform it eagerly."""
     target = _resolve_target(kind, target_id)
     if target_id is not None and target is None:
@@ -204,7 +207,9 @@ def _resolve_target(kind: str, target_id):
     return None
 
 
-def why_not_exact_in_graph(kind: str, target, detail: tuple, template: tuple, kwargs: dict) -> str | None:
+def why_not_exact_in_graph(
+    kind: str, target, detail: tuple, template: tuple, kwargs: dict
+) -> str | None:
     """Why performing this effect inside the graph could differ from the eager call.
 
     Decided on the real objects while tracing. None when it cannot differ."""
