@@ -1,4 +1,4 @@
-"""The runtime: every torch.compile spelling flushes deferred effects and restores traps."""
+"""The runtime: every torch.compile spelling prints mended output exactly and restores traps."""
 
 import textwrap
 
@@ -67,7 +67,7 @@ def spellings(module):
 @pytest.mark.parametrize(
     "spelling", ["decorator_with_arguments", "call", "compiled_module", "module_compile_method"]
 )
-def test_every_spelling_flushes_and_restores(module, spelling, capsys):
+def test_every_spelling_prints_and_restores(module, spelling, capsys):
     torch._dynamo.reset()
     compiled = spellings(module)[spelling]
     assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 2.0))

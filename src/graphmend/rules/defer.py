@@ -1,30 +1,39 @@
-"""[Defer] print / logging / warnings calls: recorded in the graph, replayed after it.
+"""[Defer] print / logging / warnings calls: performed inside the graph, at the call.
 
     print(a, b, sep=s)
 becomes
     if __graphmend__.is_compiling():
-        __graphmend__.defer_print((a, b), {"sep": s})
+        _gm_eager_1 = __graphmend__.print_in_graph((a, b), {"sep": s})
+        if _gm_eager_1:
+            print(*_gm_eager_1[0], **_gm_eager_1[1])
     else:
-        __graphmend__.flush_pending_effects()
         print(a, b, sep=s)
 
-Arguments are evaluated at the call and captured (tensors cloned, containers
-copied); the runtime replays the effects in order when the compiled call returns
-or raises. The eager path flushes first, so output never overtakes earlier output.
+While tracing, ``print_in_graph`` puts an ordered effect operator into the graph where
+the call was; it prints when the graph runs, with tensors as they are at that point
+(``graphmend.runtime.deferred``). What the runtime cannot show exactly there (a
+tensor with autograd history, a mutable object, a user handler or Logger subclass,
+a warning a filter turns into an exception) it hands back, and the original callee
+is called with the same argument values in this frame, with the original call's
+graph break. The eager path is the original call.
 
 Legality conditions: ``callee_is_real`` (the builtin ``print``, a logger bound once
 by ``getLogger``/``get_logger``, ``warnings.warn``; never shadowed or rebound),
 ``keywords_supported`` (nothing that depends on the call stack: ``stacklevel``,
-``exc_info``, ``stack_info``), ``not_inside_with`` (a context manager may redirect or
-capture output), ``arguments_do_not_format_tensor_values`` (formatting at the call
-would read a tensor later, or break there), ``no_trap_after`` (a lowered guard failing
-inside the graph would drop recorded output) and ``no_eager_output_after`` (output
-that stays eager would overtake this one).
+``exc_info``, ``stack_info``), ``not_deprecated_logger_warn`` (``Logger.warn`` also
+warns from the caller's line), ``callee_on_one_line`` (a record's or warning's line
+is where the call's attribute ends), ``not_inside_with`` (a context manager may
+redirect or capture output), ``warning_not_caught_here`` (a warning an ``error``
+filter raises inside a graph would escape this function's ``try``),
+``arguments_do_not_format_tensor_values`` (formatting at the call would read a tensor
+later, or break there) and ``no_trap_after`` (whether inductor keeps a failing lowered
+guard after the output is not established).
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import logging
 
 from graphmend.analysis.reaching import ASSIGNED
@@ -109,6 +118,41 @@ def keywords_supported(call: ast.Call, kind: str) -> str | None:
                 return "`skip_file_prefixes=` depends on the call stack"
         if len(call.args) > 2:
             return "`stacklevel` passed positionally names a caller's location"
+    return None
+
+
+def not_deprecated_logger_warn(call: ast.Call, kind: str) -> str | None:
+    """``Logger.warn`` also issues a DeprecationWarning attributed to the caller's line,
+    which a rebuilt record would not."""
+    if kind == "log" and isinstance(call.func, ast.Attribute) and call.func.attr == "warn":
+        return "`Logger.warn` also issues a DeprecationWarning from the caller's line"
+    return None
+
+
+def callee_on_one_line(call: ast.Call, kind: str) -> str | None:
+    """A log record's or warning's line is the line the running call reports, which
+    is not the statement's first line when the callee's attribute chain spans lines."""
+    if kind == "print":
+        return None
+    if call.func.lineno != call.func.end_lineno:
+        return (
+            f"`{ast.unparse(call.func)}` spans lines {call.func.lineno}-{call.func.end_lineno}; "
+            "the line the record or warning would name is not known here"
+        )
+    return None
+
+
+def warning_not_caught_here(context: FunctionContext, statement: ast.stmt, kind: str) -> str | None:
+    """A warning turned into an exception inside the graph leaves the whole compiled
+    region: a ``try`` around it in this function would no longer catch it. (The runtime
+    performs eagerly a warning that the filters turn into an error when traced.)"""
+    if kind != "warn":
+        return None
+    for outer in enclosing_statements(context.facts.function, statement):
+        if isinstance(outer, (ast.Try, ast.TryStar)) and any(
+            statement is inner or statement in ast.walk(inner) for inner in outer.body
+        ):
+            return "inside a `try`: a warnings filter set to `error` would raise past its handlers"
     return None
 
 
@@ -220,7 +264,9 @@ def _first_reachable_statement(context: FunctionContext, statement: ast.stmt, ma
 
 
 def no_trap_after(context: FunctionContext, statement: ast.stmt) -> str | None:
-    """A lowered guard that fails inside the graph would discard effects recorded before it."""
+    """The effect operator runs before a failing lowered guard that follows it under
+    the eager and aot_eager backends; inductor may schedule the guard first, which
+    would drop this output, so this stays declined."""
     trap = _first_reachable_statement(
         context, statement, lambda reached: getattr(reached, "_graphmend_trap", False)
     )
@@ -228,18 +274,8 @@ def no_trap_after(context: FunctionContext, statement: ast.stmt) -> str | None:
         return None
     return (
         f"a lowered validation guard follows at line {trap.lineno}; "
-        "its failure inside the graph would drop this output"
+        "its failure inside the graph could drop this output"
     )
-
-
-def no_eager_output_after(context: FunctionContext, statement: ast.stmt, eager_outputs: set) -> str | None:
-    """Output that stays eager after a graph break would be printed before this one."""
-    if not eager_outputs:
-        return None
-    eager = _first_reachable_statement(context, statement, lambda reached: id(reached) in eager_outputs)
-    if eager is None:
-        return None
-    return f"the output call at line {eager.lineno} stays eager and would be printed before this deferred one"
 
 
 def _tuple_of(expressions: list[ast.expr]) -> ast.Tuple:
@@ -254,24 +290,34 @@ def _dict_of(keywords: list[ast.keyword]) -> ast.Dict:
 
 
 def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list[ast.stmt]:
+    """``EAGER = <kind>_in_graph(...)`` and, when the runtime hands the arguments back,
+    the original callee called with them, in this frame."""
+    eager = f"_gm_eager_{context.module.fresh_suffix()}"
+    fallback = statements(
+        f"if {eager}:\n    CALLEE(*{eager}[0], **{eager}[1])", CALLEE=copy.deepcopy(call.func)
+    )
     arguments = _tuple_of(call.args)
     keywords = _dict_of(call.keywords)
     if kind == "print":
-        return statements(f"{RUNTIME_NAME}.defer_print(ARGS, KWARGS)", ARGS=arguments, KWARGS=keywords)
-    # The location names the module: its file is looked up when the effect is replayed,
+        return statements(
+            f"{eager} = {RUNTIME_NAME}.print_in_graph(ARGS, KWARGS)",
+            ARGS=arguments, KWARGS=keywords,
+        ) + fallback
+    # The location names the module: its file is looked up when the effect is performed,
     # so a fixed file that moves stays right. The file name given to the rewriter is
     # only the fallback for code run without ``__file__`` (exec'd text).
     location_line = ast.Constant(call.lineno)
     filename = ast.Constant(context.module.filename)
     if kind == "warn":
         return statements(
-            f"{RUNTIME_NAME}.defer_warning((__name__, LINE, FILE), ARGS, KWARGS)",
+            f"{eager} = {RUNTIME_NAME}.warn_in_graph((__name__, LINE, FILE), ARGS, KWARGS)",
             LINE=location_line, FILE=filename, ARGS=arguments, KWARGS=keywords,
-        )
+        ) + fallback
     method = call.func.attr
     level = "log" if method == "log" else STANDARD_LOG_LEVELS.get(method)
     return statements(
-        f"{RUNTIME_NAME}.defer_log(LOGGER, METHOD, LEVEL, (__name__, LINE, FUNCTION, FILE), ARGS, KWARGS)",
+        f"{eager} = {RUNTIME_NAME}.log_in_graph("
+        "LOGGER, METHOD, LEVEL, (__name__, LINE, FUNCTION, FILE), ARGS, KWARGS)",
         LOGGER=call.func.value,
         METHOD=ast.Constant(method),
         LEVEL=ast.Constant(level),
@@ -280,7 +326,7 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
         FUNCTION=ast.Constant(context.facts.name),
         ARGS=arguments,
         KWARGS=keywords,
-    )
+    ) + fallback
 
 
 def _output_calls(context: FunctionContext) -> list[tuple[ast.Expr, str, str]]:
@@ -297,9 +343,8 @@ def apply(context: FunctionContext) -> None:
     candidates = _output_calls(context)
     if not candidates:
         return
-    # Decide every call first: a call that stays eager makes the deferrable calls that
-    # can reach it stay eager too (they would otherwise be replayed after it). Declining
-    # one can decline others, so iterate until nothing changes.
+    # Output that stays eager needs no condition here: the deferred output happens
+    # inside the graph, which runs before the eager code after a graph break.
     reasons: dict[int, str | None] = {}
     for statement, kind, _ in candidates:
         call = statement.value
@@ -307,20 +352,13 @@ def apply(context: FunctionContext) -> None:
         reasons[id(statement)] = first_failure(
             lambda: callee_is_real(context, call, kind),
             lambda: keywords_supported(call, kind),
+            lambda: not_deprecated_logger_warn(call, kind),
+            lambda: callee_on_one_line(call, kind),
             lambda: not_inside_with(context, statement),
+            lambda: warning_not_caught_here(context, statement, kind),
             lambda: arguments_do_not_format_tensor_values(context, call, node),
             lambda: no_trap_after(context, statement),
         )
-    changed = True
-    while changed:
-        changed = False
-        eager = {key for key, reason in reasons.items() if reason}
-        for statement, _, _ in candidates:
-            if reasons[id(statement)] is None:
-                reason = no_eager_output_after(context, statement, eager)
-                if reason:
-                    reasons[id(statement)] = reason
-                    changed = True
     details = {id(statement): (kind, detail) for statement, kind, detail in candidates}
 
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
@@ -336,7 +374,6 @@ def apply(context: FunctionContext) -> None:
         context.module.uses_runtime = True
         call = statement.value
         recording = place(_recording_call(context, call, kind), statement)
-        flush = place(statements(f"{RUNTIME_NAME}.flush_pending_effects()"), statement)
-        return [compiled_or_original(recording, flush + [statement], f"{RULE}: original call")]
+        return [compiled_or_original(recording, [statement], f"{RULE}: original call")]
 
     rewrite_statements(context.facts.function, rewrite)

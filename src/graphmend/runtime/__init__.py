@@ -3,9 +3,9 @@
 Rewritten modules reach this module through one reserved name, ``__graphmend__``
 (see ``graphmend.rewrite.templates.RUNTIME_NAME``), so user code can never collide
 with it. Everything a rewritten statement calls while TorchDynamo traces it must be
-traceable without a graph break: appending to a list, cloning a tensor, building
-tuples. Everything that talks to the outside world (printing, logging, warning,
-raising the user's exception) happens here, after the compiled region returns.
+traceable without a graph break. Output (printing, logging, warning) happens inside
+the graph at the point of the call (``deferred``); the user's exception for a failed
+lowered guard is raised here when the compiled region raises (``traps``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import sys
 import torch
 
 from graphmend.runtime.deferred import (
-    PENDING_EFFECTS,
-    capture,
     defer_log,
     defer_print,
     defer_warning,
     flush_pending_effects,
+    log_in_graph,
     pending_effect_count,
+    print_in_graph,
+    warn_in_graph,
 )
 from graphmend.runtime.compiled_calls import (
     install_compile_wrappers,
@@ -45,7 +46,6 @@ from graphmend.runtime.traps import (
 is_compiling = torch.compiler.is_compiling
 
 __all__ = [
-    "PENDING_EFFECTS",
     "TRAP_MARKER",
     "TrapFailure",
     "all_of",
@@ -54,10 +54,12 @@ __all__ = [
     "guard_holds",
     "proven_pure",
     "register_pure_functions",
-    "capture",
     "defer_log",
     "defer_print",
     "defer_warning",
+    "log_in_graph",
+    "print_in_graph",
+    "warn_in_graph",
     "equal_as_tensor",
     "flush_pending_effects",
     "install_compile_wrappers",

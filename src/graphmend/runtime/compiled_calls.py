@@ -1,50 +1,33 @@
-"""The boundary of a compiled region: where deferred effects are flushed and traps mapped.
+"""The boundary of a compiled region: where exceptions of failed lowered guards are mapped.
 
 Every spelling of ``torch.compile`` (decorator with or without arguments, a call on a
 function or a module, ``nn.Module.compile``) goes through ``torch.compile``, so
-wrapping what it returns is enough to see each compiled call end. Nested compiled
-calls are inlined by TorchDynamo; when they run eagerly instead, only the outermost
-call flushes, so effects are replayed once and in order.
+wrapping what it returns is enough to see each compiled call end. Deferred output
+needs no boundary: it happens inside the graph at the point of its call
+(``graphmend.runtime.deferred``), so code compiled any other way prints exactly too.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 
 import torch
 
-from graphmend.runtime.deferred import flush_pending_effects
 from graphmend.runtime.traps import raise_original_for_trap_failure
 
 _WRAPPED_MARK = "__graphmend_wrapped__"
-_state = threading.local()
 _original_compile = None
 
 
 def run_compiled(compiled, *args, **kwargs):
-    """Call a compiled callable; flush deferred effects and restore trapped exceptions."""
+    """Call a compiled callable; restore the user's exception for a failed lowered guard."""
     if torch.compiler.is_compiling():
         return compiled(*args, **kwargs)
-    depth = getattr(_state, "depth", 0)
-    _state.depth = depth + 1
     try:
-        result = compiled(*args, **kwargs)
+        return compiled(*args, **kwargs)
     except RuntimeError as error:
-        _state.depth = depth
-        if depth == 0:
-            flush_pending_effects()
         raise_original_for_trap_failure(error)
         raise
-    except BaseException:
-        _state.depth = depth
-        if depth == 0:
-            flush_pending_effects()
-        raise
-    _state.depth = depth
-    if depth == 0:
-        flush_pending_effects()
-    return result
 
 
 def wrap_compiled(compiled):

@@ -1,112 +1,426 @@
-"""Deferred console, log and warning output: recorded in the graph, replayed after it.
+"""Console, log and warning output from inside a graph, at the point of the call.
 
-While TorchDynamo traces, appending to ``PENDING_EFFECTS`` is a side effect it
-replays after each graph runs, so every compiled call leaves its effects here in
-program order, with argument values as they were at the call. ``flush_pending_effects``
-replays them once, oldest first, when the outermost compiled call returns or raises,
-or just before a rewritten effect runs eagerly (so eager output never overtakes
-output that happened before it).
+A rewritten ``print`` / logger call / ``warnings.warn`` calls ``print_in_graph`` /
+``log_in_graph`` / ``warn_in_graph`` while TorchDynamo traces. Those put one
+``graphmend::emit_effect`` operator into the graph where the call was. The operator
+is registered as an ordered effect, so neither TorchDynamo, AOTAutograd nor inductor
+drops it or moves it past another effect, and when the graph runs it performs the
+output then and there, in the thread that runs the graph. So:
+
+- output is never pending: nothing to flush when a compiled call returns, whatever
+  entry compiled it (``torch.compile``, ``torch._dynamo.optimize``, a ``compile``
+  bound before graphmend loaded, a compiled object an engine keeps), nothing left
+  at interpreter exit, and no graphmend state that TorchDynamo reads (so none it
+  guards on or recompiles for);
+- concurrent threads and asyncio tasks each see their own output, as in eager code;
+- output before an operation that fails (a lowered guard, an index out of range)
+  has happened, output after it has not, exactly as in eager code;
+- output in a graph comes before eager code that follows a graph break.
+
+Everything about an effect except its tensors, integers and sizes is fixed while
+tracing: it is put in a registry under an integer key that the graph passes to the
+operator, with those as operands (their values at the call). The registration runs at trace
+time (``torch._dynamo.assume_constant_result``) and decides whether the effect can
+happen inside the graph exactly as it would eagerly (``why_not_exact_in_graph``);
+when it cannot, the arguments go back to the rewritten code, which makes the
+original call with them in the user's own frame, at the cost of the graph break
+the original call had.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
+import threading
 import warnings
 
 import torch
 
-PENDING_EFFECTS: list[tuple] = []
+_PRINT = "print"
+_LOG_RECORD = "log"
+_LOG_METHOD = "log method"
+_WARNING = "warn"
 
-_PRINT = 0
-_LOG_RECORD = 1
-_LOG_METHOD = 2
-_WARNING = 3
+# Values whose text cannot change after the call: printing them later in the graph,
+# or from a registry snapshot, shows what printing them at the call would show.
+# A mutable object (a list the program changes, a user object with ``__repr__``)
+# is printed eagerly instead.
+_FIXED_TEXT_TYPES = (
+    type(None), bool, int, float, complex, str, bytes, torch.Size, torch.dtype, torch.device,
+    type,  # a class, such as a warning category: shown by its name
+)
+# Handlers that only write text somewhere: running them inside the graph cannot
+# change a value the traced function reads afterwards (a user handler could append
+# to a list the function then reads; that read was fixed while tracing).
+_WRITING_HANDLER_TYPES = (
+    logging.StreamHandler, logging.FileHandler, logging.NullHandler, type(logging.lastResort),
+)
+# pytest's capture handlers keep records for the test report, which the code under
+# test does not read.
+_REPORTING_HANDLER_NAMES = frozenset({
+    "_pytest.logging.LogCaptureHandler",
+    "_pytest.logging._LiveLoggingNullHandler",
+    "_pytest.logging._LiveLoggingStreamHandler",
+    "_pytest.logging._FileHandler",
+})
 
 
-def capture(value):
-    """Snapshot an argument so later mutation cannot change what is replayed."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if type(value) is list:
-        return [capture(item) for item in value]
-    if type(value) is tuple:
-        return tuple(capture(item) for item in value)
-    if type(value) is dict:
-        return {key: capture(item) for key, item in value.items()}
-    if type(value) is set:
-        return set(value)
-    return value
+# A handler (class or instance) may declare that it only records output, for a test
+# or a report, and touches nothing the compiled code reads: ``graphmend_output_only = True``.
+OUTPUT_ONLY_MARK = "graphmend_output_only"
+
+
+def _only_writes(handler: logging.Handler) -> bool:
+    handler_type = type(handler)
+    qualified = f"{handler_type.__module__}.{handler_type.__qualname__}"
+    return not handler.filters and (
+        handler_type in _WRITING_HANDLER_TYPES
+        or qualified in _REPORTING_HANDLER_NAMES
+        or getattr(handler, OUTPUT_ONLY_MARK, False) is True
+    )
+# Logger methods whose behaviour the emission reproduces; a Logger subclass that
+# overrides any of them (``logging.setLoggerClass``) is logged eagerly.
+_REPRODUCED_LOGGER_METHODS = (
+    "debug", "info", "warning", "error", "critical", "fatal", "log", "_log",
+    "makeRecord", "handle", "callHandlers", "isEnabledFor", "getEffectiveLevel", "filter",
+)
+
+_registry: dict[int, tuple] = {}
+_registry_lock = threading.Lock()
+_keys = itertools.count()
+
+
+def _has_fixed_text(value) -> bool:
+    if type(value) in _FIXED_TEXT_TYPES:
+        return True
+    if type(value) is tuple or type(value) is frozenset:
+        return all(_has_fixed_text(item) for item in value)
+    return False
+
+
+def _plain_tensor(value) -> bool:
+    """A tensor whose printed text inside the graph is its text at the call.
+
+    Autograd history (``grad_fn=``, ``requires_grad=True``), ``Parameter containing:``
+    and subclasses print differently inside a graph, so those are printed eagerly."""
+    return (
+        type(value) is torch.Tensor
+        and not value.requires_grad
+        and value.layout == torch.strided
+    )
+
+
+_TENSOR, _INT, _SIZE = "tensor", "int", "size"
+_LIST, _TUPLE, _CONSTANT = "list", "tuple", "constant"
+
+
+def _split_sequence(value, tensors: list, integers: list):
+    """The elements of a list or tuple as slots (one level deep), or None."""
+    elements = []
+    for item in value:
+        if isinstance(item, torch.Tensor):
+            if not _plain_tensor(item):
+                return None
+            elements.append((_TENSOR,))
+            tensors.append(item)
+        elif type(item) is int:
+            elements.append((_INT,))
+            integers.append(item)
+        elif _has_fixed_text(item):
+            elements.append((_CONSTANT, item))
+        else:
+            return None
+    return tuple(elements)
+
+
+def _split_arguments(args: tuple, kwargs: dict):
+    """(template, slots, tensors, integers), or None when some argument must be
+    printed eagerly. Runs while tracing: every test here is static for TorchDynamo.
+
+    Tensors, integers and sizes at the top level are operands of the effect operator
+    (``slots`` says where each goes back): their values are those at the call, and a
+    symbolic size or integer is not specialised by printing it. Everything else is a
+    constant of the template."""
+    template, slots, tensors, integers = [], [], [], []
+    for index, value in enumerate(args):
+        if isinstance(value, torch.Tensor):
+            if not _plain_tensor(value):
+                return None
+            template.append(None)
+            slots.append((index, _TENSOR, 1))
+            tensors.append(value)
+        elif type(value) is int:
+            template.append(None)
+            slots.append((index, _INT, 1))
+            integers.append(value)
+        elif type(value) is torch.Size:
+            template.append(None)
+            slots.append((index, _SIZE, len(value)))
+            integers.extend(value)
+        elif _has_fixed_text(value):
+            template.append(value)
+        elif type(value) is list or type(value) is tuple:
+            # Its elements as they are at the call (TorchDynamo follows the list's
+            # contents while tracing); a tensor in it is an operand like any other.
+            elements = _split_sequence(value, tensors, integers)
+            if elements is None:
+                return None
+            template.append(None)
+            slots.append((index, _LIST if type(value) is list else _TUPLE, elements))
+        else:
+            return None
+    for value in kwargs.values():
+        if isinstance(value, torch.Tensor):
+            return None
+    return tuple(template), tuple(slots), tensors, integers
+
+
+@torch._dynamo.assume_constant_result
+def _register(
+    kind: str, target_id, detail: tuple, template: tuple, slots: tuple, kwargs: dict
+) -> int:
+    """Record an effect found while tracing; its key, or -1 to perform it eagerly."""
+    target = _resolve_target(kind, target_id)
+    if target_id is not None and target is None:
+        return -1
+    if why_not_exact_in_graph(kind, target, detail, template, kwargs) is not None:
+        return -1
+    with _registry_lock:
+        key = next(_keys)
+        _registry[key] = (kind, target, detail, template, slots, dict(kwargs))
+    return key
+
+
+def _resolve_target(kind: str, target_id):
+    """The object whose ``id`` is ``target_id``, among those an effect may target: the
+    standard streams for ``print(file=)``, loggers ``logging.getLogger`` knows."""
+    if target_id is None:
+        return None
+    if kind == _PRINT:
+        candidates = [sys.stdout, sys.stderr]
+    else:
+        candidates = [logging.root, *logging.Logger.manager.loggerDict.values()]
+    for candidate in candidates:
+        if id(candidate) == target_id:
+            return candidate
+    return None
+
+
+def why_not_exact_in_graph(
+    kind: str, target, detail: tuple, template: tuple, kwargs: dict
+) -> str | None:
+    """Why performing this effect inside the graph could differ from the eager call.
+
+    Decided on the real objects while tracing. None when it cannot differ."""
+    if not all(_has_fixed_text(value) for value in template):
+        return "an argument's text may change after the call"
+    if torch._dynamo.config.reorderable_logging_functions:
+        return "TorchDynamo reorders some output calls to the end of the graph"
+    if kind == _PRINT:
+        for name, value in kwargs.items():
+            if name not in ("sep", "end", "flush") or not _has_fixed_text(value):
+                return f"`{name}=` may write somewhere the function reads"
+        if target is not None and target is not sys.stdout and target is not sys.stderr:
+            return "`file=` is not the standard output or error stream"
+        return None
+    if kind in (_LOG_RECORD, _LOG_METHOD):
+        return _why_not_exact_log(target, detail, template, kwargs)
+    if kind == _WARNING:
+        return _why_not_exact_warning(detail, template, kwargs)
+    return f"unknown effect {kind!r}"
+
+
+def _why_not_exact_log(logger, detail: tuple, template: tuple, kwargs: dict) -> str | None:
+    if not isinstance(logger, logging.Logger):
+        return "the receiver is not a logging.Logger"
+    for name in _REPRODUCED_LOGGER_METHODS:
+        if getattr(type(logger), name, None) is not getattr(logging.Logger, name):
+            return f"the logger's class overrides `{name}`"
+    if logging.getLogRecordFactory() is not logging.LogRecord:
+        return "a custom log record factory may read program state"
+    if set(kwargs) - {"extra"}:
+        return "a keyword other than `extra=`"
+    extra = kwargs.get("extra")
+    if extra is not None and not (
+        type(extra) is dict and all(_has_fixed_text(value) for value in extra.values())
+    ):
+        return "`extra=` may carry a value whose text changes"
+    current = logger
+    while current is not None:
+        if current.filters:
+            return f"logger `{current.name}` has filters, which may read or change program state"
+        for handler in current.handlers:
+            if not _only_writes(handler):
+                return f"handler {handler!r} may change state the function reads"
+        current = current.parent if current.propagate else None
+    return None
+
+
+def _why_not_exact_warning(detail: tuple, template: tuple, kwargs: dict) -> str | None:
+    module_name, lineno, _ = detail
+    message = template[0] if template else kwargs.get("message")
+    category = template[1] if len(template) > 1 else kwargs.get("category", UserWarning)
+    if category is None:
+        category = UserWarning
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        return "the category is not a Warning subclass (the call raises TypeError)"
+    if not isinstance(message, str):
+        return "the message is not a string"
+    if set(kwargs) - {"message", "category", "stacklevel"} or kwargs.get("stacklevel", 1) != 1:
+        return "a keyword other than `message=`, `category=` and `stacklevel=1`"
+    for action, text, filter_category, module, filter_lineno in warnings.filters:
+        if (
+            (text is None or text.match(message))
+            and issubclass(category, filter_category)
+            and (module is None or module.match(module_name))
+            and (filter_lineno == 0 or filter_lineno == lineno)
+        ):
+            break
+    else:
+        action = warnings.defaultaction
+    if action == "error":
+        return "a warnings filter turns this warning into an exception"
+    return None
+
+
+@torch.library.custom_op(
+    "graphmend::emit_effect",
+    mutates_args=(),
+    schema="(int key, Tensor[] tensors, SymInt[] integers) -> ()",
+)
+def emit_effect(key: int, tensors: list[torch.Tensor], integers: list[int]) -> None:
+    """Perform the registered effect ``key`` with its operands in their places."""
+    kind, target, detail, template, slots, kwargs = _registry[key]
+    args = list(template)
+    tensor_values, integer_values = iter(tensors), iter(integers)
+    for position, slot_kind, extent in slots:
+        if slot_kind == _TENSOR:
+            args[position] = next(tensor_values)
+        elif slot_kind == _INT:
+            args[position] = next(integer_values)
+        elif slot_kind == _SIZE:
+            args[position] = torch.Size([next(integer_values) for _ in range(extent)])
+        else:
+            items = [
+                next(tensor_values) if element[0] == _TENSOR
+                else next(integer_values) if element[0] == _INT
+                else element[1]
+                for element in extent
+            ]
+            args[position] = items if slot_kind == _LIST else tuple(items)
+    perform(kind, target, detail, tuple(args), kwargs)
+
+
+@emit_effect.register_fake
+def _emit_effect_while_tracing(key: int, tensors: list[torch.Tensor], integers: list[int]) -> None:
+    return None
+
+
+# Ordered: kept although it returns nothing, and never moved past another effect.
+torch.library._register_effectful_op("graphmend::emit_effect", torch.library.EffectType.ORDERED)
+
+
+_IN_GRAPH = ()
+
+
+def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict):
+    """Put the effect into the graph: ``()``; or hand it back, ``(args, kwargs)``, for
+    the rewritten code to make the original call itself (TorchDynamo then breaks the
+    graph there, as it did at the original call)."""
+    split = _split_arguments(args, kwargs)
+    if split is not None:
+        template, slots, tensors, integers = split
+        # The receiver by identity (TorchDynamo guards on it): it cannot be handed to
+        # a trace-time function as an object; ``_resolve_target`` finds it again.
+        target_id = None if target is None else id(target)
+        key = _register(kind, target_id, detail, template, slots, kwargs)
+        if key >= 0:
+            torch.ops.graphmend.emit_effect(key, tensors, integers)
+            return _IN_GRAPH
+    return args, kwargs
+
+
+def print_in_graph(args: tuple, kwargs: dict):
+    """``print(*args, **kwargs)`` inside the graph: ``()``, or ``(args, kwargs)`` to call
+    ``print`` with eagerly."""
+    printed = dict(kwargs)
+    target = printed.pop("file", None)
+    if _record(_PRINT, target, (), args, printed) is _IN_GRAPH:
+        return _IN_GRAPH
+    return args, kwargs
+
+
+def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, kwargs: dict):
+    """A logger call inside the graph: ``()``, or ``(args, kwargs)`` to call the method
+    with eagerly.
+
+    ``level`` is the numeric level for the standard methods (the record is built at
+    ``location``, so it names the original file, line and function), or ``None`` for
+    methods such as transformers' ``warning_once``, which are performed by calling
+    the method itself so that their own once-only bookkeeping stays what it was.
+    """
+    if level is None:
+        return _record(_LOG_METHOD, logger, (method_name,), args, kwargs)
+    return _record(_LOG_RECORD, logger, (level, location), args, kwargs)
+
+
+def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
+    """``warnings.warn`` at ``location`` inside the graph: ``()``, or ``(args, kwargs)``
+    to call it with eagerly."""
+    return _record(_WARNING, None, location, args, kwargs)
+
+
+# Code that an earlier ``graphmend fix`` wrote into users' files calls these three,
+# and ``flush_pending_effects`` on its eager path; what the graph cannot hold is
+# performed at the call, outside the graph.
+
+@torch._dynamo.disable
+def _perform_eagerly(kind: str, target, detail: tuple, args: tuple, kwargs: dict) -> None:
+    perform(kind, target, detail, args, kwargs)
 
 
 def defer_print(args: tuple, kwargs: dict) -> None:
-    PENDING_EFFECTS.append(
-        (_PRINT, tuple(capture(arg) for arg in args), {k: capture(v) for k, v in kwargs.items()})
-    )
+    if print_in_graph(args, kwargs) is not _IN_GRAPH:
+        _perform_eagerly(_PRINT, None, (), args, kwargs)
 
 
-def defer_log(
-    logger,
-    method_name: str,
-    level,
-    location: tuple,
-    args: tuple,
-    kwargs: dict,
-) -> None:
-    """Record a logger call.
-
-    ``level`` is the numeric level for the standard methods (the record is rebuilt
-    at ``location`` so it names the original file, line and function), or ``None``
-    for methods such as transformers' ``warning_once``, which are replayed by calling
-    the method itself so that their own once-only bookkeeping and caller location
-    stay what they were.
-    """
-    captured_args = tuple(capture(arg) for arg in args)
-    captured_kwargs = {k: capture(v) for k, v in kwargs.items()}
-    if level is None:
-        PENDING_EFFECTS.append((_LOG_METHOD, logger, method_name, captured_args, captured_kwargs))
-    else:
-        PENDING_EFFECTS.append(
-            (_LOG_RECORD, logger, level, location, captured_args, captured_kwargs)
-        )
+def defer_log(logger, method_name: str, level, location: tuple, args: tuple, kwargs: dict) -> None:
+    if log_in_graph(logger, method_name, level, location, args, kwargs) is not _IN_GRAPH:
+        if level is None:
+            _perform_eagerly(_LOG_METHOD, logger, (method_name,), args, kwargs)
+        else:
+            _perform_eagerly(_LOG_RECORD, logger, (level, location), args, kwargs)
 
 
 def defer_warning(location: tuple, args: tuple, kwargs: dict) -> None:
-    PENDING_EFFECTS.append(
-        (
-            _WARNING,
-            location,
-            tuple(capture(arg) for arg in args),
-            {k: capture(v) for k, v in kwargs.items()},
-        )
-    )
-
-
-def pending_effect_count() -> int:
-    return len(PENDING_EFFECTS)
+    if warn_in_graph(location, args, kwargs) is not _IN_GRAPH:
+        _perform_eagerly(_WARNING, None, location, args, kwargs)
 
 
 def flush_pending_effects() -> None:
-    """Replay every pending effect once, in the order it was recorded."""
-    while PENDING_EFFECTS:
-        effect = PENDING_EFFECTS.pop(0)
-        _replay(effect)
+    """Nothing is ever pending: effects happen at their call, inside or outside a graph."""
 
 
-def _replay(effect: tuple) -> None:
-    kind = effect[0]
+def pending_effect_count() -> int:
+    """Always 0 (see ``flush_pending_effects``)."""
+    return 0
+
+
+def perform(kind: str, target, detail: tuple, args: tuple, kwargs: dict) -> None:
+    """Do what the original call did."""
     if kind == _PRINT:
-        _, args, kwargs = effect
+        if target is not None:
+            kwargs = {**kwargs, "file": target}
         print(*args, **kwargs)
     elif kind == _LOG_RECORD:
-        _, logger, level, location, args, kwargs = effect
-        _emit_log_record(logger, level, location, args, kwargs)
+        level, location = detail
+        _emit_log_record(target, level, location, args, kwargs)
     elif kind == _LOG_METHOD:
-        _, logger, method_name, args, kwargs = effect
-        getattr(logger, method_name)(*args, **kwargs)
+        (method_name,) = detail
+        getattr(target, method_name)(*args, **kwargs)
     elif kind == _WARNING:
-        _, location, args, kwargs = effect
-        _emit_warning(location, args, kwargs)
+        _emit_warning(detail, args, kwargs)
 
 
 def _source_file(module_name: str, fallback: str) -> str:
@@ -148,7 +462,7 @@ def _emit_warning(location: tuple, args: tuple, kwargs: dict) -> None:
     """Do what ``warnings.warn`` does for a call at ``location`` with stacklevel 1."""
     module_name, lineno, fallback_file = location
     filename = _source_file(module_name, fallback_file)
-    message, *rest = args
+    message, *rest = args if args else (kwargs.get("message"),)
     category = rest[0] if rest else kwargs.get("category")
     source = kwargs.get("source")
     if isinstance(message, Warning):

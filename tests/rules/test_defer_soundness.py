@@ -1,0 +1,427 @@
+"""[Defer] differential runs for the soundness classes of issue 15.
+
+Each program runs original and mended, eagerly and under ``torch.compile`` with the
+``eager`` and ``aot_eager`` backends. One observation is everything a user sees, in
+the order they see it: printed lines, log records (level, line, function, message)
+and warnings (category, line, message) all go to one stream, then the outcome (the
+value, or the exception's type and message; where it was caught shows in the value
+or the text). Mended code must give the original's observation under each backend.
+"""
+
+import contextlib
+import io
+import logging
+import re
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+from helpers import load_module, original_and_mended
+
+LOGGER_NAME = "graphmend_defer_soundness"
+PRELUDE = f"""
+import logging
+import sys
+import warnings
+import torch
+logger = logging.getLogger({LOGGER_NAME!r})
+"""
+BACKENDS = (None, "eager", "aot_eager")
+RESUME_FUNCTION = re.compile(r"torch_dynamo_resume_in_(\w+?)_at_\d+")
+
+
+def observe(function, args, backend, warning_filter="always"):
+    """(text in order, outcome) of one call of ``function``, compiled with ``backend``."""
+    stream = io.StringIO()
+    logger = logging.getLogger(LOGGER_NAME)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("LOG %(levelname)s:%(lineno)d:%(funcName)s:%(message)s"))
+    saved = logger.handlers[:], logger.propagate, logger.level
+    logger.handlers, logger.propagate = [handler], False
+    logger.setLevel(logging.DEBUG)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not filename.startswith("<fixture"):
+            return  # TorchDynamo's own warnings are not the program's output
+        stream.write(f"WARN {category.__name__}:{lineno}:{message}\n")
+
+    target = function
+    torch._dynamo.reset()
+    if backend is not None:
+        target = torch.compile(function, backend=backend, dynamic=False)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(stream):
+            warnings.simplefilter(warning_filter)
+            warnings.showwarning = show
+            try:
+                value = target(*args)
+                outcome = ("value", _plain(value))
+            except Exception as error:  # the observation is the exception itself
+                outcome = ("raised", type(error).__name__, str(error))
+    finally:
+        logger.handlers, logger.propagate = saved[0], saved[1]
+        logger.setLevel(saved[2])
+    # A record made after a graph break names TorchDynamo's resume function; the
+    # mended program, which has no break there, names the user's function as eager
+    # code does. That difference is TorchDynamo's, not a change of behaviour.
+    return RESUME_FUNCTION.sub(r"\1", stream.getvalue()), outcome
+
+
+def _plain(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.detach().tolist(), value.requires_grad)
+    if isinstance(value, (tuple, list)):
+        return type(value).__name__, [_plain(item) for item in value]
+    return value
+
+
+def assert_same_behaviour(source, entry, make_args, warning_filter="always", rules=None):
+    """``make_args()`` builds fresh arguments for every run (runs may mutate them)."""
+    options = {} if rules is None else {"rules": rules}
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source), **options)
+    assert result.changed, "the program was expected to be mended"
+    for backend in BACKENDS:
+        expected = observe(getattr(original, entry), make_args(), backend, warning_filter)
+        seen = observe(getattr(mended, entry), make_args(), backend, warning_filter)
+        assert seen == expected, f"backend={backend}\nmended:   {seen}\noriginal: {expected}"
+    return original, mended
+
+
+# 1. Output before a failure inside the graph is kept; output after it is not.
+
+def test_output_before_a_failing_guard_in_a_callee_is_kept():
+    assert_same_behaviour(
+        """
+        def check(x):
+            if (x < 0).any():
+                raise ValueError("negative input")
+            return x
+
+        def f(x):
+            print("before the check", x.shape)
+            logger.warning("checking %d values", x.numel())
+            y = check(x * 2)
+            print("after the check")
+            return y + 1
+        """,
+        "f",
+        lambda: (-torch.ones(3),),
+    )
+
+
+def test_output_before_a_failing_guard_in_the_caller_is_kept():
+    assert_same_behaviour(
+        """
+        def helper(x):
+            print("helper ran", x.shape)
+            return x * 2
+
+        def f(x):
+            y = helper(x)
+            if (y > 10).any():
+                raise OverflowError("too large")
+            return y
+        """,
+        "f",
+        lambda: (torch.full((2,), 100.0),),
+    )
+
+
+def test_output_before_a_run_time_error_in_an_op_is_kept():
+    assert_same_behaviour(
+        """
+        def f(table, index):
+            print("looking up", index.shape)
+            rows = torch.nn.functional.embedding(index, table)
+            print("looked up")
+            return rows
+        """,
+        "f",
+        lambda: (torch.randn(4, 2), torch.tensor([1, 7])),
+    )
+
+
+def test_a_warning_turned_into_an_error_raises_at_the_call_every_time():
+    source = """
+        def f(x):
+            y = x + 1
+            warnings.warn("degenerate input", RuntimeWarning)
+            print("after the warning")
+            return y
+
+        def caller(x):
+            try:
+                return f(x)
+            except RuntimeWarning as caught:
+                print("caught", caught)
+                return x
+        """
+    original, mended = assert_same_behaviour(source, "caller", lambda: (torch.ones(2),), "error")
+    # The effect is not left pending for a later call either.
+    compiled = torch.compile(mended.caller, backend="eager", dynamic=False)
+    torch._dynamo.reset()
+    stream = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(stream):
+        warnings.simplefilter("error")
+        compiled(torch.ones(2))
+        compiled(torch.ones(2))
+    assert stream.getvalue() == "caught degenerate input\n" * 2
+
+
+def test_a_repr_that_raises_raises_at_the_call_and_is_caught_there():
+    assert_same_behaviour(
+        """
+        class Unprintable:
+            def __repr__(self):
+                raise KeyError("no text")
+
+        THING = Unprintable()
+
+        def f(x):
+            print("printing", THING)
+            print("not reached")
+            return x + 1
+
+        def caller(x):
+            try:
+                return f(x)
+            except KeyError:
+                print("caught the repr failure")
+                return x
+        """,
+        "caller",
+        lambda: (torch.ones(2),),
+    )
+
+
+# 2. Output stays in order with output that stays eager.
+
+def test_deferred_output_keeps_its_place_before_eager_stream_writes():
+    assert_same_behaviour(
+        """
+        def f(x):
+            print("first", x.shape)
+            sys.stdout.write("second\\n")
+            print("third")
+            return x + 1
+        """,
+        "f",
+        lambda: (torch.ones(2),),
+    )
+
+
+def test_deferred_output_keeps_its_place_before_an_unmended_helper():
+    helper = load_module(
+        "def shout(x):\n    print('helper says', x.shape)\n    return x * 2\n", "unmended_helper"
+    )
+    sys.modules["graphmend_defer_soundness_helper"] = helper
+    try:
+        assert_same_behaviour(
+            """
+            import graphmend_defer_soundness_helper as helper
+
+            def f(x):
+                print("before the helper")
+                logger.info("also before")
+                y = helper.shout(x)
+                print("after the helper")
+                return y
+            """,
+            "f",
+            lambda: (torch.ones(2),),
+        )
+    finally:
+        del sys.modules["graphmend_defer_soundness_helper"]
+
+
+# 3. The printed value is the value at the call, with the text it had there.
+
+def test_tensor_with_autograd_history_prints_its_grad_fn():
+    assert_same_behaviour(
+        """
+        def f(w):
+            y = torch.relu(w * 2)
+            print("activation", y)
+            return y.sum()
+        """,
+        "f",
+        lambda: (torch.ones(3, requires_grad=True),),
+    )
+
+
+def test_parameter_prints_as_a_parameter():
+    assert_same_behaviour(
+        """
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scale = torch.nn.Parameter(torch.ones(2))
+
+            def forward(self, x):
+                print("scale", self.scale)
+                return x * self.scale
+
+        def f(x):
+            torch.manual_seed(0)
+            return Model()(x)
+        """,
+        "f",
+        lambda: (torch.ones(2),),
+    )
+
+
+def test_mutable_object_prints_its_state_at_the_call():
+    assert_same_behaviour(
+        """
+        def f(x, history):
+            history.append(len(history))
+            print("history", history, {"last": history[-1]})
+            history.append(99)
+            return x + 1
+        """,
+        "f",
+        lambda: (torch.ones(2), [7]),
+    )
+
+
+def test_object_prints_the_state_it_has_at_the_call():
+    assert_same_behaviour(
+        """
+        class Counter:
+            def __init__(self):
+                self.n = 0
+
+            def __repr__(self):
+                return f"Counter({self.n})"
+
+        COUNTER = Counter()
+
+        def f(x):
+            COUNTER.n = 1
+            print("counter", COUNTER)
+            COUNTER.n = 11
+            return x + 1
+        """,
+        "f",
+        lambda: (torch.ones(2),),
+    )
+
+
+def test_tensor_updated_in_place_after_the_call_prints_the_old_value():
+    assert_same_behaviour(
+        """
+        def f(x):
+            y = x * 3
+            print("y is", y)
+            logger.warning("y is %s", y)
+            y.add_(1)
+            return y
+        """,
+        "f",
+        lambda: (torch.arange(3.0),),
+    )
+
+
+# 4. Logger behaviour is what the logger does.
+
+def test_logger_class_override_is_used():
+    assert_same_behaviour(
+        f"""
+        class Shouting(logging.Logger):
+            def warning(self, msg, *args, **kwargs):
+                super().warning(msg.upper(), *args, **kwargs)
+
+        logging.setLoggerClass(Shouting)
+        shouting = logging.getLogger({LOGGER_NAME + ".shouting"!r})
+        logging.setLoggerClass(logging.Logger)
+
+        def f(x):
+            shouting.warning("quiet words")
+            return x + 1
+        """,
+        "f",
+        lambda: (torch.ones(2),),
+    )
+
+
+def test_handler_state_read_after_the_call_is_current():
+    assert_same_behaviour(
+        f"""
+        SEEN = []
+
+        class Collect(logging.Handler):
+            def emit(self, record):
+                SEEN.append(record.getMessage())
+
+        collecting = logging.getLogger({LOGGER_NAME + ".collecting"!r})
+        collecting.addHandler(Collect())
+
+        def f(x):
+            SEEN.clear()
+            collecting.warning("one")
+            return x + len(SEEN)
+        """,
+        "f",
+        lambda: (torch.ones(2),),
+    )
+
+
+def test_record_names_the_line_of_a_call_spanning_lines():
+    assert_same_behaviour(
+        """
+        def f(x):
+            logger.warning(
+                "spans %s",
+                "lines",
+            )
+            warnings.warn(
+                "also spans",
+            )
+            return x + 1
+        """,
+        "f",
+        lambda: (torch.ones(2),),
+    )
+
+
+def test_logger_warn_keeps_its_deprecation_warning():
+    assert_same_behaviour(
+        """
+        def f(x):
+            logger.warn("old spelling")
+            print("and a print")
+            return x + 1
+        """,
+        "f",
+        lambda: (torch.ones(2),),
+    )
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_deferrable_output_costs_no_graph_break(backend):
+    """The exact mechanism still removes the breaks it is for."""
+    from graphmend.counting import CountingBackend
+
+    source = PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            y = torch.relu(x)
+            print("shape", y.shape, y)
+            logger.warning("values %s", y.sum())
+            warnings.warn("careful")
+            return y * 2
+        """
+    )
+    _, mended, _ = original_and_mended(source)
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    compiled = torch.compile(mended.f, backend=counter, dynamic=False)
+    stream = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(stream):
+        warnings.simplefilter("ignore")
+        compiled(torch.ones(2))
+    assert counter.graphs == 1
+    assert stream.getvalue() == "shape torch.Size([2]) tensor([1., 1.])\n"
