@@ -90,6 +90,9 @@ class _Events(io.StringIO):
 
 
 class _LogEvents(logging.Handler):
+    # Records what the program logs for the comparison; the program never reads it.
+    graphmend_output_only = True
+
     def __init__(self, events: list):
         super().__init__(logging.DEBUG)
         self.events = events
