@@ -152,6 +152,23 @@ MUST_NOT_REWRITE = {
             return x * 2
         """, "global or nonlocal", lambda: (torch.ones(3),),
     ),
+    "writes_no_outer_name_nonlocal": (
+        """
+        def f(x):
+            last = x * 0
+
+            def inner():
+                nonlocal last
+                if x.sum() > 0:
+                    last = x + 1
+                else:
+                    last = x - 1
+                return x * 2
+
+            inner()
+            return last
+        """, "global or nonlocal", lambda: (torch.ones(3),),
+    ),
     "writes_no_outer_name_locals": (
         """
         def f(x):
