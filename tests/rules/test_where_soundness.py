@@ -602,3 +602,31 @@ def test_selected_name_is_only_consumed_declines_identity_and_in_place():
         result = mend(source, rules=("where",))
         assert not result.changed, tail
         assert any("existed before the branch" in r for r in finding_reasons(result, "Where")), tail
+
+
+@pytest.mark.parametrize(
+    "arm, arguments",
+    [
+        ("z = torch.exp(scale) * x", (torch.ones(3), 2.0)),
+        ("z = torch.maximum(x, scale)", (torch.ones(3), 2.0)),
+        ("z = x * scale.abs()", (torch.ones(3), 2.0)),
+    ],
+)
+def test_torch_functions_need_tensor_operands(arm, arguments):
+    """7: ``torch.exp(2.0)`` raises TypeError: a Python number reaching a torch function
+    on the untaken path keeps the original (the check made while tracing fails)."""
+    source = _source(
+        f"def f(x, scale):\n    if x.sum() > 100:\n        {arm}\n    else:\n        z = x * 2\n    return z\n"
+    )
+    assert_same_behaviour(source, lambda module: arguments)
+
+
+def test_where_condition_must_be_bool():
+    source = _source(
+        "def f(x, mask):\n    if x.sum() > 100:\n        z = torch.where(mask, x, x * 2)\n"
+        "    else:\n        z = x * 2\n    return z\n"
+    )
+    result = mend(source, rules=("where",))
+    assert not result.changed
+    assert any("bool tensor" in r for r in finding_reasons(result, "Where"))
+    assert_same_behaviour(source, lambda module: (torch.ones(3), torch.tensor([1, 0, 1])))

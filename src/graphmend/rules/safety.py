@@ -222,6 +222,11 @@ class ExpressionSafety:
                 return f"`{ast.unparse(expression)}` may be a bool tensor"
             if kind == INTEGRAL:
                 return f"`{ast.unparse(expression)}` may not be integral"
+            if kind == TENSOR:
+                # A tensor when one operand is; with a constant, the other one must be.
+                if isinstance(expression.left, ast.Constant):
+                    return self._require(expression.right, TENSOR)
+                return self._require(expression.left, TENSOR)
             return self._require(expression.left, kind) or self._require(expression.right, kind)
         if _produces_bool(expression):
             if kind in (NUMBER, INTEGRAL):
@@ -407,16 +412,27 @@ class ExpressionSafety:
             if qualified == "torch.full_like" and not isinstance(call.args[1], ast.Constant):
                 return f"`{ast.unparse(call)}`: the fill value must be a constant"
             if qualified == "torch.where":
+                # The condition must be a bool tensor; the values tensors or numbers.
+                if not _produces_bool(call.args[0]) or isinstance(call.args[0], ast.Constant):
+                    return f"`{ast.unparse(call)}`: the condition is not known to be a bool tensor"
                 return first_failure(
-                    lambda: self._require(call.args[0], INTEGRAL),
+                    lambda: self._require(call.args[0], TENSOR),
                     *[lambda e=e: self._require(e, NUMBER) for e in call.args[1:]],
                 )
-            return first_failure(*[lambda e=e: self._require(e, kind) for e in operands])
+            # torch functions reject Python numbers: every operand must be a tensor too.
+            return first_failure(
+                *[lambda e=e: self._require(e, TENSOR) for e in operands],
+                *[lambda e=e: self._require(e, kind) for e in operands if kind != NUMBER],
+            )
         callee = call.func
         if isinstance(callee, ast.Attribute) and callee.attr in SAFE_METHODS and qualified is None:
             if call.args or call.keywords:
                 return f"`{ast.unparse(call)}`: only the method without arguments is known not to raise"
-            return self.expression_is_safe(callee.value) or self._require(callee.value, SAFE_METHODS[callee.attr])
+            return (
+                self.expression_is_safe(callee.value)
+                or self._require(callee.value, TENSOR)
+                or self._require(callee.value, SAFE_METHODS[callee.attr])
+            )
         purity = self.context.module.purity
         if isinstance(callee, ast.Name) and callee.id in purity.functions and not (
             facts.is_local(callee.id) or (self._parameters is not None and callee.id in self._parameters)
