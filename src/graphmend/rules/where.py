@@ -75,7 +75,7 @@ RULE = "Where"
 # and ``detach`` may return their receiver or a view of it).
 FRESH_METHODS = frozenset(
     {"exp", "sigmoid", "tanh", "sin", "cos", "square", "sign", "any", "all", "sum",
-     "isinf", "isnan", "isfinite", "abs", "relu", "neg", "clone"}
+     "isinf", "isnan", "isfinite", "abs", "relu", "neg", "clone", "mean"}
 )
 # Builtins that read or write a frame's locals by name: renamed per-arm locals
 # would show through them.
@@ -479,10 +479,13 @@ class WhereRewrite:
         """A read whose value is consumed where it stands: nothing keeps it (nor, unless
         ``may_update``, updates it in place)."""
         facts = self.context.facts
-        if isinstance(parent, ast.Tuple):
-            # ``operands_combine((x, "number"), ...)``: a check made while tracing.
-            check = getattr(self, "_parents", {}).get(id(parent))
-            return isinstance(check, ast.Call) and ast.unparse(check.func) == f"{RUNTIME_NAME}.operands_combine"
+        if isinstance(parent, (ast.Tuple, ast.List)):
+            # ``operands_combine((x, "number"), ...)``: a check made while tracing;
+            # ``print([h, x])``: the builtin print writes the list's text and drops it.
+            outer = self._parents.get(id(parent))
+            if isinstance(outer, ast.Call) and ast.unparse(outer.func) == f"{RUNTIME_NAME}.operands_combine":
+                return True
+            return isinstance(outer, ast.Call) and parent in outer.args and self._is_builtin_print(outer)
         if isinstance(parent, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops):
             return False  # ``z is x`` observes identity
         if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare)):
@@ -504,12 +507,16 @@ class WhereRewrite:
             if ast.unparse(parent.func) == f"{RUNTIME_NAME}.select":
                 return True
             # The builtin ``print`` writes the text of its arguments and keeps nothing.
-            if qualified == "builtins.print" or (
-                isinstance(parent.func, ast.Name) and parent.func.id == "print" and not facts.is_local("print")
-                and self.context.module.bindings.is_unbound_builtin("print")
-            ):
+            if self._is_builtin_print(parent):
                 return True
         return False
+
+    def _is_builtin_print(self, call: ast.Call) -> bool:
+        facts = self.context.facts
+        return facts.qualified_name_of(call.func) == "builtins.print" or (
+            isinstance(call.func, ast.Name) and call.func.id == "print" and not facts.is_local("print")
+            and self.context.module.bindings.is_unbound_builtin("print")
+        )
 
     def earlier_value_is_unaliased(self, name: str) -> str | None:
         """The value ``name`` has at the branch is a new object nothing else refers to.
