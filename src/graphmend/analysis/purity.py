@@ -3,10 +3,14 @@
 A callee is side-effect free when it resolves (a function of the same module, a
 method of the same class, or a known-pure torch/math/builtin function) and its body
 is shown to write nothing outside its own locals, print or log nothing, consume no
-random numbers and contain no reachable ``raise``.
+random numbers (``out=`` and ``inplace=`` keywords count as writes) and contain no
+reachable ``raise`` nor an operation that commonly raises: division, modulo and
+matrix products (``ZeroDivisionError``, shape errors) and indexing.
 
-What is *not* modelled, and documented as such: attribute and item reads on the
-arguments, and arithmetic on plain Python numbers, are taken not to raise.
+What is *not* modelled, and documented as such: attribute reads on the arguments,
+and the remaining arithmetic, are taken not to raise. Code that runs where the
+original would not (Where's untaken arm) is held to the stricter rules of
+``graphmend.rules.safety``, which checks operand types and shapes while tracing.
 """
 
 from __future__ import annotations
@@ -183,6 +187,10 @@ class _BodyChecker:
                 return f"`{self.function.name}` yields"
             if isinstance(node, ast.NamedExpr):
                 return f"`{self.function.name}` uses an assignment expression"
+            if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod, ast.MatMult)):
+                return f"`{self.function.name}` may raise: `{ast.unparse(node)}`"
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                return f"`{self.function.name}` may raise: `{ast.unparse(node)}` indexes"
             if isinstance(node, ast.Call):
                 reason = self._call(node)
                 if reason:
@@ -193,6 +201,10 @@ class _BodyChecker:
         for keyword in call.keywords:
             if keyword.arg == "out":
                 return "a call writes through `out=`"
+            if keyword.arg == "inplace" and not (
+                isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+            ):
+                return "a call may write through `inplace=`"
         callee = call.func
         if isinstance(callee, ast.Name) and callee.id in self.locals:
             return f"`{self.function.name}` calls the local `{callee.id}`"

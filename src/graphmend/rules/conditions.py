@@ -5,7 +5,11 @@
 value of ``C``: ``not`` becomes ``guard_holds(..., False)``, ``and``/``or`` of
 data-dependent operands become ``all_of``/``any_of``, and ``torch.equal`` becomes
 ``equal_as_tensor`` (shape checked statically first). ``and``/``or`` evaluate every
-operand, so each operand after the first must be safe to evaluate unconditionally.
+operand, so each operand after the first must be safe to evaluate unconditionally
+(``ExpressionSafety``). What only tracing can show (operand types and broadcasting,
+see safety.py) is recorded in the caller's ``ExpressionSafety`` when it passes one
+(Where checks it while tracing); without one, an operand that needs such a check
+declines.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ def _call(name: str, *arguments: ast.expr) -> ast.Call:
     return ast.Call(func=runtime(name), args=list(arguments), keywords=[])
 
 
-def why_not_tensorizable(context: FunctionContext, condition: ast.expr, node) -> str | None:
+def why_not_tensorizable(
+    context: FunctionContext, condition: ast.expr, node, safety: ExpressionSafety | None = None
+) -> str | None:
     if not context.data.is_data_dependent(condition, node):
         return "the condition does not depend on tensor values"
     if context.data.first_item_call(condition) is not None:
@@ -30,10 +36,25 @@ def why_not_tensorizable(context: FunctionContext, condition: ast.expr, node) ->
     for part in ast.walk(condition):
         if isinstance(part, (ast.NamedExpr, ast.Await, ast.Yield, ast.Lambda)):
             return "the condition binds a name or suspends"
-    return _why_not_short_circuit_free(context, condition, node)
+    checked_later = safety is not None
+    safety = safety if safety is not None else ExpressionSafety(context, node)
+    reason = _why_not_short_circuit_free(context, condition, node, safety)
+    # Without a check while tracing, accept one outside value compared or combined
+    # with constants only (nothing to broadcast against), as a number or a tensor.
+    distinct = {ast.dump(operand) for operand, _ in safety.operands}
+    if reason is None and not checked_later and (
+        len(distinct) > 1 or safety.attributes or any(kind not in ("number", "tensor") for _, kind in safety.operands)
+    ):
+        return (
+            "`and`/`or` evaluates every operand, and whether one raises (operand types, "
+            "broadcasting) is known only while tracing"
+        )
+    return reason
 
 
-def _why_not_short_circuit_free(context: FunctionContext, condition: ast.expr, node) -> str | None:
+def _why_not_short_circuit_free(
+    context: FunctionContext, condition: ast.expr, node, safety: ExpressionSafety
+) -> str | None:
     while isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
         condition = condition.operand
     if not isinstance(condition, ast.BoolOp):
@@ -44,13 +65,12 @@ def _why_not_short_circuit_free(context: FunctionContext, condition: ast.expr, n
                 f"`{ast.unparse(operand)}` is static but `and`/`or` with a tensor value would "
                 "evaluate what it guards"
             )
-    safety = ExpressionSafety(context, node)
     for index, operand in enumerate(condition.values):
         inner = operand
         while isinstance(inner, ast.UnaryOp) and isinstance(inner.op, ast.Not):
             inner = inner.operand
         if isinstance(inner, ast.BoolOp):
-            reason = _why_not_short_circuit_free(context, inner, node)
+            reason = _why_not_short_circuit_free(context, inner, node, safety)
             if reason:
                 return reason
             if index > 0:

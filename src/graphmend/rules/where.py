@@ -4,7 +4,8 @@
         z = x_1 + y_1
     else:
         z = x_1 * y_1
-becomes (on the compiled path; the eager path keeps the original ``if``)
+becomes (on the compiled path, when the checks made while tracing hold; the eager
+path keeps the original ``if``)
     _gm_taken_1 = __graphmend__.guard_holds(x.sum() > 0, True)
     z__gm_true_1 = x_1 + y_1
     z__gm_false_1 = x_1 * y_1
@@ -12,22 +13,39 @@ becomes (on the compiled path; the eager path keeps the original ``if``)
 
 Three shapes are handled: the arms assign the same names, the arms return, or the
 arms end by calling the same function with different positional arguments. Both
-arms then run, so every statement in them must be unobservable on the untaken
-path: no possible exception, no write that escapes (writes to locals are renamed
-per arm), apart from two licensed writes that are idempotent: a device move
-``self.a = self.a.to(d)`` and an initialization guarded by its own existence
-check ``if not hasattr(self, "a"): self.a = f(...)``. ``select`` uses
-``torch.where`` only when both values are tensors of one shape, dtype and device.
+arms then run, so every statement in them must be unobservable on the untaken path:
+no possible exception, no write that escapes (writes to locals are renamed per
+arm), no random draw. Two idempotent writes are licensed when a check made while
+tracing shows they change nothing: a device move ``self.a = self.a.to(d)`` (the
+tensor is on ``d`` already) and a memoized initialization ``if not hasattr(self,
+"a"): self.a = f(...)`` (``self.a`` exists already); the compiled form then leaves
+them out. ``select`` (runtime/selection.py) uses ``torch.where`` only when both
+values are tensors of one shape, dtype and device that no autograd flows through,
+and the plain choice (the original graph break) otherwise.
 
-Legality conditions: the condition is tensorizable (``conditions.why_not_tensorizable``:
-no ``.item()``, and/or operands safe to evaluate unconditionally); the arms have one
-of the three shapes and leave only by their final ``return``; every setup statement
-is safe on the untaken path (``ExpressionSafety`` in safety.py, the two licensed
-writes, no augmented assignment, which may update a tensor in place); a name live
-after the branch is bound on both paths; no arm returns None.
-
-Not modelled (documented assumption): elementwise arithmetic is taken not to raise;
-a broadcasting error between operand shapes would surface while tracing.
+Legality conditions, each a function below returning None when it holds or the
+reason it fails (``graphmend check`` prints the reason):
+- ``why_not_tensorizable`` (conditions.py): no ``.item()``; ``and``/``or`` operands
+  safe to evaluate unconditionally.
+- ``arms_leave_only_at_their_end``: no ``return``/``break``/``raise`` inside an arm.
+- ``arms_end_alike``: both arms return, or neither does.
+- ``returned_value_is_not_none``.
+- ``setup_statement_runs_on_both_paths``: each statement binds locals to safe
+  expressions (``ExpressionSafety`` in safety.py: no exception, no ``out=`` or
+  ``inplace=`` write, no in-place method, no random draw, helpers checked the same
+  way), or is one of the two licensed writes; ``x += 1`` may update a tensor in place.
+- ``writes_no_outer_name``: no name bound in an arm is ``global`` or ``nonlocal``,
+  and the function does not read its locals by name (``locals()``, ``eval``).
+- ``bound_on_both_paths``: a name read after the branch is bound on both paths.
+- ``selected_value_is_fresh``: each value the selection picks between is computed
+  by the arm (arithmetic, a pointwise function), never an existing object such as
+  a parameter or attribute: ``torch.where`` returns a new tensor, so ``z is x`` and
+  an in-place update through ``z`` would change meaning.
+- ``merged_call_means_one_callee``: for the call shape, the callee and keywords
+  read no name the arms bind, so they mean the same object on both paths.
+Checks made while tracing (added to the compiled form's condition): every outside
+value elementwise code combines is of the kind the operation accepts and all
+broadcast together (``operands_combine``), and every attribute read exists.
 """
 
 from __future__ import annotations
@@ -37,16 +55,33 @@ import copy
 
 from graphmend.rewrite.findings import DATA_DEPENDENT_CONTROL_FLOW
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
-from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
-from graphmend.rules.safety import ExpressionSafety
+from graphmend.rules.base import (
+    FunctionContext,
+    enclosing_statements,
+    first_failure,
+    rewrite_statements,
+    statement_lists,
+)
 from graphmend.rules.conditions import (
     conjunction,
     holds_expression,
     split_static_prefix,
     why_not_tensorizable,
 )
+from graphmend.rules.safety import POINTWISE_TORCH, ExpressionSafety
 
 RULE = "Where"
+# Tensor methods that always return a new tensor (``float``, ``contiguous``, ``to``
+# and ``detach`` may return their receiver or a view of it).
+FRESH_METHODS = frozenset(
+    {"exp", "sigmoid", "tanh", "sin", "cos", "square", "sign", "any", "all", "sum",
+     "isinf", "isnan", "isfinite", "abs", "relu", "neg", "clone", "mean"}
+)
+# Builtins that read or write a frame's locals by name: renamed per-arm locals
+# would show through them.
+DYNAMIC_LOCALS = frozenset({"locals", "vars", "eval", "exec", "dir", "globals"})
+
+
 class Decline(Exception):
     pass
 
@@ -58,8 +93,11 @@ class _Arm:
         self.original = statements_
         self.suffix = suffix
         self.renamed: dict[str, str] = {}
+        # Why the value a name is bound to in this arm may be an existing object.
+        self.not_fresh: dict[str, str | None] = {}
         self.setup: list[ast.stmt] = []
         self.result: ast.expr | None = None
+        self.unrenamed_result: ast.expr | None = None
         self.call: ast.Call | None = None
 
     def load(self, expression: ast.expr) -> ast.expr:
@@ -81,6 +119,105 @@ class _Arm:
         return ast.Name(id=self.renamed.get(name, name), ctx=ast.Load())
 
 
+# legality conditions ------------------------------------------------------------------
+
+
+def arms_leave_only_at_their_end(arms: list[list[ast.stmt]]) -> str | None:
+    """Statements after an early exit would run on the compiled path."""
+    for arm in arms:
+        for statement in arm[:-1] if arm else []:
+            for node in ast.walk(statement):
+                if isinstance(node, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield)):
+                    return f"line {node.lineno}: an arm leaves the branch early"
+        last = arm[-1] if arm else None
+        if isinstance(last, (ast.Raise, ast.Break, ast.Continue)):
+            return f"line {last.lineno}: an arm leaves the branch with `{type(last).__name__.lower()}`"
+    return None
+
+
+def arms_end_alike(true_last: ast.stmt | None, false_last: ast.stmt | None) -> str | None:
+    returns = [isinstance(last, ast.Return) for last in (true_last, false_last)]
+    if any(returns) and not all(returns):
+        return "one arm returns and the other does not"
+    return None
+
+
+def returned_value_is_not_none(value: ast.expr | None) -> str | None:
+    """``select`` needs a value on both paths; None carries no tensor to select."""
+    if value is None or (isinstance(value, ast.Constant) and value.value is None):
+        return "an arm returns None"
+    return None
+
+
+def writes_no_outer_name(context: FunctionContext, names: set[str]) -> str | None:
+    """A write to a global or nonlocal name is read outside this function, where the
+    analysis of reads after the branch cannot see it; names read through ``locals()``
+    or ``eval`` would see the per-arm names."""
+    facts = context.facts
+    for name in sorted(names):
+        if name in facts.declared_global:
+            return f"`{name}` is global or nonlocal: the write is visible outside the function"
+        if name in facts.outer_names:
+            return f"`{name}` belongs to an enclosing function"
+    for node in facts.nodes:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_LOCALS:
+            return f"the function calls `{node.func.id}()`, which reads its locals by name"
+    return None
+
+
+def bound_on_both_paths(context: FunctionContext, node, name: str, arms) -> str | None:
+    for arm in arms:
+        if name not in arm.renamed and not context.facts.reaching.definitely_assigned(node, name):
+            return f"`{name}` is bound on one path only and may be unbound after"
+    return None
+
+
+def merged_call_means_one_callee(first: ast.Call, second: ast.Call, arm_bound: set[str]) -> str | None:
+    """The merged call is evaluated once, through one callee: the arms must agree on it.
+
+    Only the callee and keywords spelled alike and reading no name either arm binds
+    mean the same object on both paths (``dst.append`` with ``dst`` rebound per arm
+    does not).
+    """
+    if ast.dump(first.func) != ast.dump(second.func):
+        return "the arms call different functions"
+    if [ast.dump(k) for k in first.keywords] != [ast.dump(k) for k in second.keywords]:
+        return "the arms pass different keyword arguments"
+    read = {
+        node.id
+        for part in [first.func] + [k.value for k in first.keywords]
+        for node in ast.walk(part)
+        if isinstance(node, ast.Name)
+    }
+    rebound = sorted(read & arm_bound)
+    if rebound:
+        return f"the shared call's callee or keywords read `{rebound[0]}`, which an arm binds"
+    return None
+
+
+def _reaches_avoiding(start, target, blocked) -> bool:
+    """Is there a CFG path from ``start`` to ``target`` that does not pass ``blocked``?"""
+    seen = {id(start)}
+    frontier = [start]
+    while frontier:
+        node = frontier.pop()
+        for successor in node.successors:
+            if successor is target:
+                return True
+            if successor is blocked or id(successor) in seen:
+                continue
+            seen.add(id(successor))
+            frontier.append(successor)
+    return False
+
+
+def _in_loop(context: FunctionContext, statement: ast.stmt) -> bool:
+    return any(
+        isinstance(outer, (ast.For, ast.While, ast.AsyncFor))
+        for outer in enclosing_statements(context.facts.function, statement)
+    )
+
+
 class WhereRewrite:
     def __init__(self, context: FunctionContext, statement: ast.If, false_arm, consumed_next, test=None):
         self.context = context
@@ -96,9 +233,7 @@ class WhereRewrite:
         self.expression_is_safe = self.safety.expression_is_safe
         self.call_is_safe = self.safety.call_is_safe
 
-    # legality conditions -------------------------------------------------------------
-
-    # arm analysis -------------------------------------------------------------------
+    # licensed writes ------------------------------------------------------------------
 
     def _is_self_attribute(self, node: ast.AST) -> bool:
         return (
@@ -109,10 +244,12 @@ class WhereRewrite:
         )
 
     def _licensed_device_move(self, statement: ast.stmt) -> bool:
+        """``self.a = self.a.to(d)``: licensed when, while tracing, ``self.a`` is on ``d``
+        already (then ``to`` returns ``self.a`` itself and the write changes nothing)."""
         if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
             return False
         target, value = statement.targets[0], statement.value
-        return (
+        if not (
             self._is_self_attribute(target)
             and isinstance(value, ast.Call)
             and isinstance(value.func, ast.Attribute)
@@ -121,10 +258,25 @@ class WhereRewrite:
             and not value.keywords
             and len(value.args) == 1
             and self.expression_is_safe(value.args[0]) is None
+        ):
+            return False
+        self.trace_time_checks.append(
+            statements(
+                f"hasattr(OWNER, {target.attr!r}) and {RUNTIME_NAME}.moves_nothing(TENSOR, DESTINATION)",
+                OWNER=target.value,
+                TENSOR=value.func.value,
+                DESTINATION=value.args[0],
+            )[0].value
         )
+        return True
 
-    def _licensed_memoized_init(self, statement: ast.stmt) -> str | None | bool:
-        """False when not this shape; None when licensed; else the reason it is not."""
+    def memoized_initialization_exists_already(self, statement: ast.stmt) -> str | None | bool:
+        """``if not hasattr(self, "a"): self.a = f(...)``: licensed when ``self.a`` exists
+        while tracing, so the initialization does nothing on either path. Creating it on
+        the untaken path would change the object's state (and ``hasattr`` afterwards).
+
+        False when the statement is not this shape; None when licensed.
+        """
         if not (isinstance(statement, ast.If) and not statement.orelse and len(statement.body) == 1):
             return False
         test = statement.test
@@ -136,87 +288,63 @@ class WhereRewrite:
             and test.operand.func.id == "hasattr"
             and len(test.operand.args) == 2
             and isinstance(test.operand.args[1], ast.Constant)
+            and isinstance(test.operand.args[1].value, str)
         ):
             return False
         owner, attribute = test.operand.args
-        assignment = statement.body[0]
-        if not isinstance(assignment, ast.Assign) or len(assignment.targets) != 1:
+        if self.expression_is_safe(owner) is not None or not isinstance(owner, ast.Name):
             return False
-        target = assignment.targets[0]
-        elements = target.elts if isinstance(target, ast.Tuple) else [target]
-        guarded = [
-            e for e in elements
-            if isinstance(e, ast.Attribute) and ast.dump(e.value) == ast.dump(owner)
-            and e.attr == attribute.value
-        ]
-        if len(guarded) != 1 or not all(
-            e is guarded[0] or (isinstance(e, ast.Name) and e.id == "_") for e in elements
-        ):
-            return False
-        call = assignment.value
-        if not isinstance(call, ast.Call):
-            return self.expression_is_safe(call)
-        reason = self.call_is_safe(call)
-        if reason is None:
-            return None
-        # An attribute holding a function (``self.rope_init_fn``) cannot be resolved
-        # here; the rewrite then checks while tracing that it is a function graphmend
-        # proved pure in its own module, and keeps the original otherwise.
-        if self._is_self_attribute(call.func):
-            arguments_reason = first_failure(
-                *[lambda e=e: self.expression_is_safe(e) for e in call.args + [k.value for k in call.keywords]]
-            )
-            if arguments_reason:
-                return arguments_reason
-            keywords = ast.Tuple(elts=[ast.Constant(k.arg) for k in call.keywords], ctx=ast.Load())
-            self.trace_time_checks.append(
-                statements(
-                    f"{RUNTIME_NAME}.proven_pure(CALLEE, KEYWORDS)",
-                    CALLEE=call.func,
-                    KEYWORDS=keywords,
-                )[0].value
-            )
-            return None
-        return reason
+        self.trace_time_checks.append(
+            statements(f"hasattr(OWNER, {attribute.value!r})", OWNER=owner)[0].value
+        )
+        return None
+
+    # arm analysis ---------------------------------------------------------------------
 
     def analyse_arm(self, arm: _Arm, ends_with: str) -> None:
         self.safety.bound_names = set()
+        self.safety.definitions = {}
         body = list(arm.original)
         if ends_with == "return":
             last = body.pop()
-            if last.value is None or (isinstance(last.value, ast.Constant) and last.value.value is None):
-                raise Decline("an arm returns None")
+            reason = returned_value_is_not_none(last.value)
+            if reason:
+                raise Decline(reason)
             arm.result = last.value
         elif ends_with == "call":
             last = body.pop()
             arm.call = last.value
         for statement in body:
-            self.analyse_setup(arm, statement)
+            self.setup_statement_runs_on_both_paths(arm, statement)
             self.safety.bound_names = set(arm.renamed)
         if arm.result is not None:
             reason = self.expression_is_safe(arm.result)
             if reason:
                 raise Decline(f"the returned value: {reason}")
+            arm.unrenamed_result = arm.result
             arm.result = arm.load(arm.result)
         if arm.call is not None:
             for argument in arm.call.args:
                 reason = self.expression_is_safe(argument)
                 if reason:
                     raise Decline(f"an argument of the shared call: {reason}")
+            reason = first_failure(
+                lambda: self.expression_is_safe(arm.call.func),
+                *[lambda k=k: self.expression_is_safe(k.value) for k in arm.call.keywords],
+            )
+            if reason:
+                raise Decline(f"the shared call: {reason}")
 
-    def analyse_setup(self, arm: _Arm, statement: ast.stmt) -> None:
+    def setup_statement_runs_on_both_paths(self, arm: _Arm, statement: ast.stmt) -> None:
+        """Raises Decline with the reason when ``statement`` is observable on the untaken path."""
         line = statement.lineno
         if isinstance(statement, ast.Pass):
             return
         if self._licensed_device_move(statement):
-            arm.setup.append(copy.deepcopy(statement))
-            return
-        memoized = self._licensed_memoized_init(statement)
+            return  # a no-op whenever the compiled form runs (checked while tracing)
+        memoized = self.memoized_initialization_exists_already(statement)
         if memoized is None:
-            arm.setup.append(copy.deepcopy(statement))
-            return
-        if isinstance(memoized, str):
-            raise Decline(f"line {line}: the memoized initialization: {memoized}")
+            return  # likewise
         if isinstance(statement, ast.Assign) and all(
             isinstance(t, ast.Name) or (isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts))
             for t in statement.targets
@@ -228,12 +356,17 @@ class WhereRewrite:
             targets = []
             for target in statement.targets:
                 if isinstance(target, ast.Name):
+                    self.safety.define(target.id, statement.value)
+                    arm.not_fresh[target.id] = self.value_is_fresh(arm, statement.value)
                     targets.append(ast.Name(id=arm.bind(target.id), ctx=ast.Store()))
                 else:
                     if not isinstance(statement.value, (ast.Tuple, ast.List)) or len(
                         statement.value.elts
                     ) != len(target.elts):
                         raise Decline(f"line {line}: unpacking may raise")
+                    for element, element_value in zip(target.elts, statement.value.elts):
+                        self.safety.define(element.id, element_value)
+                        arm.not_fresh[element.id] = self.value_is_fresh(arm, element_value)
                     targets.append(
                         ast.Tuple(
                             elts=[ast.Name(id=arm.bind(e.id), ctx=ast.Store()) for e in target.elts],
@@ -251,29 +384,232 @@ class WhereRewrite:
                 reason = self.call_is_safe(call)
                 if reason:
                     raise Decline(f"line {line}: {reason}")
-                return  # a pure call whose value is unused does nothing
-        if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                return  # a safe call whose value is unused does nothing
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
             raise Decline(f"line {line}: the write to `{ast.unparse(statement).split('=')[0].strip()}` escapes the branch")
         raise Decline(f"line {line}: a `{type(statement).__name__}` statement cannot run on both paths")
 
-    # planning -----------------------------------------------------------------------
+    # freshness ------------------------------------------------------------------------
+
+    def value_is_fresh(self, arm: _Arm, expression: ast.expr, helper_locals=None) -> str | None:
+        """None when ``expression`` (in the arm's terms, before renaming) is a new object
+        or not a tensor; else why it may be an existing object."""
+        facts = self.context.facts
+        if isinstance(expression, ast.Constant):
+            return None
+        if isinstance(expression, (ast.BinOp, ast.Compare)):
+            return None
+        if isinstance(expression, ast.UnaryOp) and not isinstance(expression.op, ast.UAdd):
+            return None
+        if isinstance(expression, (ast.Tuple, ast.List)):
+            return None  # not a tensor: ``select`` makes the plain choice
+        if isinstance(expression, ast.Name):
+            if helper_locals is not None:
+                if expression.id in helper_locals:
+                    return helper_locals[expression.id]
+                return f"`{expression.id}` is a helper's parameter"
+            if expression.id in arm.not_fresh:
+                return arm.not_fresh[expression.id]
+            return self.earlier_value_is_unaliased(expression.id)
+        if isinstance(expression, ast.Call):
+            callee = expression.func
+            qualified = facts.qualified_name_of(callee) if helper_locals is None else None
+            if qualified in POINTWISE_TORCH:
+                return None
+            if isinstance(callee, ast.Attribute) and callee.attr in FRESH_METHODS and qualified is None:
+                return None
+            purity = self.context.module.purity
+            function = None
+            if isinstance(callee, ast.Name) and callee.id in purity.functions and not facts.is_local(callee.id):
+                function = purity.functions[callee.id]
+            elif helper_locals is None:
+                function = self.safety._same_class_method(callee)
+            if function is not None:
+                return self._helper_returns_fresh(arm, function)
+        return f"`{ast.unparse(expression)}` may be an existing object"
+
+    def _reads_of(self, name: str) -> list[tuple[ast.Name, object, ast.AST | None]]:
+        """Every read of ``name`` in the function: (the Name, its CFG node or None, its parent)."""
+        facts = self.context.facts
+        parents: dict[int, ast.AST] = {}
+        for node in ast.walk(facts.function):
+            for child in ast.iter_child_nodes(node):
+                parents[id(child)] = node
+        self._parents = parents
+        reads = []
+
+        def collect(part: ast.AST, cfg_node) -> None:
+            for node in ast.walk(part):
+                if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+                    nested = any(
+                        isinstance(n, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp))
+                        for n in ast.walk(part)
+                    )
+                    reads.append((node, None if nested else cfg_node, parents.get(id(node))))
+
+        def visit(statement: ast.stmt) -> None:
+            cfg_node = facts.node_for(statement)
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                collect(statement, None)  # a closure keeps a reference
+                return
+            if isinstance(statement, (ast.If, ast.While)):
+                own = [statement.test]
+            elif isinstance(statement, (ast.For, ast.AsyncFor)):
+                own = [statement.iter]
+            elif isinstance(statement, (ast.With, ast.AsyncWith)):
+                own = [item.context_expr for item in statement.items]
+            elif isinstance(statement, ast.Match):
+                own = [statement.subject]
+            elif isinstance(statement, ast.Try) or type(statement).__name__ == "TryStar":
+                own = [h.type for h in statement.handlers if h.type is not None]
+            else:
+                own = [statement]
+            for part in own:
+                collect(part, cfg_node)
+            if own != [statement]:
+                for inner in statement_lists(statement):
+                    for child in inner:
+                        visit(child)
+
+        for statement in facts.function.body:
+            visit(statement)
+        return reads
+
+    def _keeps_no_reference(self, read: ast.Name, parent: ast.AST | None, may_update: bool = False) -> bool:
+        """A read whose value is consumed where it stands: nothing keeps it (nor, unless
+        ``may_update``, updates it in place)."""
+        facts = self.context.facts
+        if isinstance(parent, (ast.Tuple, ast.List)):
+            # ``operands_combine((x, "number"), ...)``: a check made while tracing;
+            # ``print([h, x])``: the builtin print writes the list's text and drops it.
+            outer = self._parents.get(id(parent))
+            if isinstance(outer, ast.Call) and ast.unparse(outer.func) == f"{RUNTIME_NAME}.operands_combine":
+                return True
+            return isinstance(outer, ast.Call) and parent in outer.args and self._is_builtin_print(outer)
+        if isinstance(parent, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops):
+            return False  # ``z is x`` observes identity
+        if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare)):
+            return True
+        if isinstance(parent, ast.Attribute) and parent.attr in ("shape", "dtype", "device", "ndim"):
+            return True
+        if may_update and isinstance(parent, ast.Attribute) and parent.attr.endswith("_") and not parent.attr.endswith("__"):
+            # ``h.neg_()`` as a statement: updates the object, keeps no reference to it.
+            call = self._parents.get(id(parent))
+            statement = self._parents.get(id(call)) if call is not None else None
+            return isinstance(call, ast.Call) and call.func is parent and isinstance(statement, ast.Expr)
+        if isinstance(parent, ast.Attribute) and parent.attr in FRESH_METHODS:
+            return True  # ``h.sum()``: a method returning a new tensor (non-call reads are not in the set)
+        if isinstance(parent, ast.Call) and read in parent.args:
+            qualified = facts.qualified_name_of(parent.func)
+            if qualified in POINTWISE_TORCH:
+                return True
+            # Where's own selection: its value is bound to a name checked the same way.
+            if ast.unparse(parent.func) == f"{RUNTIME_NAME}.select":
+                return True
+            # The builtin ``print`` writes the text of its arguments and keeps nothing.
+            if self._is_builtin_print(parent):
+                return True
+        return False
+
+    def _is_builtin_print(self, call: ast.Call) -> bool:
+        facts = self.context.facts
+        return facts.qualified_name_of(call.func) == "builtins.print" or (
+            isinstance(call.func, ast.Name) and call.func.id == "print" and not facts.is_local("print")
+            and self.context.module.bindings.is_unbound_builtin("print")
+        )
+
+    def earlier_value_is_unaliased(self, name: str) -> str | None:
+        """The value ``name`` has at the branch is a new object nothing else refers to.
+
+        That holds when every definition reaching the branch is ``name = <new value>``
+        and every read that may see one of those definitions keeps no reference to
+        it (an operand, a pointwise call's argument, the receiver of a method that
+        returns a new tensor, ``.shape``). Then the object is unreachable once
+        ``select`` rebinds ``name``, and a new tensor in its place is indistinguishable.
+        """
+        existing = f"`{name}` holds an object that existed before the branch and may be referred to elsewhere"
+        facts = self.context.facts
+        definitions = facts.reaching.reaching(self.node, name)
+        if not definitions:
+            return existing
+        for definition in definitions:
+            statement = definition.node.statement
+            if not (
+                isinstance(statement, ast.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+                and statement.targets[0].id == name
+                and self.value_is_fresh(_Arm([], "earlier"), statement.value, helper_locals={}) is None
+            ):
+                return existing
+        arms = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
+        for read, cfg_node, parent in self._reads_of(name):
+            if id(read) in arms or self._keeps_no_reference(read, parent, may_update=True):
+                continue
+            if cfg_node is None:
+                return existing
+            # A read the old value reaches only through the branch sees the selected value.
+            if any(
+                d is e and _reaches_avoiding(e.node, cfg_node, self.node)
+                for d in facts.reaching.reaching(cfg_node, name)
+                for e in definitions
+            ):
+                return existing
+        return None
+
+    def selected_name_is_only_consumed(self, name: str) -> str | None:
+        """Every read that may see the selected value keeps no reference to it: then
+        whether it is the arm's object or a new tensor cannot be observed."""
+        facts = self.context.facts
+        inside = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
+        escapes = f"the selected `{name}` may be kept, returned or updated in place after the branch"
+        for read, cfg_node, parent in self._reads_of(name):
+            if self._keeps_no_reference(read, parent):
+                continue
+            if cfg_node is None:
+                return escapes
+            if any(id(d.node.statement) in inside for d in facts.reaching.reaching(cfg_node, name)):
+                return escapes
+        for node in ast.walk(facts.function):
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+                cfg_node = facts.node_for(node)
+                if cfg_node is None or any(
+                    id(d.node.statement) in inside for d in facts.reaching.reaching(cfg_node, name)
+                ):
+                    return escapes  # ``h += 1`` updates the selected tensor in place
+        return None
+
+    def _helper_returns_fresh(self, arm: _Arm, function: ast.FunctionDef) -> str | None:
+        # The helper passed ExpressionSafety: a docstring, local bindings, one return.
+        locals_: dict[str, str | None] = {}
+        for statement in function.body:
+            if isinstance(statement, ast.Assign) and isinstance(statement.targets[0], ast.Name):
+                locals_[statement.targets[0].id] = self.value_is_fresh(arm, statement.value, locals_)
+            elif isinstance(statement, ast.Return):
+                reason = self.value_is_fresh(arm, statement.value, locals_)
+                return f"`{function.name}` may return an existing object: {reason}" if reason else None
+        return f"`{function.name}` may return an existing object"
+
+    def selected_value_is_fresh(self, arm: _Arm, expression: ast.expr) -> str | None:
+        """``torch.where`` returns a new tensor: the value selected must be new too."""
+        reason = self.value_is_fresh(arm, expression)
+        if reason:
+            return f"{reason}; `torch.where` would return a new tensor in its place"
+        return None
+
+    # planning -------------------------------------------------------------------------
 
     def shape(self) -> str:
         true_last = self.true_arm.original[-1] if self.true_arm.original else None
         false_last = self.false_arm.original[-1] if self.false_arm.original else None
-        for arm in (self.true_arm.original, self.false_arm.original):
-            for statement in arm[:-1] if arm else []:
-                for node in ast.walk(statement):
-                    if isinstance(node, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield)):
-                        raise Decline(f"line {node.lineno}: an arm leaves the branch early")
-        returns = [isinstance(last, ast.Return) for last in (true_last, false_last)]
-        if all(returns):
+        reason = first_failure(
+            lambda: arms_leave_only_at_their_end([self.true_arm.original, self.false_arm.original]),
+            lambda: arms_end_alike(true_last, false_last),
+        )
+        if reason:
+            raise Decline(reason)
+        if isinstance(true_last, ast.Return):
             return "return"
-        if any(returns):
-            raise Decline("one arm returns and the other does not")
-        for last in (true_last, false_last):
-            if isinstance(last, (ast.Raise, ast.Break, ast.Continue)):
-                raise Decline(f"line {last.lineno}: an arm leaves the branch with `{type(last).__name__.lower()}`")
         if (
             isinstance(true_last, ast.Expr)
             and isinstance(false_last, ast.Expr)
@@ -295,9 +631,15 @@ class WhereRewrite:
         )
 
     def names_used_after(self) -> set[str]:
-        """Names read outside the branch (``h += y`` and ``del h`` read ``h`` too)."""
+        """Names read outside the arms (``h += y`` and ``del h`` read ``h`` too); in a loop,
+        reads inside the branch read the previous iteration's value, so they count as well."""
         function = self.context.facts.function
-        inside = {id(node) for node in ast.walk(self.statement)}
+        in_loop = _in_loop(self.context, self.statement)
+        inside = set()
+        if not in_loop:
+            for arm in (self.true_arm.original, self.false_arm.original):
+                for statement in arm:
+                    inside.update(id(node) for node in ast.walk(statement))
         used = set()
         for node in ast.walk(function):
             if id(node) in inside:
@@ -308,57 +650,112 @@ class WhereRewrite:
                 used.add(node.target.id)
         return used
 
+    def _select(self, taken: ast.expr, if_true: ast.expr, if_false: ast.expr) -> ast.expr:
+        return statements(
+            f"{RUNTIME_NAME}.select(TAKEN, IF_TRUE, IF_FALSE)", TAKEN=taken, IF_TRUE=if_true, IF_FALSE=if_false,
+        )[0].value
+
     def plan(self) -> list[ast.stmt]:
         shape = self.shape()
         self.analyse_arm(self.true_arm, shape)
         self.analyse_arm(self.false_arm, shape)
+        arms = (self.true_arm, self.false_arm)
+        arm_bound = set(self.true_arm.renamed) | set(self.false_arm.renamed)
+        reason = writes_no_outer_name(self.context, arm_bound)
+        if reason:
+            raise Decline(reason)
         taken = f"_gm_taken_{self.number}"
         planned = statements(f"{taken} = HOLDS", HOLDS=holds_expression(self.context, self.test, True))
         planned += self.true_arm.setup + self.false_arm.setup
         taken_name = ast.Name(id=taken, ctx=ast.Load())
         if shape == "return":
+            reason = first_failure(
+                *[lambda arm=arm: self.selected_value_is_fresh(arm, arm.unrenamed_result) for arm in arms]
+            )
+            if reason:
+                raise Decline(f"the returned value: {reason}")
             planned += statements(
-                f"return {RUNTIME_NAME}.select(TAKEN, IF_TRUE, IF_FALSE)",
-                TAKEN=taken_name, IF_TRUE=self.true_arm.result, IF_FALSE=self.false_arm.result,
+                "return SELECTED",
+                SELECTED=self._select(taken_name, self.true_arm.result, self.false_arm.result),
             )
             return planned
         used_after = self.names_used_after()
-        facts = self.context.facts
-        for name in sorted(set(self.true_arm.renamed) | set(self.false_arm.renamed)):
+        for name in sorted(arm_bound):
             if name not in used_after:
                 continue
-            for arm in (self.true_arm, self.false_arm):
-                if name not in arm.renamed and not facts.reaching.definitely_assigned(self.node, name):
-                    raise Decline(f"`{name}` is bound on one path only and may be unbound after")
+            reason = bound_on_both_paths(self.context, self.node, name, arms)
+            if reason is None:
+                reason = first_failure(
+                    *[
+                        lambda arm=arm: self.selected_value_is_fresh(arm, ast.Name(id=name, ctx=ast.Load()))
+                        for arm in arms
+                    ],
+                )
+                if reason and self.selected_name_is_only_consumed(name) is None:
+                    reason = None
+            if reason:
+                raise Decline(reason)
             planned += statements(
-                f"{name} = {RUNTIME_NAME}.select(TAKEN, IF_TRUE, IF_FALSE)",
-                TAKEN=taken_name,
-                IF_TRUE=self.true_arm.value_of(name),
-                IF_FALSE=self.false_arm.value_of(name),
+                f"{name} = SELECTED",
+                SELECTED=self._select(taken_name, self.true_arm.value_of(name), self.false_arm.value_of(name)),
             )
         if shape == "call":
-            merged = copy.deepcopy(self.true_arm.call)
-            merged.func = self.true_arm.load(merged.func)
-            merged.keywords = [
-                ast.keyword(arg=k.arg, value=self.true_arm.load(k.value)) for k in merged.keywords
-            ]
+            true_call, false_call = self.true_arm.call, self.false_arm.call
+            reason = merged_call_means_one_callee(true_call, false_call, arm_bound)
+            if reason:
+                raise Decline(reason)
+            merged = copy.deepcopy(true_call)
             merged.args = []
-            for true_argument, false_argument in zip(self.true_arm.call.args, self.false_arm.call.args):
+            for true_argument, false_argument in zip(true_call.args, false_call.args):
                 if ast.dump(true_argument) == ast.dump(false_argument) and not (
-                    self.true_arm.renamed or self.false_arm.renamed
+                    {n.id for n in ast.walk(true_argument) if isinstance(n, ast.Name)} & arm_bound
                 ):
                     merged.args.append(copy.deepcopy(true_argument))
                     continue
+                reason = first_failure(
+                    lambda: self.selected_value_is_fresh(self.true_arm, true_argument),
+                    lambda: self.selected_value_is_fresh(self.false_arm, false_argument),
+                )
+                if reason:
+                    raise Decline(f"an argument of the shared call: {reason}")
                 merged.args.append(
-                    statements(
-                        f"{RUNTIME_NAME}.select(TAKEN, IF_TRUE, IF_FALSE)",
-                        TAKEN=taken_name,
-                        IF_TRUE=self.true_arm.load(true_argument),
-                        IF_FALSE=self.false_arm.load(false_argument),
-                    )[0].value
+                    self._select(taken_name, self.true_arm.load(true_argument), self.false_arm.load(false_argument))
                 )
             planned.append(ast.Expr(value=merged))
         return planned
+
+    def operand_checks(self, extra: ExpressionSafety | None = None) -> list[ast.expr]:
+        """Checks made while tracing that the hoisted code cannot raise (see safety.py)."""
+        checks: list[ast.expr] = []
+        seen: set[str] = set()
+        sources = [self.safety] + ([extra] if extra is not None else [])
+        for source in sources:
+            for attribute in source.attributes:
+                chain = []
+                node = attribute
+                while isinstance(node, ast.Attribute):
+                    chain.append(node)
+                    node = node.value
+                for link in reversed(chain):
+                    text = f"hasattr({ast.unparse(link.value)}, {link.attr!r})"
+                    if text not in seen:
+                        seen.add(text)
+                        checks.append(
+                            statements(f"hasattr(OWNER, {link.attr!r})", OWNER=link.value)[0].value
+                        )
+        pairs = []
+        texts = set()
+        for source in sources:
+            for operand, kind in source.operands:
+                text = f"{ast.unparse(operand)}:{kind}"
+                if text not in texts:
+                    texts.add(text)
+                    pairs.append(ast.Tuple(elts=[copy.deepcopy(operand), ast.Constant(kind)], ctx=ast.Load()))
+        if pairs:
+            check = statements(f"{RUNTIME_NAME}.operands_combine()")[0].value
+            check.args = pairs
+            checks.append(check)
+        return checks
 
 
 def false_arm_of(statement: ast.If, enclosing: list[ast.stmt]):
@@ -383,7 +780,8 @@ def apply(context: FunctionContext) -> None:
             return None
         false_arm, consumed_next = false_arm_of(statement, enclosing)
         static_prefix, dynamic = split_static_prefix(context, statement.test, node)
-        reason = why_not_tensorizable(context, dynamic, node)
+        condition_safety = ExpressionSafety(context, node)
+        reason = why_not_tensorizable(context, dynamic, node, condition_safety)
         if reason is None and static_prefix and (false_arm or consumed_next):
             reason = "a static `and` part guards a branch with an else arm"
         if reason is None:
@@ -405,7 +803,7 @@ def apply(context: FunctionContext) -> None:
         place(planned, statement)
         original = [statement] + ([consumed_next] if consumed_next is not None else [])
         also = None
-        for check in rewrite_plan.trace_time_checks:
+        for check in rewrite_plan.trace_time_checks + rewrite_plan.operand_checks(condition_safety):
             also = check if also is None else ast.BoolOp(op=ast.And(), values=[also, check])
         guard = compiled_or_original(planned, original, f"{RULE}: original branch", also=also)
         if consumed_next is not None:

@@ -29,6 +29,7 @@ from graphmend.runtime.compiled_calls import (
     run_compiled,
     wrap_compiled,
 )
+from graphmend.runtime.selection import moves_nothing, operands_combine, select
 from graphmend.runtime.traps import (
     TRAP_MARKER,
     TrapFailure,
@@ -64,6 +65,8 @@ __all__ = [
     "flush_pending_effects",
     "install_compile_wrappers",
     "is_compiling",
+    "moves_nothing",
+    "operands_combine",
     "pending_effect_count",
     "raise_original_for_trap_failure",
     "run_compiled",
@@ -72,34 +75,6 @@ __all__ = [
     "trap_message",
     "wrap_compiled",
 ]
-
-
-def select(predicate, value_if_true, value_if_false):
-    """Pick between the values two branch arms computed, inside the graph when possible.
-
-    The choice between ``torch.where`` and a plain Python choice is made from facts
-    that TorchDynamo knows statically (types, shapes, dtypes, devices), so it costs
-    no graph break; when ``torch.where`` would not return exactly the taken arm's
-    value, the plain choice keeps the original behaviour (and its graph break).
-    """
-    if value_if_true is value_if_false:
-        return value_if_true
-    if (
-        isinstance(value_if_true, torch.Tensor)
-        and isinstance(value_if_false, torch.Tensor)
-        and isinstance(predicate, torch.Tensor)
-        and predicate.dtype == torch.bool
-        and predicate.dim() == 0
-        and value_if_true.shape == value_if_false.shape
-        and value_if_true.dtype == value_if_false.dtype
-        and value_if_true.device == value_if_false.device
-        and predicate.device == value_if_true.device
-        and value_if_true.requires_grad == value_if_false.requires_grad
-        and value_if_true.layout == torch.strided
-        and value_if_false.layout == torch.strided
-    ):
-        return torch.where(predicate, value_if_true, value_if_false)
-    return value_if_true if predicate else value_if_false
 
 
 _PROVEN_PURE: dict = {}

@@ -1,0 +1,119 @@
+"""What Where's rewritten code calls: the selection and the checks made while tracing.
+
+Every function here is traced by TorchDynamo and decides only from facts it knows
+statically (types, shapes, dtypes, devices, grad mode, ``requires_grad``), so
+calling one costs no graph break.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def select(predicate, value_if_true, value_if_false):
+    """Pick between the values two branch arms computed, inside the graph when possible.
+
+    ``torch.where`` is used only when it returns exactly what the taken arm computed:
+    two tensors of one shape, dtype, device and layout, and no autograd through
+    them. Under autograd the backward of ``torch.where`` multiplies the untaken arm's
+    derivative by zero, and an infinite derivative there (``sqrt`` at 0, ``log`` at
+    0, a division) turns the gradient into NaN; the plain Python choice then keeps
+    the original behaviour (and its graph break).
+    """
+    if value_if_true is value_if_false:
+        return value_if_true
+    if (
+        isinstance(value_if_true, torch.Tensor)
+        and isinstance(value_if_false, torch.Tensor)
+        and isinstance(predicate, torch.Tensor)
+        and predicate.dtype == torch.bool
+        and predicate.dim() == 0
+        and value_if_true.shape == value_if_false.shape
+        and value_if_true.dtype == value_if_false.dtype
+        and value_if_true.device == value_if_false.device
+        and predicate.device == value_if_true.device
+        and not value_if_true.requires_grad
+        and not value_if_false.requires_grad
+        and value_if_true.layout == torch.strided
+        and value_if_false.layout == torch.strided
+    ):
+        return torch.where(predicate, value_if_true, value_if_false)
+    return value_if_true if predicate else value_if_false
+
+
+def _is_number(value) -> bool:
+    return type(value) in (int, float, bool)
+
+
+def _has_kind(value, kind: str) -> bool:
+    if isinstance(value, torch.Tensor):
+        if value.is_complex() or value.layout != torch.strided:
+            return False
+        if kind in ("number", "tensor"):
+            return True
+        if kind == "not_bool":
+            return value.dtype != torch.bool
+        if kind == "floating":
+            return value.is_floating_point()
+        if kind == "integral":
+            return value.dtype == torch.bool or not (value.is_floating_point())
+        return False
+    if kind == "tensor" or not _is_number(value):
+        return False
+    if kind == "not_bool":
+        return type(value) is not bool
+    if kind == "integral":
+        return type(value) in (int, bool)
+    return True
+
+
+def operands_combine(*operands) -> bool:
+    """True when elementwise code over these ``(value, kind)`` pairs cannot raise,
+    and no autograd flows through it.
+
+    Each value must be of its kind (see ``graphmend.rules.safety``), all tensors on
+    one device, and their shapes must broadcast together: then so does every value
+    computed from them by elementwise operations and full reductions.
+    """
+    shapes = []
+    device = None
+    grad_enabled = torch.is_grad_enabled()
+    for value, kind in operands:
+        if not _has_kind(value, kind):
+            return False
+        if isinstance(value, torch.Tensor):
+            if grad_enabled and value.requires_grad:
+                # Autograd would differentiate the untaken arm too: AOTAutograd feeds
+                # zero gradients to unused outputs, and zero times an infinite
+                # derivative (``x ** 0.5`` at 0) is NaN. Keep the original branch.
+                return False
+            if device is None:
+                device = value.device
+            elif value.device != device and value.dim() != 0:
+                return False
+            shapes.append(tuple(value.shape))
+    longest = 0
+    for shape in shapes:
+        if len(shape) > longest:
+            longest = len(shape)
+    for position in range(1, longest + 1):
+        size = 1
+        for shape in shapes:
+            if len(shape) >= position:
+                dimension = shape[-position]
+                if dimension != 1:
+                    if size != 1 and dimension != size:
+                        return False
+                    size = dimension
+    return True
+
+
+def moves_nothing(tensor, destination) -> bool:
+    """``tensor.to(destination)`` returns ``tensor`` itself: a device move that moves nothing."""
+    if not isinstance(tensor, torch.Tensor):
+        return False
+    if isinstance(destination, str):
+        destination = torch.device(destination)
+    if not isinstance(destination, torch.device):
+        return False
+    return destination == tensor.device

@@ -1,0 +1,632 @@
+"""[Where] soundness (issue 15): each class of behaviour change has a named legality
+predicate (must-not-rewrite table, one row per predicate) or a mechanism that keeps
+the rewrite exact, and a differential check: original run eagerly against mended run
+eagerly and compiled (``eager`` and ``aot_eager``), comparing the value or exception,
+gradients, the state of the inputs and globals, and the random generator afterwards.
+"""
+
+import textwrap
+
+import pytest
+import torch
+
+from helpers import breaks, finding_reasons, mend, original_and_mended
+
+PRELUDE = "import torch\nimport torch.nn.functional as F\n"
+
+# name -> (source, expected reason, arguments). Each row is named after the predicate
+# (or the part of ExpressionSafety) that declines it.
+MUST_NOT_REWRITE = {
+    # 1. in-place writes through a keyword or a trailing-underscore method
+    "writes_through_keyword_inplace": (
+        """
+        def f(x, y):
+            if x.sum() > 100:
+                z = F.relu(y, inplace=True)
+            else:
+                z = y * 2
+            return z
+        """, "inplace=", lambda: (torch.ones(3), torch.tensor([-1.0, 2.0, -3.0])),
+    ),
+    "writes_through_keyword_out": (
+        """
+        def f(x, y, buf):
+            if x.sum() > 100:
+                z = torch.exp(x, out=buf)
+            else:
+                z = x * 2
+            return z
+        """, "out=", lambda: (torch.ones(3), torch.ones(3), torch.zeros(3)),
+    ),
+    "updates_in_place_method": (
+        """
+        def f(x, y):
+            if x.sum() > 100:
+                z = y.add_(1) * 2
+            else:
+                z = y * 3
+            return z
+        """, "in place", lambda: (torch.ones(3), torch.ones(3)),
+    ),
+    "updates_in_place_in_helper": (
+        """
+        def act(v):
+            return F.relu(v, inplace=True)
+
+        def f(x, y):
+            if x.sum() > 100:
+                z = act(y)
+            else:
+                z = y * 3
+            return z
+        """, "inplace=", lambda: (torch.ones(3), torch.tensor([-1.0, 2.0, -3.0])),
+    ),
+    # 2. aliasing: torch.where returns a new tensor
+    "selected_value_is_fresh_names": (
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                z = x
+            else:
+                z = y
+            z.mul_(10)
+            return z is x
+        """, "existed before the branch", lambda: (torch.ones(3), torch.ones(3)),
+    ),
+    "selected_value_is_fresh_returns": (
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                return x
+            return y
+
+        def g(x, y):
+            return f(x, y) is x
+        """, "existed before the branch", lambda: (torch.ones(3), torch.ones(3)),
+    ),
+    "selected_value_is_fresh_attributes": (
+        """
+        class Box:
+            def __init__(self):
+                self.w = torch.ones(3)
+                self.v = torch.zeros(3)
+
+        def f(x, box):
+            if x.sum() > 0:
+                z = box.w
+            else:
+                z = box.v
+            return z is box.w
+        """, "may be an existing object", lambda: (torch.ones(3), None),
+    ),
+    "selected_value_is_fresh_earlier_alias": (
+        """
+        def f(x, y):
+            z = x * 2
+            kept = z
+            if y.sum() > 0:
+                z = z + 1
+            z.mul_(10)
+            return kept
+        """, "referred to elsewhere", lambda: (torch.ones(3), -torch.ones(3)),
+    ),
+    # 3. the merged call must mean one callee
+    "merged_call_means_one_callee_receiver": (
+        """
+        def f(x, first, second):
+            if x.sum() > 0:
+                dst = first
+                dst.append(x + 1)
+            else:
+                dst = second
+                dst.append(x - 1)
+            return len(first), len(second)
+        """, "which an arm binds", lambda: (-torch.ones(3), [], []),
+    ),
+    "merged_call_means_one_callee_keyword": (
+        """
+        def record(value, log, tag):
+            log.append(tag)
+
+        def f(x, log):
+            if x.sum() > 0:
+                t = 1
+                record(x + 1, log, tag=t)
+            else:
+                t = 2
+                record(x - 1, log, tag=t)
+            return log
+        """, "which an arm binds", lambda: (-torch.ones(3), []),
+    ),
+    # 4. global and nonlocal writes
+    "writes_no_outer_name_global": (
+        """
+        last = None
+
+        def f(x):
+            global last
+            if x.sum() > 0:
+                last = x + 1
+            else:
+                last = x - 1
+            return x * 2
+        """, "global or nonlocal", lambda: (torch.ones(3),),
+    ),
+    "writes_no_outer_name_nonlocal": (
+        """
+        def f(x):
+            last = x * 0
+
+            def inner():
+                nonlocal last
+                if x.sum() > 0:
+                    last = x + 1
+                else:
+                    last = x - 1
+                return x * 2
+
+            inner()
+            return last
+        """, "global or nonlocal", lambda: (torch.ones(3),),
+    ),
+    "writes_no_outer_name_locals": (
+        """
+        def f(x):
+            if x.sum() > 0:
+                z = x + 1
+            else:
+                z = x - 1
+            return sorted(k for k in locals() if not k.startswith('_'))
+        """, "locals", lambda: (torch.ones(3),),
+    ),
+    # 6. random draws
+    "draws_random_numbers_rand_like": (
+        """
+        def f(x):
+            if x.sum() > 100:
+                z = torch.rand_like(x)
+            else:
+                z = x * 2
+            return z
+        """, "random", lambda: (torch.ones(3),),
+    ),
+    "draws_random_numbers_dropout": (
+        """
+        def f(x, training=False):
+            if x.sum() > 100:
+                z = F.dropout(x, p=0.5, training=training)
+            else:
+                z = x * 2
+            return z
+        """, "random", lambda: (torch.ones(3),),
+    ),
+    "draws_random_numbers_rrelu": (
+        """
+        def f(x):
+            if x.sum() > 100:
+                z = F.rrelu(x, training=True)
+            else:
+                z = x * 2
+            return z
+        """, "random", lambda: (torch.ones(3),),
+    ),
+    "draws_random_numbers_gumbel_softmax": (
+        """
+        def f(x):
+            if x.sum() > 100:
+                z = F.gumbel_softmax(x)
+            else:
+                z = x * 2
+            return z
+        """, "random", lambda: (torch.ones(3),),
+    ),
+    "draws_random_numbers_in_helper": (
+        """
+        def noise(v):
+            return v + torch.randn_like(v)
+
+        def f(x):
+            if x.sum() > 100:
+                z = noise(x)
+            else:
+                z = x * 2
+            return z
+        """, "random", lambda: (torch.ones(3),),
+    ),
+    # 7. code that raises on the untaken path
+    "call_is_safe_embedding": (
+        """
+        def f(x, ids, table):
+            if x.sum() > 100:
+                z = F.embedding(ids, table)
+            else:
+                z = x * 2
+            return z
+        """, "not known to be free of exceptions", lambda: (torch.ones(3), torch.tensor([7]), torch.ones(2, 3)),
+    ),
+    "call_is_safe_gather": (
+        """
+        def f(x, ids):
+            if x.sum() > 100:
+                z = torch.gather(x, 0, ids)
+            else:
+                z = x * 2
+            return z
+        """, "not known to be free of exceptions", lambda: (torch.ones(3), torch.tensor([9, 9, 9])),
+    ),
+    "helper_is_safe_integer_division": (
+        """
+        def per_head(v, heads):
+            return v * (12 // heads)
+
+        def f(x, heads):
+            if x.sum() > 100:
+                z = per_head(x, heads)
+            else:
+                z = x * 2
+            return z
+        """, "may raise", lambda: (torch.ones(3), 0),
+    ),
+    "negative_integer_power": (
+        """
+        def f(x, counts):
+            if x.sum() > 100:
+                z = counts ** -1
+            else:
+                z = x * 2
+            return z
+        """, "exponents", lambda: (torch.ones(3), torch.tensor([1, 2, 3])),
+    ),
+}
+
+
+def _source(body: str) -> str:
+    return PRELUDE + textwrap.dedent(body)
+
+
+@pytest.mark.parametrize("name", sorted(MUST_NOT_REWRITE))
+def test_must_not_rewrite(name):
+    body, expected, _ = MUST_NOT_REWRITE[name]
+    source = _source(body)
+    result = mend(source, rules=("where",))
+    assert not result.changed and result.source == textwrap.dedent(source)
+    reasons = finding_reasons(result, "Where")
+    assert reasons and any(expected in r for r in reasons), reasons
+
+
+# --- the differential check ----------------------------------------------------------
+
+def _snapshot(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.detach().clone(), value.grad.clone() if value.grad is not None else None)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_snapshot(v) for v in value])
+    if isinstance(value, dict):
+        return ("dict", {k: _snapshot(v) for k, v in value.items()})
+    if isinstance(value, (int, float, bool, str, type(None))):
+        return value
+    return ("object", _snapshot(dict(vars(value))) if hasattr(value, "__dict__") else type(value).__name__)
+
+
+def _same(first, second) -> bool:
+    if isinstance(first, torch.Tensor) or isinstance(second, torch.Tensor):
+        return (
+            isinstance(first, torch.Tensor)
+            and isinstance(second, torch.Tensor)
+            and first.shape == second.shape
+            and first.dtype == second.dtype
+            and torch.equal(first, second)
+        )
+    if isinstance(first, (list, tuple)):
+        return type(first) is type(second) and len(first) == len(second) and all(
+            _same(a, b) for a, b in zip(first, second)
+        )
+    if isinstance(first, dict):
+        return isinstance(second, dict) and first.keys() == second.keys() and all(
+            _same(first[k], second[k]) for k in first
+        )
+    return first == second
+
+
+def _run(module, entry, make_args, backend=None, grad=False):
+    torch.manual_seed(1234)
+    args = make_args(module)
+    function = getattr(module, entry)
+    if backend is not None:
+        torch._dynamo.reset()
+        function = torch.compile(function, backend=backend, dynamic=False)
+    try:
+        value = function(*args)
+        error = None
+    except Exception as exception:  # the exception is part of the behaviour compared
+        value, error = None, (type(exception).__name__, str(exception).splitlines()[0])
+    if grad and error is None:
+        value.sum().backward()
+    globals_ = {k: _snapshot(v) for k, v in vars(module).items() if isinstance(v, (torch.Tensor, int, list))}
+    return {
+        "value": _snapshot(value),
+        "error": error,
+        "args": [_snapshot(a) for a in args],
+        "globals": globals_,
+        "rng": torch.get_rng_state(),
+    }
+
+
+def assert_same_behaviour(source, make_args, entry="f", grad=False, expect_fixed=None):
+    original, mended, result = original_and_mended(source)
+    if expect_fixed is not None:
+        assert any(f.rule == "Where" and f.fixed for f in result.findings) == expect_fixed, result.findings
+    reference = _run(original, entry, make_args, grad=grad)
+    for backend in (None, "eager", "aot_eager"):
+        # A fresh module each run: globals start from the same state.
+        mended = original_and_mended(source)[1]
+        observed = _run(mended, entry, make_args, backend=backend, grad=grad)
+        for key in reference:
+            assert _same(reference[key], observed[key]), (backend, key, reference[key], observed[key])
+    return original, mended
+
+
+def _arguments_for(name):
+    make = MUST_NOT_REWRITE[name][2]
+
+    def make_args(module):
+        args = list(make())
+        if name == "selected_value_is_fresh_attributes":
+            args[1] = module.Box()
+        return tuple(args)
+
+    return make_args
+
+
+@pytest.mark.parametrize("name", sorted(MUST_NOT_REWRITE))
+def test_differential_for_declined_classes(name):
+    body, _, _ = MUST_NOT_REWRITE[name]
+    entry = "g" if "def g(" in body else "f"
+    assert_same_behaviour(_source(body), _arguments_for(name), entry=entry)
+
+
+# --- mechanisms that keep the rewrite exact -----------------------------------------
+
+def test_select_falls_back_under_autograd_no_nan_gradient():
+    """5: ``x ** 0.5`` has an infinite derivative at 0; ``torch.where`` would make x.grad NaN."""
+    source = _source(
+        """
+        def f(x):
+            w = x * 1.0
+            if w.sum() > 100:
+                z = w ** 0.5
+            else:
+                z = w * 2
+            return z
+        """
+    )
+    make_args = lambda module: (torch.tensor([0.0, 1.0, 2.0], requires_grad=True),)  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, grad=True, expect_fixed=True)
+    x = make_args(None)[0]
+    compiled = torch.compile(mended.f, backend="aot_eager")
+    torch._dynamo.reset()
+    compiled(x).sum().backward()
+    assert not torch.isnan(x.grad).any() and torch.equal(x.grad, torch.full((3,), 2.0))
+    # Without autograd the same rewrite selects inside the graph.
+    with torch.no_grad():
+        assert breaks(mended.f, torch.tensor([0.0, 1.0, 2.0])) == 0
+
+
+@pytest.mark.parametrize("shape_y", [(3,), (4,)])
+def test_operands_combine_checked_while_tracing(shape_y):
+    """7: a shape mismatch in the untaken arm: the compiled form keeps the original."""
+    source = _source(
+        """
+        def f(x, y):
+            if x.sum() > 100:
+                z = x + y
+            else:
+                z = x * 2
+            return z
+        """
+    )
+    make_args = lambda module: (torch.ones(3), torch.ones(shape_y))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    expected_breaks = 0 if shape_y == (3,) else 1
+    assert breaks(mended.f, *make_args(None)) == expected_breaks
+
+
+@pytest.mark.parametrize("second", [torch.ones(3), None])
+def test_and_or_operand_checked_while_tracing(second):
+    """7: ``and``/``or`` evaluates every operand; an operand that would raise keeps the original."""
+    source = _source(
+        """
+        def f(x, y):
+            if (x > 5).all() and (x + y).sum() > 0:
+                z = x + 1
+            else:
+                z = x * 2
+            return z
+        """
+    )
+    make_args = lambda module: (torch.ones(3), second)  # noqa: E731
+    assert_same_behaviour(source, make_args, expect_fixed=True)
+
+
+def test_bool_operand_of_subtraction_keeps_the_original():
+    source = _source(
+        """
+        def f(x, flags):
+            if x.sum() > 100:
+                z = x - flags
+            else:
+                z = x * 2
+            return z
+        """
+    )
+    make_args = lambda module: (torch.ones(3), torch.tensor([True, False, True]))  # noqa: E731
+    assert_same_behaviour(source, make_args, expect_fixed=True)
+
+
+MEMOIZED = """
+class Cache:
+    pass
+
+def f(x, owner):
+    if x.sum() > 100:
+        if not hasattr(owner, "table"):
+            owner.table = x * 3
+        z = x + 1
+    else:
+        z = x * 2
+    return z, hasattr(owner, "table")
+"""
+
+
+def test_memoized_initialization_exists_already_absent():
+    """8: the initialization would create ``owner.table`` on the untaken path."""
+    make_args = lambda module: (torch.ones(3), module.Cache())  # noqa: E731
+    original, mended = assert_same_behaviour(_source(MEMOIZED), make_args, expect_fixed=True)
+    owner = mended.Cache()
+    torch._dynamo.reset()
+    torch.compile(mended.f, backend="eager")(torch.ones(3), owner)
+    assert not hasattr(owner, "table")
+
+
+def test_memoized_initialization_exists_already_present_is_whole():
+    def make_args(module):
+        owner = module.Cache()
+        owner.table = torch.zeros(3)
+        return torch.ones(3), owner
+
+    original, mended = assert_same_behaviour(_source(MEMOIZED), make_args, expect_fixed=True)
+    assert breaks(mended.f, *make_args(mended)) == 0
+    assert breaks(original.f, *make_args(original)) >= 1
+
+
+def test_device_move_moves_nothing_is_whole():
+    source = _source(
+        """
+        class Holder:
+            def __init__(self):
+                self.table = torch.ones(3)
+
+            def step(self, x, device):
+                if x.sum() > 100:
+                    self.table = self.table.to(device)
+                    z = x + 1
+                else:
+                    z = x * 2
+                return z
+
+        def f(holder, x, device):
+            return holder.step(x, device)
+        """
+    )
+    make_args = lambda module: (module.Holder(), torch.ones(3), torch.device("cpu"))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+
+
+def test_earlier_fresh_local_may_be_replaced():
+    """2: an earlier local nothing else refers to can be replaced by a new tensor."""
+    source = _source(
+        """
+        def f(x, y):
+            z = x * 2
+            if y.sum() > 0:
+                z = z + 1
+            return z
+        """
+    )
+    make_args = lambda module: (torch.ones(3), -torch.ones(3))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    assert breaks(mended.f, *make_args(None)) == 0
+
+
+def test_names_read_in_a_loop_condition_are_kept():
+    """4: in a loop the branch's own condition reads the name the arm writes."""
+    source = _source(
+        """
+        def f(x):
+            count = x * 0.0
+            z = x * 1.0
+            for _ in range(3):
+                if z.sum() > 0:
+                    z = z - 1
+                    count = count + 1
+                else:
+                    z = z + 1
+                    count = count - 1
+            return count
+        """
+    )
+    make_args = lambda module: (torch.ones(3),)  # noqa: E731
+    assert_same_behaviour(source, make_args)
+
+
+def test_and_or_operand_needing_a_check_declines_trap():
+    """Trap cannot check operands while tracing: an and/or operand combining two
+    outside values declines there."""
+    source = _source(
+        """
+        def f(x, y):
+            if (x > 5).all() and (x + y).sum() > 0:
+                raise ValueError("bad")
+            return x
+        """
+    )
+    result = mend(source, rules=("trap",))
+    assert not result.changed
+    assert any("known only while tracing" in r for r in finding_reasons(result, "Trap"))
+
+
+def test_selected_name_is_only_consumed_allows_existing_objects():
+    """2: ``z = x`` / ``z = y`` is exact when ``z`` is only consumed (never kept,
+    returned, compared by identity or updated in place) after the branch."""
+    source = _source(
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                z = x
+            else:
+                z = y
+            return torch.relu(z) * 2
+        """
+    )
+    make_args = lambda module: (-torch.ones(3), torch.ones(3))  # noqa: E731
+    assert_same_behaviour(source, make_args, expect_fixed=True)
+    original, mended, _ = original_and_mended(source)
+    assert breaks(mended.f, *make_args(None)) == 0
+
+
+def test_selected_name_is_only_consumed_declines_identity_and_in_place():
+    for tail in ("return z is x", "z.mul_(10)\n    return x", "return z"):
+        source = _source(
+            "def f(x, y):\n    if x.sum() > 0:\n        z = x\n    else:\n        z = y\n    " + tail + "\n"
+        )
+        result = mend(source, rules=("where",))
+        assert not result.changed, tail
+        assert any("existed before the branch" in r for r in finding_reasons(result, "Where")), tail
+
+
+@pytest.mark.parametrize(
+    "arm, arguments",
+    [
+        ("z = torch.exp(scale) * x", (torch.ones(3), 2.0)),
+        ("z = torch.maximum(x, scale)", (torch.ones(3), 2.0)),
+        ("z = x * scale.abs()", (torch.ones(3), 2.0)),
+    ],
+)
+def test_torch_functions_need_tensor_operands(arm, arguments):
+    """7: ``torch.exp(2.0)`` raises TypeError: a Python number reaching a torch function
+    on the untaken path keeps the original (the check made while tracing fails)."""
+    source = _source(
+        f"def f(x, scale):\n    if x.sum() > 100:\n        {arm}\n    else:\n        z = x * 2\n    return z\n"
+    )
+    assert_same_behaviour(source, lambda module: arguments)
+
+
+def test_where_condition_must_be_bool():
+    source = _source(
+        "def f(x, mask):\n    if x.sum() > 100:\n        z = torch.where(mask, x, x * 2)\n"
+        "    else:\n        z = x * 2\n    return z\n"
+    )
+    result = mend(source, rules=("where",))
+    assert not result.changed
+    assert any("bool tensor" in r for r in finding_reasons(result, "Where"))
+    assert_same_behaviour(source, lambda module: (torch.ones(3), torch.tensor([1, 0, 1])))
