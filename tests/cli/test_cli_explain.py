@@ -143,7 +143,7 @@ def test_each_original_break_is_explained(tmp_path):
     assert f"  {name}:8: DC data-dependent control flow\n" in text
     assert "    graphmend: rewritten by Where, but the mended run still breaks here\n" in text
     assert f"  {name}:12: DC data-dependent control flow (x2)\n" in text
-    assert "    graphmend: Where declined: line 13: the call `items.append` cannot be" in text
+    assert "    graphmend: Where declined: line 13: the call `items.append` is not known to be free" in text
     assert f"  {name}:14: TI tensor.item() call\n" in text
     assert "    graphmend: not fixable: the value leaves the graph" in text
     assert "    graphmend: not rewritten: not reached from a torch.compile entry point" in text

@@ -33,7 +33,7 @@ def test_a_rewritten_elif_clause_stays_in_its_chain(cli, write):
     assert outcome.code == 0, outcome.err
     text = path.read_text()
     assert "    # graphmend: Where removes a graph break (DC); eager path unchanged\n" in text
-    assert "    elif __graphmend__.is_compiling():\n" in text
+    assert "    elif __graphmend__.is_compiling() and __graphmend__.operands_combine(" in text
     assert "    # a comment above the elif stays where it is\n" in text
     chain = next(node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.If))
     # if flag / elif compiling / elif x.sum() > 0 / else: one statement, three levels deep.

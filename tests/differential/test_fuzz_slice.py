@@ -43,21 +43,11 @@ PROGRAMS_DIGEST = "47ca7a1ae49b6184fb7f0ab042f6c547"
 # seed -> the difference classes it shows on main (long_run's class names; the rule).
 # Found on main (ff78338); each class has its reproducer in /work/notes/fuzz_findings.md.
 KNOWN_DIFFERENCES: dict[int, str] = {
-    # 0, 1, 6, 7, 8, 9, 10 pass with work/where and work/trap merged (13:10 UTC): remove them then.
-    0: "Where: aliasing lost, `torch.tanh(x, out=y)` after a branch rebinding y writes a selected copy, "
-       "not the caller's y (fuzz_findings M1)",
-    1: "Where: an untaken arm's shape mismatch (`t + torch.ones(5)`) is traced and fails "
-       "(ValueError -> TorchRuntimeError) (fuzz_findings M2)",
-    4: "Where: aliasing of a grad leaf lost, an arm's F.relu(inplace=True) dropped (leaf in-place RuntimeError "
-       "-> helper's ValueError; aot_eager BackendCompilerFailed) (fuzz_findings M4); with work/where+trap "
-       "merged still differs: the leaf in-place error is found at trace time (TorchRuntimeError)",
-    6: "Where: an untaken arm's shape mismatch is traced (RuntimeError -> TorchRuntimeError; passes with "
-       "work/where+trap merged)",
-    7: "Trap: restored exception carries a suppressed RuntimeError context (gone with work/trap); "
-       "Where: aliasing lost (`z is y` False after z = x / z = y) on call 1",
-    8: "Where: gradient flows into the untaken arm's input (y.grad None -> zeros)",
-    9: "Where: aliasing lost (`z is x` False after z = x / z = y)",
-    10: "Trap: `raise make_error(msg)` raises graphmend's TrapFailure (passes with work/trap merged)",
+    # Seeds 0, 1, 6, 7, 8, 9 and 10 differed before the Where and Trap soundness work and
+    # pass since (aliasing, untaken arms that raise, gradients, restored exceptions).
+    4: "an arm's F.relu(inplace=True) on a grad leaf: the eager original raises RuntimeError at "
+       "the call, the mended program under compile raises it while tracing, as TorchRuntimeError "
+       "(fuzz_findings M4)",
 }
 
 
