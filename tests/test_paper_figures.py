@@ -1,6 +1,7 @@
-"""The paper's Figures 2, 3 (longrope), 4 and 5: one graph after mending, and the same
-outputs, printed text and exceptions as the original, eager and compiled with the eager
-and inductor backends."""
+"""The paper's Figures 2, 4 and 5: one graph after mending; Figure 3 (longrope): declined
+(its arms pick one of two existing buffers, which ``torch.where`` cannot keep). All: the same
+outputs, printed text and exceptions as the original, eager and compiled with the eager and
+inductor backends."""
 
 import pathlib
 import textwrap
@@ -21,7 +22,7 @@ def figures_source() -> str:
 
 def rotary_source() -> str:
     start = ROTARY.index('        import torch\n\n        def compute_longrope')
-    end = ROTARY.index('        """\n    )\n    original, mended, result = original_and_mended(source)\n    assert [f.fixed')
+    end = ROTARY.index('        """\n    )\n    original, mended, result = original_and_mended(source)\n', start)
     return textwrap.dedent(ROTARY[start:end])
 
 
@@ -55,5 +56,7 @@ def test_figure_3_longrope_under_inductor(first_position):
     original, mended, _ = original_and_mended(rotary_source())
     x = torch.randn(1, 6, 1)
     positions = torch.arange(first_position, first_position + 6)[None]
-    assert breaks(mended.Rotary(), x, positions) == 0
+    # Declined since issue 15 (tests/rules/test_where.py says why): no break is removed,
+    # and none is added.
+    assert breaks(mended.Rotary(), x, positions) == breaks(original.Rotary(), x, positions)
     assert_equivalent(original.Rotary(), mended.Rotary(), x, positions, backends=("eager", "inductor"))
