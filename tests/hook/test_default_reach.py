@@ -26,7 +26,9 @@ import torch
 class Model(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.linear = torch.nn.Linear(4, 4)
+        # Inference weights, as a serving engine runs them: under autograd Where declines
+        # while tracing (torch.where would give an untaken arm's inputs zero gradients).
+        self.linear = torch.nn.Linear(4, 4).requires_grad_(False)
 
     def forward(self, x):
         y = self.linear(x)
