@@ -610,3 +610,27 @@ def test_two_guards_in_one_function_stay_whole_and_restore_their_own_site():
             if expected is not None:
                 last = traceback.extract_tb(error.__traceback__)[-1]
                 assert last.lineno == traceback.extract_tb(expected.__traceback__)[-1].lineno
+
+
+RESUMED_CALLER = """
+def helper(t, u):
+    if t.max() > 0.5:
+        raise ValueError("helper rejects its input")
+
+def main(x, y):
+    def bump(t):
+        return t + 1.0
+    if (y > 0).all():
+        y = bump(x)
+    y = helper(y, y)
+    if x.sum() > y.sum():
+        pass
+"""
+
+
+@pytest.mark.parametrize("scale", [0.1, 1.0])
+def test_no_handler_in_eager_callers__caller_resumed_after_a_break(scale):
+    """Found by the long fuzz run (seed 2039): the eager-caller walk met a frame of code
+    TorchDynamo generated, whose constants are unhashable, and compiling failed with
+    InternalTorchDynamoError instead of raising the helper's ValueError."""
+    assert_same_everywhere(RESUMED_CALLER, torch.ones(4) * scale, torch.ones(4))

@@ -306,16 +306,19 @@ def no_handler_in_traced_frames(translator) -> str | None:
     return None
 
 
-_handler_ranges: dict[types.CodeType, tuple] = {}
+# Keyed by ``id``: a code object hashes its constants, and code that TorchDynamo
+# generates (resume functions) can hold unhashable ones. The code is kept beside its
+# ranges, so the id cannot be reused while the entry exists.
+_handler_ranges: dict[int, tuple[types.CodeType, tuple]] = {}
 
 
 def _has_active_handler(frame: types.FrameType) -> bool:
     code = frame.f_code
-    ranges = _handler_ranges.get(code)
-    if ranges is None:
+    known = _handler_ranges.get(id(code))
+    if known is None or known[0] is not code:
         ranges = tuple((entry.start, entry.end) for entry in dis.Bytecode(code).exception_entries)
-        _handler_ranges[code] = ranges
-    return any(start <= frame.f_lasti < end for start, end in ranges)
+        known = _handler_ranges[id(code)] = (code, ranges)
+    return any(start <= frame.f_lasti < end for start, end in known[1])
 
 
 def no_handler_in_eager_callers() -> str | None:
