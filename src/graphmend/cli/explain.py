@@ -303,6 +303,8 @@ def what_graphmend_did(
                 f"not rewritten: not reached from a torch.compile entry point in this file "
                 f"({wider.rule} would fix it with --all, or as a --package)"
             )
+        if wider is not None and wider.rule and wider.reason:
+            return f"{wider.rule} declined: {wider.reason}"
         if graph_break.location in remaining:
             return "no graphmend rule covers this break"
         return "no graphmend rule covers this line, yet the mended run does not break here"
