@@ -80,6 +80,7 @@ class _Events(io.StringIO):
         super().__init__()
         self.events = events
 
+    @torch._dynamo.disable  # as a real stream's is: traced code cannot reach its state
     def write(self, text: str) -> int:
         if text:
             if self.events and self.events[-1][0] == "stdout":
@@ -111,6 +112,7 @@ def observing(module: types.ModuleType, log_level: int, events: list):
     logger.setLevel(log_level)
     logger.propagate = False
 
+    @torch._dynamo.disable
     def show_warning(message, category, filename, lineno, file=None, line=None):
         if os.path.abspath(filename).startswith(TORCH_DIRECTORY):
             return  # TorchDynamo's own warnings, not the program's

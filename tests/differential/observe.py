@@ -232,6 +232,7 @@ class _Stream(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
+    @torch._dynamo.disable  # as a real stream's is: traced code cannot reach its state
     def write(self, text: str) -> int:
         if text:
             if self.events and self.events[-1][0] == self.channel:
@@ -267,6 +268,7 @@ def observing(logger_names: list[str], log_level: int, events: list):
         logger.propagate = False
         handlers.append((logger, handler))
 
+    @torch._dynamo.disable
     def show_warning(message, category, filename, lineno, file=None, line=None):
         if os.path.abspath(filename).startswith(TORCH_DIRECTORY):
             return  # TorchDynamo's own warnings, not the program's

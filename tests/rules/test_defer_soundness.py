@@ -43,6 +43,7 @@ def observe(function, args, backend, warning_filter="always"):
     logger.handlers, logger.propagate = [handler], False
     logger.setLevel(logging.DEBUG)
 
+    @torch._dynamo.disable  # like a real stream: traced code cannot reach its state
     def show(message, category, filename, lineno, file=None, line=None):
         if not filename.startswith("<fixture"):
             return  # TorchDynamo's own warnings are not the program's output
@@ -425,3 +426,123 @@ def test_deferrable_output_costs_no_graph_break(backend):
         compiled(torch.ones(2))
     assert counter.graphs == 1
     assert stream.getvalue() == "shape torch.Size([2]) tensor([1., 1.])\n"
+
+
+# 5. Output into a Python object that traced code also writes to.
+
+class ListStream:
+    """A stream in Python code: traced writes to it are TorchDynamo's to replay."""
+
+    def __init__(self):
+        self.pieces = []
+
+    def write(self, text):
+        self.pieces.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def _run_with_python_stream(function, backend):
+    stream = ListStream()
+    torch._dynamo.reset()
+    target = function if backend is None else torch.compile(function, backend=backend, dynamic=False)
+    with contextlib.redirect_stdout(stream):
+        value = target(torch.ones(2))
+    return "".join(stream.pieces), value.tolist()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stream_is_opaque_to_tracing__print_into_a_python_stream_traced_code_writes(backend):
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            print("in the graph", x.shape)
+            sys.stdout.write("written by the function\\n")
+            return x + 1
+        """
+    ))
+    assert _run_with_python_stream(mended.f, backend) == _run_with_python_stream(original.f, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stream_is_opaque_to_tracing__log_handler_on_a_python_stream(backend):
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            logger.warning("logged %d", x.numel())
+            sys.stdout.write("written by the function\\n")
+            return x + 1
+        """
+    ))
+
+    def run(function):
+        stream = ListStream()
+        logger = logging.getLogger(LOGGER_NAME)
+        saved = logger.handlers[:], logger.propagate
+        logger.handlers, logger.propagate = [logging.StreamHandler(stream)], False
+        try:
+            torch._dynamo.reset()
+            target = function if backend is None else torch.compile(function, backend=backend, dynamic=False)
+            with contextlib.redirect_stdout(stream):
+                value = target(torch.ones(2))
+        finally:
+            logger.handlers, logger.propagate = saved
+        return "".join(stream.pieces), value.tolist()
+
+    assert run(mended.f) == run(original.f)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_showwarning_is_opaque_to_tracing__replaced_by_python_code_that_shares_state(backend):
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            warnings.warn("careful")
+            sys.stdout.write("written by the function\\n")
+            return x + 1
+        """
+    ))
+
+    def run(function):
+        stream = ListStream()
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if filename.startswith("<fixture"):
+                stream.write(f"WARN {message}\\n")
+
+        torch._dynamo.reset()
+        target = function if backend is None else torch.compile(function, backend=backend, dynamic=False)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(stream):
+            warnings.simplefilter("always")
+            warnings.showwarning = show
+            value = target(torch.ones(2))
+        return "".join(stream.pieces), value.tolist()
+
+    assert run(mended.f) == run(original.f)
+
+
+def test_output_into_a_stream_under_dynamo_disable_stays_in_the_graph():
+    """A Python stream TorchDynamo does not trace into is as safe as a real file."""
+    from graphmend.counting import CountingBackend
+
+    class OpaqueStream(ListStream):
+        @torch._dynamo.disable
+        def write(self, text):
+            return super().write(text)
+
+    _, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            print("in the graph", x.shape)
+            return x + 1
+        """
+    ))
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    stream = OpaqueStream()
+    with contextlib.redirect_stdout(stream):
+        torch.compile(mended.f, backend=counter, dynamic=False)(torch.ones(2))
+    assert counter.graphs == 1
+    assert "".join(stream.pieces) == "in the graph torch.Size([2])\n"

@@ -29,10 +29,12 @@ the original call had.
 
 from __future__ import annotations
 
+import io
 import itertools
 import logging
 import sys
 import threading
+import types
 import warnings
 
 import torch
@@ -71,14 +73,51 @@ _REPORTING_HANDLER_NAMES = frozenset({
 OUTPUT_ONLY_MARK = "graphmend_output_only"
 
 
+def _marked_output_only(thing) -> bool:
+    return getattr(thing, OUTPUT_ONLY_MARK, False) is True
+
+
+def _opaque_to_tracing(function) -> bool:
+    """Whether TorchDynamo cannot trace into ``function``, and so cannot hold its own
+    view of what it changes.
+
+    When traced code writes to a stream whose ``write`` is Python code, TorchDynamo
+    runs that code symbolically and, after the graph, replays the changes it saw (a
+    list the stream appends to is set to the contents it expects). Output the graph
+    itself wrote into the same object is then overwritten. A builtin ``write`` (a real
+    file, ``io.StringIO``) makes TorchDynamo break the graph instead, and so does a
+    function under ``torch._dynamo.disable``."""
+    if isinstance(function, (types.BuiltinFunctionType, types.MethodWrapperType,
+                             types.WrapperDescriptorType, types.MethodDescriptorType)):
+        # A builtin bound to a list or dict (``records.append``) changes an object
+        # TorchDynamo models; one bound to a file or a module does not.
+        owner = getattr(function, "__self__", None)
+        return owner is None or isinstance(owner, (io.IOBase, types.ModuleType))
+    function = getattr(function, "__func__", function)
+    return getattr(function, "_torchdynamo_disable", False) is True or _marked_output_only(function)
+
+
+def _is_from_warnings(function) -> bool:
+    return getattr(function, "__module__", None) == "warnings"
+
+
+def _stream_is_opaque(stream) -> bool:
+    return _marked_output_only(stream) or _opaque_to_tracing(getattr(stream, "write", None))
+
+
 def _only_writes(handler: logging.Handler) -> bool:
     handler_type = type(handler)
     qualified = f"{handler_type.__module__}.{handler_type.__qualname__}"
-    return not handler.filters and (
-        handler_type in _WRITING_HANDLER_TYPES
-        or qualified in _REPORTING_HANDLER_NAMES
-        or getattr(handler, OUTPUT_ONLY_MARK, False) is True
-    )
+    if handler.filters:
+        return False
+    if qualified in _REPORTING_HANDLER_NAMES or _marked_output_only(handler):
+        return True
+    if handler_type not in _WRITING_HANDLER_TYPES:
+        return False
+    stream = getattr(handler, "stream", None)
+    if handler_type is type(logging.lastResort):
+        stream = sys.stderr
+    return stream is None or _stream_is_opaque(stream)
 # Logger methods whose behaviour the emission reproduces; a Logger subclass that
 # overrides any of them (``logging.setLoggerClass``) is logged eagerly.
 _REPRODUCED_LOGGER_METHODS = (
@@ -223,6 +262,8 @@ def why_not_exact_in_graph(
                 return f"`{name}=` may write somewhere the function reads"
         if target is not None and target is not sys.stdout and target is not sys.stderr:
             return "`file=` is not the standard output or error stream"
+        if not _stream_is_opaque(sys.stdout if target is None else target):
+            return "the stream's `write` is Python code that traced code may also write through"
         return None
     if kind in (_LOG_RECORD, _LOG_METHOD):
         return _why_not_exact_log(target, detail, template, kwargs)
@@ -281,6 +322,17 @@ def _why_not_exact_warning(detail: tuple, template: tuple, kwargs: dict) -> str 
         action = warnings.defaultaction
     if action == "error":
         return "a warnings filter turns this warning into an exception"
+    if action == "ignore":
+        return None
+    if warnings.showwarning is warnings._showwarning_orig:
+        show = warnings._showwarnmsg_impl
+        if _is_from_warnings(show):
+            if not _stream_is_opaque(sys.stderr):
+                return "the error stream's `write` is Python code that traced code may also write through"
+        elif not _opaque_to_tracing(show):  # ``catch_warnings(record=True)``'s list
+            return "warnings are recorded into an object that traced code may also change"
+    elif not _opaque_to_tracing(warnings.showwarning):
+        return "`warnings.showwarning` is replaced by Python code that may change state the function reads"
     return None
 
 
