@@ -164,15 +164,13 @@ def test_no_newline_at_end_of_file(cli, write):
     ast.parse(path.read_text())  # still one statement per line
 
 
-def test_pure_function_registrations_are_appended(cli, write, library_module):
+def test_nothing_is_appended_after_the_last_function(cli, write, library_module):
     source = library_module + "\n\ndef helper(x):\n    return x * 2\n"
     path = write("library.py", source)
     assert cli("fix", "--write", "--all", "library.py").code == 0
     text = path.read_text()
     assert text.startswith("import graphmend.runtime as __graphmend__\nimport torch\n")
-    assert text.endswith(
-        "    return x * 2\n__graphmend__.register_pure_functions(__name__, {'helper': ['x']})\n"
-    )
+    assert text.endswith("def helper(x):\n    return x * 2\n")
 
 
 def test_the_rewritten_file_runs_like_the_original_eagerly(cli, write, library_module, capsys):

@@ -83,9 +83,6 @@ def mended_code(
             rules=options.rules,
             scope=options.scope,
             is_package=os.path.basename(path) == "__init__.py",
-            # A script's pure functions are not called from other modules; registering
-            # them would put the runtime's name in its globals with nothing rewritten.
-            register_pure=options.scope == "all" and module_name != "__main__",
         )
         if result.changed:
             # The rewritten tree keeps every original statement's line number, so

@@ -220,7 +220,6 @@ def mend_module_source(
     rules: Sequence[str] | str = ALL_RULES,
     scope: str = "all",
     is_package: bool = False,
-    register_pure: bool | None = None,
     compiled_elsewhere: Iterable[str] = (),
     known_helpers: Mapping[str, int] | None = None,
 ) -> MendResult:
@@ -233,9 +232,7 @@ def mend_module_source(
     entry points (every spelling, see ``analysis.entry_points``), the names other
     modules compile (``compiled_elsewhere``, with ``known_helpers`` naming other
     modules' compiling helpers) and its ``nn.Module`` classes reach; ``graphmend
-    check`` uses it to report what matters. ``register_pure`` records the module's pure functions with the
-    runtime (so rewrites elsewhere can hoist calls to them through attributes); by
-    default only in modules a rule changed.
+    check`` uses it to report what matters.
     """
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
@@ -269,28 +266,9 @@ def mend_module_source(
                 RULES[rule_name](FunctionContext(facts, context))
     context.findings.sort(key=lambda f: (f.line, f.col))
     edits = _collect_edits(tree)
-    pure = {}
-    if register_pure is None:
-        register_pure = context.uses_runtime
-    if register_pure:
-        for name, function in context.purity.functions.items():
-            # Pure when called with named keywords only (its ``**kwargs`` then empty).
-            if (
-                isinstance(function, ast.FunctionDef)
-                and not function.decorator_list
-                and context.purity.function_impurity(function, calling_keywords=()) is None
-            ):
-                arguments = function.args
-                pure[name] = [a.arg for a in arguments.args + arguments.kwonlyargs]
-    if not context.uses_runtime and not pure:
+    if not context.uses_runtime:
         return MendResult(source=source, changed=False, findings=context.findings, tree=tree, entry_points=entry)
     _insert_runtime_import(tree)
-    if pure:
-        registration = statements(
-            f"{RUNTIME_NAME}.register_pure_functions(__name__, PURE)",
-            PURE=ast.parse(repr(pure), mode="eval").body,
-        )
-        tree.body += registration
     ast.fix_missing_locations(tree)
     return MendResult(
         changed=True,

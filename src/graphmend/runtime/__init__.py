@@ -10,7 +10,6 @@ lowered guard is raised here when the compiled region raises (``traps``).
 
 from __future__ import annotations
 
-import sys
 
 import torch
 
@@ -53,7 +52,6 @@ __all__ = [
     "any_of",
     "assert_guard",
     "guard_holds",
-    "proven_pure",
     "register_pure_functions",
     "defer_log",
     "defer_print",
@@ -77,28 +75,9 @@ __all__ = [
 ]
 
 
-_PROVEN_PURE: dict = {}
-
-
 def register_pure_functions(module_name: str, keywords_by_function: dict) -> None:
-    """Record functions graphmend's purity analysis proved free of observable effects.
-
-    Each is pure when called with keyword arguments among those listed (its named
-    parameters), so a rewrite that hoists a call through an attribute it could not
-    resolve statically can check, while tracing, that the callee is one of these.
-    """
-    module = sys.modules.get(module_name)
-    if module is None:
-        return
-    for name, keywords in keywords_by_function.items():
-        function = vars(module).get(name)
-        if function is not None:
-            _PROVEN_PURE[function] = frozenset(keywords)
-
-
-def proven_pure(function, keywords=()) -> bool:
-    allowed = _PROVEN_PURE.get(function)
-    return allowed is not None and all(keyword in allowed for keyword in keywords)
+    """Does nothing. Files an earlier ``graphmend fix`` wrote end with a call to it;
+    no rule reads the registrations any more."""
 
 
 install_compile_wrappers()
