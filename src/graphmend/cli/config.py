@@ -42,7 +42,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def split_script_arguments(
-    argv: list[str], options_with_a_value: frozenset[str]
+    argv: list[str], options_with_a_value: frozenset[str], *, module_option: bool = False
 ) -> tuple[list[str], list[str]]:
     """Split ``argv`` after the script's name: ours up to and including it, the
     script's own after it.
@@ -50,7 +50,8 @@ def split_script_arguments(
     Everything after the script goes to the script verbatim, ``--`` and option-like
     words included, as with ``python script.py ...``; argparse alone would eat them.
     A ``--`` before the script stays ours, so argparse reads a script named like an
-    option (``-s.py``) as the script.
+    option (``-s.py``) as the script. With ``module_option``, ``-m MODULE`` (or
+    ``-mMODULE``, as python takes it) ends ours as a script's name does.
     """
     index = 0
     while index < len(argv):
@@ -58,6 +59,10 @@ def split_script_arguments(
         if word == "--":
             index += 1
             break
+        if module_option and word == "-m":
+            return argv[: index + 2], argv[index + 2 :]
+        if module_option and word.startswith("-m") and not word.startswith("--"):
+            return argv[: index + 1], argv[index + 1 :]
         if not word.startswith("-") or word == "-":
             break
         index += 2 if word in options_with_a_value else 1

@@ -32,6 +32,7 @@ import sys
 import traceback
 import types
 
+from graphmend.cli import config
 from graphmend.cli.config import ConfigError, OneLineErrorParser
 from graphmend.hook import CACHE_DIR_ENVIRONMENT_VARIABLE, install
 from graphmend.hook.finder import check_package_name
@@ -93,27 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def split_script_arguments(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Ours up to and including the script (or ``-m MODULE``), the program's after it.
-
-    Everything after the script or module goes to it verbatim, ``--`` and option-like
-    words included, as with ``python script.py ...``; argparse alone would eat them.
-    A ``--`` before the script stays ours, so a script named like an option
-    (``-s.py``) is read as the script.
-    """
-    index = 0
-    while index < len(argv):
-        word = argv[index]
-        if word == "--":
-            index += 1
-            break
-        if word == "-m":
-            return argv[: index + 2], argv[index + 2 :]
-        if word.startswith("-m") and not word.startswith("--"):
-            return argv[: index + 1], argv[index + 1 :]  # ``-mpackage``, as python takes it
-        if not word.startswith("-") or word == "-":
-            break
-        index += 2 if word in _OPTIONS_WITH_A_SEPARATE_VALUE else 1
-    return argv[: index + 1], argv[index + 1 :]
+    """Ours up to and including the script (or ``-m MODULE``), the program's after it."""
+    return config.split_script_arguments(argv, _OPTIONS_WITH_A_SEPARATE_VALUE, module_option=True)
 
 
 def run_command(argv: list[str]) -> int:
