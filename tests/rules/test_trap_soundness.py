@@ -389,6 +389,64 @@ def test_no_pending_side_effect_before_guard__record_appended():
     assert_same_everywhere(source, x)
 
 
+CLOSURE_CELL_WRITTEN = """
+def main(x):
+    torch._dynamo.graph_break()
+    acc = x * 0.0
+    def bump(t):
+        nonlocal acc
+        acc = acc + t
+    if (x.abs() > 100).any():
+        raise RuntimeError("overflow")
+    return x + 1
+"""
+
+
+@pytest.mark.parametrize("scale", [1.0, 1000.0])
+def test_no_pending_side_effect_before_guard__closure_cell_in_resumed_frame(scale):
+    """Found by the long fuzz run (seeds 2039, 2365): after a break, the resumed frame
+    writes a closure cell before the guard; TorchDynamo's source for that cell has no
+    name, and naming it failed compiling with InternalTorchDynamoError."""
+    assert_same_everywhere(CLOSURE_CELL_WRITTEN, torch.arange(4.0) * scale)
+
+
+CLOSURE_CELL_ESCAPED = """
+READERS = []
+
+def main(x):
+    acc = x * 0.0
+    def read():
+        return acc
+    READERS.append(read)
+    torch._dynamo.graph_break()
+    acc = x + 1
+    if (x > 100).any():
+        raise ValueError("big")
+    return x
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_no_pending_side_effect_before_guard__closure_cell_seen_by_an_escaped_closure(backend):
+    """A closure that escaped before the break sees the cell the original wrote before
+    raising: a lowered guard would drop the write (TorchDynamo applies it after the
+    graph), so the guard is refused and the write is kept."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(CLOSURE_CELL_ESCAPED))
+    assert result.changed, result.findings
+    x = torch.arange(4.0) + 200
+    seen = []
+    traps.trace_time_declines.clear()
+    for module, compiled in ((original, False), (mended, True)):
+        module.READERS.clear()
+        torch._dynamo.reset()
+        target = torch.compile(module.main, backend=backend, dynamic=False) if compiled else module.main
+        with pytest.raises(ValueError, match="big"):
+            target(x.clone())
+        seen.append(module.READERS[0]().tolist())
+    assert seen[0] == seen[1] == (x + 1).tolist()
+    assert any("closure cell" in reason for reason in declined_reasons()), declined_reasons()
+
+
 # --------------------------------------------------------------------------------------
 # The restored exception itself.
 

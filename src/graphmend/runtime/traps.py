@@ -362,11 +362,31 @@ def no_pending_side_effect_before_guard(translator) -> str | None:
         source = getattr(variable, "source", None)
         if source is None:
             continue  # an object created inside the region: nobody else sees it
-        name = source.name if isinstance(source.name, str) else source.name()
+        name = _source_name(source)
         if "PENDING_EFFECTS" in name:
             continue
         return f"`{name}` is changed before the guard"
     return None
+
+
+def _source_name(source) -> str:
+    """A readable name for where TorchDynamo found an object.
+
+    Not every source has one: the cell of a closure variable that a resumed frame
+    receives (``LocalCellSource``) raises NotImplementedError from ``name``, which
+    made compiling fail with InternalTorchDynamoError. Such a cell is still a change
+    the original made before raising, so it is named, never skipped."""
+    local_name = getattr(source, "local_name", None)
+    try:
+        name = source.name
+        name = name if isinstance(name, str) else name()
+    except Exception:  # noqa: BLE001 - any source TorchDynamo cannot name
+        name = None
+    if isinstance(name, str):
+        return name
+    if isinstance(local_name, str):
+        return f"{local_name} (a closure cell)"
+    return type(source).__name__
 
 
 @torch.compiler.assume_constant_result
