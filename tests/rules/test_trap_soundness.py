@@ -692,3 +692,69 @@ def test_no_handler_in_eager_callers__caller_resumed_after_a_break(scale):
     TorchDynamo generated, whose constants are unhashable, and compiling failed with
     InternalTorchDynamoError instead of raising the helper's ValueError."""
     assert_same_everywhere(RESUMED_CALLER, torch.ones(4) * scale, torch.ones(4))
+
+
+# --------------------------------------------------------------------------------------
+# Where TorchDynamo could not resume after the original break, it ran the frame eagerly.
+
+GUARD_IN_A_LOOP = """
+def main(x):
+    for step in range(2):
+        if (x < -100).any():
+            raise ValueError("too small")
+    x.add_(1)
+    return x
+"""
+
+GUARD_IN_A_HELPER_CALLED_IN_A_LOOP = """
+def helper(t):
+    if (t < -100).any():
+        raise ValueError("too small")
+    return t
+
+def main(x):
+    for step in range(2):
+        x = helper(x)
+    x.add_(1)
+    return x
+"""
+
+
+@pytest.mark.parametrize(
+    "source", [GUARD_IN_A_LOOP, GUARD_IN_A_HELPER_CALLED_IN_A_LOOP], ids=["in_the_loop", "helper_called_in_the_loop"]
+)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_original_break_keeps_frame_compiled__guard_in_a_loop(source, backend):
+    """A graph break in a loop makes TorchDynamo run the whole frame eagerly: the
+    original's in-place write to a leaf that requires grad raised the user's RuntimeError
+    (fuzz class "exposed TorchDynamo trace-time error"); a lowered guard compiled the
+    frame, and the write failed while tracing with TorchDynamo's TorchRuntimeError."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    assert result.changed, result.findings
+    traps.trace_time_declines.clear()
+    observed = []
+    for module, compiled in ((original, False), (original, True), (mended, True)):
+        torch._dynamo.reset()
+        target = torch.compile(module.main, backend=backend, dynamic=False) if compiled else module.main
+        x = torch.arange(4.0).requires_grad_()
+        with pytest.raises(Exception) as raised:
+            target(x)
+        observed.append((type(raised.value).__qualname__, str(raised.value)))
+    assert observed[0][0] == "RuntimeError" and observed[0] == observed[1] == observed[2], observed
+    assert any("inside a loop" in reason for reason in declined_reasons()), declined_reasons()
+
+
+def test_original_break_keeps_frame_compiled__guard_after_a_loop_is_still_lowered():
+    source = """
+    def main(x):
+        for step in range(2):
+            x = x * 2
+        if (x < -100).any():
+            raise ValueError("too small")
+        return x + 1
+    """
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    x = torch.arange(4.0)
+    assert breaks(mended.main, x) == 0
+    assert_same_everywhere(source, x)
+    assert_same_everywhere(source, x - 200)

@@ -306,6 +306,42 @@ def no_handler_in_traced_frames(translator) -> str | None:
     return None
 
 
+def original_break_keeps_frame_compiled(translator) -> str | None:
+    """The original ``if`` is a graph break. Where TorchDynamo cannot resume after a break
+    (in a loop, under a context manager it cannot break in), it gives up on the whole
+    frame and runs it eagerly, on every call. The original frame then ran eagerly: an op
+    that fails (an in-place write to a leaf that requires grad) raised the user's
+    RuntimeError, where a compiled frame fails while tracing with TorchDynamo's
+    TorchRuntimeError, before any output the frame made. Keeping the original ``if``
+    makes TorchDynamo give up on the mended frame in the same way.
+
+    TorchDynamo decides this where the break happens: in the innermost frame with nested
+    graph breaks, else in the outermost traced frame (at the call of the inlined one).
+    Under ``fullgraph=True`` the original break is an error, which lowering removes, as
+    every lowering does."""
+    from torch._dynamo import config
+
+    breaker = translator if config.nested_graph_breaks else translator.output.root_tx
+    if getattr(breaker, "one_graph", False) or getattr(breaker, "error_on_graph_break", False):
+        return None
+    try:
+        in_loop = breaker.maybe_has_backedge()
+        resumable = breaker.should_compile_partial_graph()
+    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: cannot tell, so decline
+        return "cannot tell whether TorchDynamo would have resumed after the original break"
+    if in_loop:
+        return (
+            f"`{breaker.f_code.co_name}` reaches it inside a loop: TorchDynamo would have run "
+            "the frame eagerly (it does not resume after a graph break in a loop)"
+        )
+    if not resumable:
+        return (
+            f"TorchDynamo could not resume after the original break in `{breaker.f_code.co_name}` "
+            "and would have run the frame eagerly"
+        )
+    return None
+
+
 # Keyed by ``id``: a code object hashes its constants, and code that TorchDynamo
 # generates (resume functions) can hold unhashable ones. The code is kept beside its
 # ranges, so the id cannot be reused while the entry exists.
@@ -404,6 +440,7 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
     reason = (
         raised_class_is_exception(exception_class)
         or no_handler_in_traced_frames(translator)
+        or original_break_keeps_frame_compiled(translator)
         or no_handler_in_eager_callers()
         or no_input_mutated_before_guard(translator)
         or no_pending_side_effect_before_guard(translator)
