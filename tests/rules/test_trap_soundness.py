@@ -758,3 +758,92 @@ def test_original_break_keeps_frame_compiled__guard_after_a_loop_is_still_lowere
     assert breaks(mended.main, x) == 0
     assert_same_everywhere(source, x)
     assert_same_everywhere(source, x - 200)
+
+
+# --------------------------------------------------------------------------------------
+# An op after a lowered guard that fails while TorchDynamo traces it.
+
+FAILS_TRACING_AFTER_EQUAL_GUARD = """
+def main(x, y):
+    if not torch.equal(x, y):
+        raise MaskError("x and y differ")
+    return x + torch.ones(5)
+"""
+
+FAILS_TRACING_AFTER_TENSOR_GUARD = """
+def main(x, y):
+    if (y < -100).any():
+        raise ValueError("too small")
+    x.add_(1)
+    return x
+"""
+
+FAILS_TRACING_AFTER_HELPER_GUARD = """
+def helper(t):
+    if (t < -100).any():
+        raise ValueError("too small")
+    return t * 2
+
+def main(x, y):
+    y = helper(y)
+    x.add_(1)
+    return x + y
+"""
+
+
+def compiled_outcomes(module, backend, calls):
+    """What each call in turn raises (type, message without TorchDynamo's user-code suffix)."""
+    torch._dynamo.reset()
+    target = torch.compile(module.main, backend=backend, dynamic=False)
+    outcomes = []
+    for x, y in calls:
+        try:
+            target(x.clone().requires_grad_(x.requires_grad), y.clone())
+            outcomes.append(None)
+        except Exception as error:  # noqa: BLE001 - the exception is the observation
+            outcomes.append((type(error).__qualname__, str(error).split("\n\nfrom user code:")[0]))
+    return outcomes
+
+
+@pytest.mark.parametrize(
+    "source, calls",
+    [
+        (FAILS_TRACING_AFTER_EQUAL_GUARD,
+         [(torch.ones(2, 3), torch.zeros(2, 3)), (torch.ones(2, 3), torch.ones(2, 3))]),
+        (FAILS_TRACING_AFTER_TENSOR_GUARD,
+         [(torch.ones(4, requires_grad=True), torch.full((4,), -200.0)),
+          (torch.ones(4, requires_grad=True), torch.ones(4))]),
+        (FAILS_TRACING_AFTER_HELPER_GUARD,
+         [(torch.ones(4, requires_grad=True), torch.full((4,), -200.0)),
+          (torch.ones(4, requires_grad=True), torch.ones(4))]),
+    ],
+    ids=["equal_guard_then_shape_mismatch", "tensor_guard_then_leaf_write", "helper_guard_then_leaf_write"],
+)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_no_later_op_failed_while_tracing(source, calls, backend):
+    """Fuzz class "exposed TorchDynamo trace-time error" (seed 2098): an op after a lowered
+    guard failed while tracing the whole frame, so a call whose guard fails raised
+    TorchDynamo's TorchRuntimeError instead of the guard's exception; and after the
+    original's guard had failed once, TorchDynamo ran the rest of that frame eagerly, so
+    later calls raised the op's plain RuntimeError. The trace is restarted with the guard
+    kept as the original `if`: the same sequence of exceptions as the original compiled."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    assert result.changed, result.findings
+    expected = compiled_outcomes(original, backend, calls)
+    assert expected[0] is not None and expected[0][0] in ("MaskError", "ValueError"), expected
+    assert compiled_outcomes(mended, backend, calls) == expected
+    assert any("fails while TorchDynamo traces it" in reason for reason in declined_reasons())
+
+
+def test_no_later_op_failed_while_tracing__guard_alone_is_still_lowered():
+    """A trace that does not fail keeps its guards lowered (no break)."""
+    source = """
+    def main(x, y):
+        if (y < -100).any():
+            raise ValueError("too small")
+        return x + y
+    """
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    x = torch.ones(4)
+    assert breaks(mended.main, x, x.clone()) == 0
+    assert_same_everywhere(source, x, x - 300)

@@ -425,6 +425,72 @@ def _source_name(source) -> str:
     return type(source).__name__
 
 
+# Sites whose lowering was undone because an op after them failed while tracing.
+_failed_tracing_after: set[tuple[str, int]] = set()
+_LOWERED_ATTRIBUTE = "_graphmend_lowered_trap_sites"
+
+
+def _lowered_in_trace(translator) -> set:
+    """The sites lowered so far in the trace that ``translator`` belongs to (kept on
+    its output graph, which TorchDynamo makes afresh for every attempt at a frame)."""
+    output = translator.output
+    sites = getattr(output, _LOWERED_ATTRIBUTE, None)
+    if sites is None:
+        sites = set()
+        setattr(output, _LOWERED_ATTRIBUTE, sites)
+    return sites
+
+
+def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
+    """An op TorchDynamo cannot run on fake tensors (an in-place write to a leaf that
+    requires grad, a shape mismatch) fails the whole traced region while tracing, before
+    any of it runs. The original's ``if`` was a graph break: the code before it ran
+    (compiled), a guard that fails raised the user's exception, and the op after it was
+    traced only when reached, in a frame of its own. A guard lowered in a trace that
+    failed so is kept as the original ``if`` when TorchDynamo traces the frame again
+    (``_restart_trace_without_lowered_guards``)."""
+    if site in _failed_tracing_after:
+        return "an op after the guard fails while TorchDynamo traces it; the original `if` keeps that apart"
+    return None
+
+
+def _restart_trace_without_lowered_guards(wrap_failure):
+    """Wrap TorchDynamo's conversion of a failed fake-tensor op into TorchRuntimeError:
+    when guards were lowered earlier in the same trace, trace the frame again with them
+    kept as the original ``if`` (a frame whose conversion fails has not run)."""
+
+    def wrapped(graph_break):
+        translator = _current_translator()
+        lowered = getattr(translator.output, _LOWERED_ATTRIBUTE, None) if translator is not None else None
+        if lowered:
+            _failed_tracing_after.update(lowered)
+            for site in lowered:
+                trace_time_declines[site] = no_later_op_failed_while_tracing(site)
+            from torch._dynamo.exc import UnspecializeRestartAnalysis
+
+            raise UnspecializeRestartAnalysis(
+                restart_reason="graphmend: an op after a lowered guard failed while tracing"
+            )
+        return wrap_failure(graph_break)
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
+def _install_trace_restart() -> None:
+    try:
+        from torch._dynamo import utils as dynamo_utils
+    except ImportError:  # pragma: no cover - another torch
+        return
+    wrap_failure = getattr(dynamo_utils, "_wrap_graph_break_with_torch_runtime_err", None)
+    if wrap_failure is None or getattr(wrap_failure, "_graphmend_wrapped", False):
+        return
+    dynamo_utils._wrap_graph_break_with_torch_runtime_err = _restart_trace_without_lowered_guards(wrap_failure)
+
+
+_install_trace_restart()
+
+
 @torch.compiler.assume_constant_result
 def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
     """Whether the guard being traced may become a graph assertion.
@@ -437,8 +503,10 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
     translator = _current_translator()
     if translator is None:
         return False
+    site = (translator.f_code.co_filename, line)
     reason = (
         raised_class_is_exception(exception_class)
+        or no_later_op_failed_while_tracing(site)
         or no_handler_in_traced_frames(translator)
         or original_break_keeps_frame_compiled(translator)
         or no_handler_in_eager_callers()
@@ -446,8 +514,9 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
         or no_pending_side_effect_before_guard(translator)
     )
     if reason is None:
+        _lowered_in_trace(translator).add(site)
         return True
-    trace_time_declines[(translator.f_code.co_filename, line)] = reason
+    trace_time_declines[site] = reason
     return False
 
 
