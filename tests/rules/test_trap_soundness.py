@@ -798,7 +798,7 @@ def compiled_outcomes(module, backend, calls):
     outcomes = []
     for x, y in calls:
         try:
-            target(x.clone().requires_grad_(x.requires_grad), y.clone())
+            target(x.detach().clone().requires_grad_(x.requires_grad), y.clone())
             outcomes.append(None)
         except Exception as error:  # noqa: BLE001 - the exception is the observation
             outcomes.append((type(error).__qualname__, str(error).split("\n\nfrom user code:")[0]))
