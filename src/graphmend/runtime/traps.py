@@ -13,6 +13,11 @@ Whether a guard may be lowered at all is decided while tracing, by
 static rule cannot see the callers of a function, nor what the traced region did
 before the guard. Each condition it checks is a function below returning the
 reason it fails; a refused guard keeps the original ``if`` (and its graph break).
+Two keep TorchDynamo's own fallbacks as the original had them: where TorchDynamo
+could not resume after the original's break (in a loop) it ran the frame eagerly
+(``original_break_keeps_frame_compiled``); and an op that fails while tracing after a
+lowered guard restarts the trace with that guard kept as the original ``if``
+(``no_later_op_failed_while_tracing``), as a failing trace runs none of the frame.
 """
 
 from __future__ import annotations
