@@ -389,6 +389,64 @@ def test_no_pending_side_effect_before_guard__record_appended():
     assert_same_everywhere(source, x)
 
 
+CLOSURE_CELL_WRITTEN = """
+def main(x):
+    torch._dynamo.graph_break()
+    acc = x * 0.0
+    def bump(t):
+        nonlocal acc
+        acc = acc + t
+    if (x.abs() > 100).any():
+        raise RuntimeError("overflow")
+    return x + 1
+"""
+
+
+@pytest.mark.parametrize("scale", [1.0, 1000.0])
+def test_no_pending_side_effect_before_guard__closure_cell_in_resumed_frame(scale):
+    """Found by the long fuzz run (seeds 2039, 2365): after a break, the resumed frame
+    writes a closure cell before the guard; TorchDynamo's source for that cell has no
+    name, and naming it failed compiling with InternalTorchDynamoError."""
+    assert_same_everywhere(CLOSURE_CELL_WRITTEN, torch.arange(4.0) * scale)
+
+
+CLOSURE_CELL_ESCAPED = """
+READERS = []
+
+def main(x):
+    acc = x * 0.0
+    def read():
+        return acc
+    READERS.append(read)
+    torch._dynamo.graph_break()
+    acc = x + 1
+    if (x > 100).any():
+        raise ValueError("big")
+    return x
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_no_pending_side_effect_before_guard__closure_cell_seen_by_an_escaped_closure(backend):
+    """A closure that escaped before the break sees the cell the original wrote before
+    raising: a lowered guard would drop the write (TorchDynamo applies it after the
+    graph), so the guard is refused and the write is kept."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(CLOSURE_CELL_ESCAPED))
+    assert result.changed, result.findings
+    x = torch.arange(4.0) + 200
+    seen = []
+    traps.trace_time_declines.clear()
+    for module, compiled in ((original, False), (mended, True)):
+        module.READERS.clear()
+        torch._dynamo.reset()
+        target = torch.compile(module.main, backend=backend, dynamic=False) if compiled else module.main
+        with pytest.raises(ValueError, match="big"):
+            target(x.clone())
+        seen.append(module.READERS[0]().tolist())
+    assert seen[0] == seen[1] == (x + 1).tolist()
+    assert any("closure cell" in reason for reason in declined_reasons()), declined_reasons()
+
+
 # --------------------------------------------------------------------------------------
 # The restored exception itself.
 
@@ -634,3 +692,158 @@ def test_no_handler_in_eager_callers__caller_resumed_after_a_break(scale):
     TorchDynamo generated, whose constants are unhashable, and compiling failed with
     InternalTorchDynamoError instead of raising the helper's ValueError."""
     assert_same_everywhere(RESUMED_CALLER, torch.ones(4) * scale, torch.ones(4))
+
+
+# --------------------------------------------------------------------------------------
+# Where TorchDynamo could not resume after the original break, it ran the frame eagerly.
+
+GUARD_IN_A_LOOP = """
+def main(x):
+    for step in range(2):
+        if (x < -100).any():
+            raise ValueError("too small")
+    x.add_(1)
+    return x
+"""
+
+GUARD_IN_A_HELPER_CALLED_IN_A_LOOP = """
+def helper(t):
+    if (t < -100).any():
+        raise ValueError("too small")
+    return t
+
+def main(x):
+    for step in range(2):
+        x = helper(x)
+    x.add_(1)
+    return x
+"""
+
+
+@pytest.mark.parametrize(
+    "source", [GUARD_IN_A_LOOP, GUARD_IN_A_HELPER_CALLED_IN_A_LOOP], ids=["in_the_loop", "helper_called_in_the_loop"]
+)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_original_break_keeps_frame_compiled__guard_in_a_loop(source, backend):
+    """A graph break in a loop makes TorchDynamo run the whole frame eagerly: the
+    original's in-place write to a leaf that requires grad raised the user's RuntimeError
+    (fuzz class "exposed TorchDynamo trace-time error"); a lowered guard compiled the
+    frame, and the write failed while tracing with TorchDynamo's TorchRuntimeError."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    assert result.changed, result.findings
+    traps.trace_time_declines.clear()
+    observed = []
+    for module, compiled in ((original, False), (original, True), (mended, True)):
+        torch._dynamo.reset()
+        target = torch.compile(module.main, backend=backend, dynamic=False) if compiled else module.main
+        x = torch.arange(4.0).requires_grad_()
+        with pytest.raises(Exception) as raised:
+            target(x)
+        observed.append((type(raised.value).__qualname__, str(raised.value)))
+    assert observed[0][0] == "RuntimeError" and observed[0] == observed[1] == observed[2], observed
+    assert any("inside a loop" in reason for reason in declined_reasons()), declined_reasons()
+
+
+def test_original_break_keeps_frame_compiled__guard_after_a_loop_is_still_lowered():
+    source = """
+    def main(x):
+        for step in range(2):
+            x = x * 2
+        if (x < -100).any():
+            raise ValueError("too small")
+        return x + 1
+    """
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    x = torch.arange(4.0)
+    assert breaks(mended.main, x) == 0
+    assert_same_everywhere(source, x)
+    assert_same_everywhere(source, x - 200)
+
+
+# --------------------------------------------------------------------------------------
+# An op after a lowered guard that fails while TorchDynamo traces it.
+
+FAILS_TRACING_AFTER_EQUAL_GUARD = """
+def main(x, y):
+    if not torch.equal(x, y):
+        raise MaskError("x and y differ")
+    return x + torch.ones(5)
+"""
+
+FAILS_TRACING_AFTER_TENSOR_GUARD = """
+def main(x, y):
+    if (y < -100).any():
+        raise ValueError("too small")
+    x.add_(1)
+    return x
+"""
+
+FAILS_TRACING_AFTER_HELPER_GUARD = """
+def helper(t):
+    if (t < -100).any():
+        raise ValueError("too small")
+    return t * 2
+
+def main(x, y):
+    y = helper(y)
+    x.add_(1)
+    return x + y
+"""
+
+
+def compiled_outcomes(module, backend, calls):
+    """What each call in turn raises (type, message without TorchDynamo's user-code suffix)."""
+    torch._dynamo.reset()
+    target = torch.compile(module.main, backend=backend, dynamic=False)
+    outcomes = []
+    for x, y in calls:
+        try:
+            target(x.detach().clone().requires_grad_(x.requires_grad), y.clone())
+            outcomes.append(None)
+        except Exception as error:  # noqa: BLE001 - the exception is the observation
+            outcomes.append((type(error).__qualname__, str(error).split("\n\nfrom user code:")[0]))
+    return outcomes
+
+
+@pytest.mark.parametrize(
+    "source, calls",
+    [
+        (FAILS_TRACING_AFTER_EQUAL_GUARD,
+         [(torch.ones(2, 3), torch.zeros(2, 3)), (torch.ones(2, 3), torch.ones(2, 3))]),
+        (FAILS_TRACING_AFTER_TENSOR_GUARD,
+         [(torch.ones(4, requires_grad=True), torch.full((4,), -200.0)),
+          (torch.ones(4, requires_grad=True), torch.ones(4))]),
+        (FAILS_TRACING_AFTER_HELPER_GUARD,
+         [(torch.ones(4, requires_grad=True), torch.full((4,), -200.0)),
+          (torch.ones(4, requires_grad=True), torch.ones(4))]),
+    ],
+    ids=["equal_guard_then_shape_mismatch", "tensor_guard_then_leaf_write", "helper_guard_then_leaf_write"],
+)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_no_later_op_failed_while_tracing(source, calls, backend):
+    """Fuzz class "exposed TorchDynamo trace-time error" (seed 2098): an op after a lowered
+    guard failed while tracing the whole frame, so a call whose guard fails raised
+    TorchDynamo's TorchRuntimeError instead of the guard's exception; and after the
+    original's guard had failed once, TorchDynamo ran the rest of that frame eagerly, so
+    later calls raised the op's plain RuntimeError. The trace is restarted with the guard
+    kept as the original `if`: the same sequence of exceptions as the original compiled."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    assert result.changed, result.findings
+    expected = compiled_outcomes(original, backend, calls)
+    assert expected[0] is not None and expected[0][0] in ("MaskError", "ValueError"), expected
+    assert compiled_outcomes(mended, backend, calls) == expected
+    assert any("fails while TorchDynamo traces it" in reason for reason in declined_reasons())
+
+
+def test_no_later_op_failed_while_tracing__guard_alone_is_still_lowered():
+    """A trace that does not fail keeps its guards lowered (no break)."""
+    source = """
+    def main(x, y):
+        if (y < -100).any():
+            raise ValueError("too small")
+        return x + y
+    """
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    x = torch.ones(4)
+    assert breaks(mended.main, x, x.clone()) == 0
+    assert_same_everywhere(source, x, x - 300)

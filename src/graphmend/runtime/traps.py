@@ -13,6 +13,11 @@ Whether a guard may be lowered at all is decided while tracing, by
 static rule cannot see the callers of a function, nor what the traced region did
 before the guard. Each condition it checks is a function below returning the
 reason it fails; a refused guard keeps the original ``if`` (and its graph break).
+Two keep TorchDynamo's own fallbacks as the original had them: where TorchDynamo
+could not resume after the original's break (in a loop) it ran the frame eagerly
+(``original_break_keeps_frame_compiled``); and an op that fails while tracing after a
+lowered guard restarts the trace with that guard kept as the original ``if``
+(``no_later_op_failed_while_tracing``), as a failing trace runs none of the frame.
 """
 
 from __future__ import annotations
@@ -306,6 +311,42 @@ def no_handler_in_traced_frames(translator) -> str | None:
     return None
 
 
+def original_break_keeps_frame_compiled(translator) -> str | None:
+    """The original ``if`` is a graph break. Where TorchDynamo cannot resume after a break
+    (in a loop, under a context manager it cannot break in), it gives up on the whole
+    frame and runs it eagerly, on every call. The original frame then ran eagerly: an op
+    that fails (an in-place write to a leaf that requires grad) raised the user's
+    RuntimeError, where a compiled frame fails while tracing with TorchDynamo's
+    TorchRuntimeError, before any output the frame made. Keeping the original ``if``
+    makes TorchDynamo give up on the mended frame in the same way.
+
+    TorchDynamo decides this where the break happens: in the innermost frame with nested
+    graph breaks, else in the outermost traced frame (at the call of the inlined one).
+    Under ``fullgraph=True`` the original break is an error, which lowering removes, as
+    every lowering does."""
+    from torch._dynamo import config
+
+    breaker = translator if config.nested_graph_breaks else translator.output.root_tx
+    if getattr(breaker, "one_graph", False) or getattr(breaker, "error_on_graph_break", False):
+        return None
+    try:
+        in_loop = breaker.maybe_has_backedge()
+        resumable = breaker.should_compile_partial_graph()
+    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: cannot tell, so decline
+        return "cannot tell whether TorchDynamo would have resumed after the original break"
+    if in_loop:
+        return (
+            f"`{breaker.f_code.co_name}` reaches it inside a loop: TorchDynamo would have run "
+            "the frame eagerly (it does not resume after a graph break in a loop)"
+        )
+    if not resumable:
+        return (
+            f"TorchDynamo could not resume after the original break in `{breaker.f_code.co_name}` "
+            "and would have run the frame eagerly"
+        )
+    return None
+
+
 # Keyed by ``id``: a code object hashes its constants, and code that TorchDynamo
 # generates (resume functions) can hold unhashable ones. The code is kept beside its
 # ranges, so the id cannot be reused while the entry exists.
@@ -362,11 +403,97 @@ def no_pending_side_effect_before_guard(translator) -> str | None:
         source = getattr(variable, "source", None)
         if source is None:
             continue  # an object created inside the region: nobody else sees it
-        name = source.name if isinstance(source.name, str) else source.name()
+        name = _source_name(source)
         if "PENDING_EFFECTS" in name:
             continue
         return f"`{name}` is changed before the guard"
     return None
+
+
+def _source_name(source) -> str:
+    """A readable name for where TorchDynamo found an object.
+
+    Not every source has one: the cell of a closure variable that a resumed frame
+    receives (``LocalCellSource``) raises NotImplementedError from ``name``, which
+    made compiling fail with InternalTorchDynamoError. Such a cell is still a change
+    the original made before raising, so it is named, never skipped."""
+    local_name = getattr(source, "local_name", None)
+    try:
+        name = source.name
+        name = name if isinstance(name, str) else name()
+    except Exception:  # noqa: BLE001 - any source TorchDynamo cannot name
+        name = None
+    if isinstance(name, str):
+        return name
+    if isinstance(local_name, str):
+        return f"{local_name} (a closure cell)"
+    return type(source).__name__
+
+
+# Sites whose lowering was undone because an op after them failed while tracing.
+_failed_tracing_after: set[tuple[str, int]] = set()
+_LOWERED_ATTRIBUTE = "_graphmend_lowered_trap_sites"
+
+
+def _lowered_in_trace(translator) -> set:
+    """The sites lowered so far in the trace that ``translator`` belongs to (kept on
+    its output graph, which TorchDynamo makes afresh for every attempt at a frame)."""
+    output = translator.output
+    sites = getattr(output, _LOWERED_ATTRIBUTE, None)
+    if sites is None:
+        sites = set()
+        setattr(output, _LOWERED_ATTRIBUTE, sites)
+    return sites
+
+
+def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
+    """An op TorchDynamo cannot run on fake tensors (an in-place write to a leaf that
+    requires grad, a shape mismatch) fails the whole traced region while tracing, before
+    any of it runs. The original's ``if`` was a graph break: the code before it ran
+    (compiled), a guard that fails raised the user's exception, and the op after it was
+    traced only when reached, in a frame of its own. A guard lowered in a trace that
+    failed so is kept as the original ``if`` when TorchDynamo traces the frame again
+    (``_restart_trace_without_lowered_guards``)."""
+    if site in _failed_tracing_after:
+        return "an op after the guard fails while TorchDynamo traces it; the original `if` keeps that apart"
+    return None
+
+
+def _restart_trace_without_lowered_guards(wrap_failure):
+    """Wrap TorchDynamo's conversion of a failed fake-tensor op into TorchRuntimeError:
+    when guards were lowered earlier in the same trace, trace the frame again with them
+    kept as the original ``if`` (a frame whose conversion fails has not run)."""
+
+    def wrapped(graph_break):
+        translator = _current_translator()
+        lowered = getattr(translator.output, _LOWERED_ATTRIBUTE, None) if translator is not None else None
+        if lowered:
+            _failed_tracing_after.update(lowered)
+            for site in lowered:
+                trace_time_declines[site] = no_later_op_failed_while_tracing(site)
+            from torch._dynamo.exc import UnspecializeRestartAnalysis
+
+            raise UnspecializeRestartAnalysis(
+                restart_reason="graphmend: an op after a lowered guard failed while tracing"
+            )
+        return wrap_failure(graph_break)
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
+def _install_trace_restart() -> None:
+    try:
+        from torch._dynamo import utils as dynamo_utils
+    except ImportError:  # pragma: no cover - another torch
+        return
+    wrap_failure = getattr(dynamo_utils, "_wrap_graph_break_with_torch_runtime_err", None)
+    if wrap_failure is None or getattr(wrap_failure, "_graphmend_wrapped", False):
+        return
+    dynamo_utils._wrap_graph_break_with_torch_runtime_err = _restart_trace_without_lowered_guards(wrap_failure)
+
+
+_install_trace_restart()
 
 
 @torch.compiler.assume_constant_result
@@ -381,16 +508,20 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
     translator = _current_translator()
     if translator is None:
         return False
+    site = (translator.f_code.co_filename, line)
     reason = (
         raised_class_is_exception(exception_class)
+        or no_later_op_failed_while_tracing(site)
         or no_handler_in_traced_frames(translator)
+        or original_break_keeps_frame_compiled(translator)
         or no_handler_in_eager_callers()
         or no_input_mutated_before_guard(translator)
         or no_pending_side_effect_before_guard(translator)
     )
     if reason is None:
+        _lowered_in_trace(translator).add(site)
         return True
-    trace_time_declines[(translator.f_code.co_filename, line)] = reason
+    trace_time_declines[site] = reason
     return False
 
 
