@@ -362,17 +362,22 @@ _LOGGING_METHODS = frozenset(
 
 
 def break_category(record: GraphBreakRecord) -> str:
-    """The paper's category (DC LC VG TI DS DO, else ``other``) of one break, from Dynamo's
-    graph-break type and, where the type is not specific, the statement at the site."""
-    record = record.root
-    frame = record.user_frame
-    file, line = (frame.file, frame.line) if frame else (None, None)
-    category = _CATEGORY_OF_TYPE.get(record.gb_type)
+    """The paper's category (DC LC VG TI DS DO, else ``other``) of one break; a break
+    raised while Dynamo handled another (a break in a loop) takes that one's category."""
+    root = record.root
+    frame = root.user_frame
+    return category_for(root.gb_type, frame.file if frame else None, frame.line if frame else None)
+
+
+def category_for(gb_type: str, file: str | None, line: int | None) -> str:
+    """The paper's category of a break of Dynamo's type ``gb_type`` at ``file:line``: from
+    the type, and where the type is not specific, from the statement at the site."""
+    category = _CATEGORY_OF_TYPE.get(gb_type)
     if category == "DC" and is_validation_guard(file, line):
         return "VG"
     if category is not None:
         return category
-    if record.gb_type in _UNTRACEABLE_CALL_TYPES and calls_output_at(file, line):
+    if gb_type in _UNTRACEABLE_CALL_TYPES and calls_output_at(file, line):
         return "LC"
     return OTHER_CATEGORY
 
