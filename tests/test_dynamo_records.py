@@ -99,6 +99,9 @@ def test_a_print_break_keeps_dynamos_explanation_hints_and_reference(programs):
     assert record.reference.startswith("https://")
     assert record.user_frame == UserFrame(programs.__file__, line_of('    print("step")'), "print_then_branch")
     assert break_category(record) == "LC"
+    row = record.summary()
+    assert (row["line"], row["source"], row["category"]) == (record.user_frame.line, 'print("step")', "LC")
+    assert (row["hints"], row["reference"]) == (record.hints, record.reference)
 
 
 def test_a_data_dependent_branch_keeps_its_hint_and_reference(programs):

@@ -25,6 +25,7 @@ import ast
 import contextlib
 import functools
 import json
+import linecache
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -78,6 +79,24 @@ class GraphBreakRecord:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def summary(self) -> dict:
+        """One flat row for a report: the user's place, Dynamo's words, the category."""
+        frame = self.user_frame
+        file, line = (frame.file, frame.line) if frame else (None, None)
+        return {
+            "file": file,
+            "line": line,
+            "function": frame.function if frame else None,
+            "source": linecache.getline(file, line).strip() if file and line else "",
+            "gb_type": self.gb_type,
+            "explanation": self.explanation,
+            "hints": list(self.hints),
+            "reference": self.reference,
+            "cause": self.cause.gb_type if self.cause is not None else None,
+            "skips_frame": self.skips_frame,
+            "category": break_category(self),
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> GraphBreakRecord:
@@ -220,8 +239,9 @@ def _record_break(code_options, exc) -> None:
         ]
     for records in _ACTIVE:
         record = _record_from_message(records, getattr(exc, "msg", str(exc)), frames)
-        if not record.gb_type:
+        if not record.gb_type:  # not raised through ``unimplemented``: its message is all there is
             record.gb_type = getattr(exc, "gb_type", None) or type(exc).__name__
+            record.explanation = record.explanation or str(exc)
         record.skips_frame = bool(getattr(exc, "skip_frame", False))
         records._add(record)
 
