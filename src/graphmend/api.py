@@ -236,7 +236,8 @@ class ExplainReport:
                 if record.reference:
                     lines.append(f"    see: {record.reference}")
             for recompilation in run.recompilations:
-                lines.append(f"  recompiled {recompilation.function}: {'; '.join(recompilation.reasons)}")
+                reasons = "; ".join(recompilation.reasons)
+                lines.append(f"  recompiled {recompilation.function}: {reasons}")
         return "\n".join(lines)
 
 
@@ -250,7 +251,8 @@ def explain(function, *, rules=ALL_RULES):
     cannot change what the other sees. Exceptions from a call propagate.
     """
     if not isinstance(function, (types.FunctionType, types.MethodType)):
-        raise TypeError(f"graphmend.explain takes a function or a method, not {type(function).__name__}")
+        kind = type(function).__name__
+        raise TypeError(f"graphmend.explain takes a function or a method, not {kind}")
 
     def run(*args, **kwargs) -> ExplainReport:
         original = _explained_run(function, args, kwargs)

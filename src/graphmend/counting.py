@@ -109,7 +109,8 @@ def break_count_so_far(backend: CountingBackend, records: DynamoRecords) -> Brea
     sites = []
     for record in records.breaks:
         frame = record.frame
-        sites.append(BreakSite(frame.file if frame else "", frame.line if frame else 0, record.headline))
+        file, line = (frame.file, frame.line) if frame else ("", 0)
+        sites.append(BreakSite(file, line, record.headline))
     return BreakCount(
         graphs=backend.graphs,
         reasons=dict(counters["graph_break"]),

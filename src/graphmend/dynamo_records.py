@@ -140,7 +140,12 @@ class DynamoRecords:
 
     @property
     def frames_skipped(self) -> int:
-        return sum(1 for record in self.breaks if record.skips_frame)
+        """Frames Dynamo ran wholly eagerly because of a break in a loop in them. A frame
+        whose first traced step breaks (nothing to resume from) is skipped too, but lost
+        only what the resumed rest would have compiled; it counts as its break alone."""
+        return sum(
+            1 for record in self.breaks if record.skips_frame and record.gb_type == LOOP_BREAK_TYPE
+        )
 
     def _add(self, record: GraphBreakRecord | Recompilation) -> None:
         if isinstance(record, GraphBreakRecord):
@@ -152,6 +157,9 @@ class DynamoRecords:
 
 
 # --- where the records come from ----------------------------------------------------------
+
+# Dynamo's type for a break in a loop, which makes it skip the whole frame.
+LOOP_BREAK_TYPE = "graph break in loop"
 
 _ACTIVE: list[DynamoRecords] = []
 _RESTORE: list[Callable[[], None]] = []
@@ -235,7 +243,11 @@ def _record_break(code_options, exc) -> None:
     frames = [UserFrame(summary.filename, summary.lineno or 0, summary.name) for summary in stack]
     if not frames:  # the frame's first instruction, as Dynamo reports it
         frames = [
-            UserFrame(code_options["co_filename"], code_options["co_firstlineno"], code_options.get("co_name", ""))
+            UserFrame(
+                code_options["co_filename"],
+                code_options["co_firstlineno"],
+                code_options.get("co_name", ""),
+            )
         ]
     for records in _ACTIVE:
         record = _record_from_message(records, getattr(exc, "msg", str(exc)), frames)
@@ -246,7 +258,9 @@ def _record_break(code_options, exc) -> None:
         records._add(record)
 
 
-def _record_from_message(records: DynamoRecords, message: str, frames: list[UserFrame]) -> GraphBreakRecord:
+def _record_from_message(
+    records: DynamoRecords, message: str, frames: list[UserFrame]
+) -> GraphBreakRecord:
     """A break's fields from the message Dynamo formatted for it. A break raised while
     Dynamo handled another one carries both messages, the earlier first."""
     own = records._messages.get(message)
@@ -265,7 +279,9 @@ def _record_from_message(records: DynamoRecords, message: str, frames: list[User
     return record
 
 
-def _from_fields(fields: tuple[str, str, str, list[str]], frames: list[UserFrame]) -> GraphBreakRecord:
+def _from_fields(
+    fields: tuple[str, str, str, list[str]], frames: list[UserFrame]
+) -> GraphBreakRecord:
     gb_type, context, explanation, hints = fields
     return GraphBreakRecord(
         gb_type=gb_type,
@@ -377,7 +393,8 @@ _UNTRACEABLE_CALL_TYPES = frozenset(
     }
 )
 _LOGGING_METHODS = frozenset(
-    {"debug", "info", "warning", "warn", "error", "critical", "exception", "log", "warning_once", "info_once"}
+    {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+    | {"warning_once", "info_once"}
 )
 
 

@@ -42,7 +42,6 @@ from graphmend.cli.config import (
     usage_error,
 )
 from graphmend.dynamo_records import (
-    OTHER_CATEGORY,
     GraphBreakRecord,
     Recompilation,
     category_for,
@@ -94,7 +93,8 @@ def install_break_recorder(path: str) -> None:
     start_recording(_RecordFile(path))
     torch_log = os.environ.get(TORCH_LOG_ENVIRONMENT_VARIABLE)
     if torch_log:
-        stream = open(torch_log, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+        # lives as long as the process
+        stream = open(torch_log, "a", encoding="utf-8")  # noqa: SIM115
         torch_loggers = [
             logging.getLogger(name)
             for name in list(logging.root.manager.loggerDict)
@@ -180,7 +180,8 @@ def read_records(path: str) -> tuple[list[GraphBreak], list[Recompilation]]:
                 try:
                     item = json.loads(text)
                     if "break" in item:
-                        breaks.append(GraphBreak.from_record(GraphBreakRecord.from_json(item["break"])))
+                        record = GraphBreakRecord.from_json(item["break"])
+                        breaks.append(GraphBreak.from_record(record))
                     elif "recompilation" in item:
                         recompilations.append(Recompilation.from_json(item["recompilation"]))
                 except (ValueError, KeyError, TypeError):
@@ -325,7 +326,9 @@ def explain_breaks(
                     f"  {_display_path(recompilation.file)}:{recompilation.first_line}: "
                     f"{recompilation.function} (compilation {recompilation.compile_id})"
                 )
-                lines.extend(_indented("    guard failed: ", reason) for reason in recompilation.reasons)
+                lines.extend(
+                    _indented("    guard failed: ", reason) for reason in recompilation.reasons
+                )
     lines.append(f"breaks: {len(original)} -> {len(mended)}")
     return lines
 
@@ -333,7 +336,8 @@ def explain_breaks(
 def _indented(label: str, text: str) -> str:
     """``label`` then ``text``, its later (non-blank) lines lined up under its first."""
     first, _, rest = text.strip().partition("\n")
-    text_lines = [first, *(line.rstrip() for line in textwrap.dedent(rest).splitlines() if line.strip())]
+    later = [line.rstrip() for line in textwrap.dedent(rest).splitlines() if line.strip()]
+    text_lines = [first, *later]
     return label + ("\n" + " " * len(label)).join(text_lines)
 
 
@@ -485,5 +489,6 @@ def explain_command(argv: list[str]) -> int:
 
     static = StaticView(settings, script)
     recompilations = {ORIGINAL: original.recompilations, MENDED: mended.recompilations}
-    print("\n".join(explain_breaks(original.breaks, mended.breaks, static, packages, recompilations)))
+    report = explain_breaks(original.breaks, mended.breaks, static, packages, recompilations)
+    print("\n".join(report))
     return SCRIPT_FAILED_EXIT_CODE if original.status or mended.status else 0
