@@ -161,12 +161,14 @@ class DynamoRecords:
 # Dynamo's type for a break in a loop, which makes it skip the whole frame.
 LOOP_BREAK_TYPE = "graph break in loop"
 
+Listener = Callable[["GraphBreakRecord | Recompilation"], None]
+
 _ACTIVE: list[DynamoRecords] = []
 _RESTORE: list[Callable[[], None]] = []
 
 
 @contextlib.contextmanager
-def recording(listener=None) -> Iterator[DynamoRecords]:
+def recording(listener: Listener | None = None) -> Iterator[DynamoRecords]:
     """Record Dynamo's breaks, graphs and recompilations while the block runs."""
     records = start_recording(listener)
     try:
@@ -175,7 +177,7 @@ def recording(listener=None) -> Iterator[DynamoRecords]:
         stop_recording(records)
 
 
-def start_recording(listener=None) -> DynamoRecords:
+def start_recording(listener: Listener | None = None) -> DynamoRecords:
     """``recording`` without a block, for a process that records until it exits."""
     records = DynamoRecords(listener=listener)
     if not _ACTIVE:
