@@ -42,7 +42,8 @@ def test_the_original_and_the_mended_function_are_reported(step, capsys):
     report = graphmend.explain(step)(torch.ones(3), seen)
     original, mended = report.original, report.mended
     # print breaks before the first graph: two breaks, two graphs
-    assert (original.graphs, original.break_count, mended.graphs, mended.break_count) == (2, 2, 1, 0)
+    assert (original.graphs, original.break_count) == (2, 2)
+    assert (mended.graphs, mended.break_count) == (1, 0)
     assert [record.gb_type for record in original.breaks] == [
         "Failed to trace builtin operator",
         "Data-dependent branching",

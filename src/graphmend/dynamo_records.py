@@ -242,7 +242,14 @@ def _record_break(code_options, exc) -> None:
     import torch
 
     stack = getattr(exc, "real_stack", None) or torch._guards.TracingContext.extract_stack()
-    frames = [UserFrame(summary.filename, summary.lineno or 0, summary.name) for summary in stack]
+    frames = [
+        UserFrame(
+            summary.filename,
+            summary.lineno or 0,
+            source_function_name(summary.filename, summary.lineno or 0, summary.name),
+        )
+        for summary in stack
+    ]
     if not frames:  # the frame's first instruction, as Dynamo reports it
         frames = [
             UserFrame(
@@ -336,13 +343,15 @@ class _TraceHandler(logging.Handler):
             if not metrics.get("recompile_reason"):
                 return
             compile_id = metrics.get("compile_id") or compile_id
+            file, first_line = metrics.get("co_filename") or "", metrics.get("co_firstlineno") or 0
+            function = source_function_name(file, first_line, metrics.get("co_name") or "")
             for records in _ACTIVE:
                 reasons = records._pending_reasons.pop(compile_id, [metrics["recompile_reason"]])
                 records._add(
                     Recompilation(
-                        function=metrics.get("co_name") or "",
-                        file=metrics.get("co_filename") or "",
-                        first_line=metrics.get("co_firstlineno") or 0,
+                        function=function,
+                        file=file,
+                        first_line=first_line,
                         compile_id=str(compile_id),
                         reasons=reasons,
                     )
@@ -440,6 +449,29 @@ def _nodes_at(path: str | None, line: int | None) -> list[ast.AST]:
         if isinstance(node, (ast.stmt, ast.expr))
         and node.lineno <= line <= (node.end_lineno or node.lineno)
     ]
+
+
+def source_function_name(path: str, line: int, code_name: str) -> str:
+    """The function the user wrote around ``path:line``, for a code object named
+    ``code_name``. A name the file never defines is one Dynamo generated (the function
+    it resumes in after a break): the innermost ``def`` around the line is the user's."""
+    tree = _parsed_file(path) if path and line else None
+    if tree is None:
+        return code_name
+    definitions = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ]
+    if any(node.name == code_name for node in definitions) or code_name.startswith("<"):
+        return code_name
+    around = [
+        node
+        for node in definitions
+        if not isinstance(node, ast.ClassDef)
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+    ]
+    return max(around, key=lambda node: node.lineno).name if around else code_name
 
 
 def is_validation_guard(path: str | None, line: int | None) -> bool:

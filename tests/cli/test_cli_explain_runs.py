@@ -49,7 +49,8 @@ def explain_run(tmp_path_factory):
     trace = tmp_path / "trace.txt"
     environment = dict(os.environ, EXPLAIN_TEST_TRACE=str(trace))
     source_root = os.path.dirname(os.path.dirname(graphmend.__file__))
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [source_root, environment.get("PYTHONPATH")]))
+    paths = [source_root, environment.get("PYTHONPATH")]
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     result = subprocess.run(
         [sys.executable, "-m", "graphmend", "explain", str(script)],
         input="hello\n",
@@ -74,6 +75,7 @@ def test_recompilations_are_reported_with_their_guard_failures(explain_run):
     assert lines[0] == "original run: 1 graph break"
     start = lines.index("recompilations in the original run: 1")
     assert lines[start + 1].startswith("  reads_stdin.py:")
+    assert " step (compilation " in lines[start + 1]  # the user's function, not Dynamo's resume
     assert lines[start + 2].startswith("    guard failed: ")
     assert "size mismatch at index 0. expected 3, actual 4" in lines[start + 2]
     assert "recompilations in the mended run: 1" in lines
