@@ -43,3 +43,19 @@ def test_cost_puts_a_skipped_frame_above_any_number_of_breaks():
     many_breaks = BreakCount(graphs=6)
     assert many_breaks.breaks == 5
     assert many_breaks.cost < skipped.cost
+
+
+def identity_of_tuples(a, b):
+    if a is b:
+        return a
+    return a[0] + b[0]
+
+
+def test_a_frame_skipped_at_its_first_step_counts_as_its_break_alone():
+    """Dynamo skips a frame whose first traced step breaks (nothing to resume from); it
+    loses only what the rest would have compiled, not a loop's worth: one break, no
+    skipped frame (as Where's ``select`` helper meets it with tuples)."""
+    result, count = count_breaks(identity_of_tuples, (torch.ones(2),), (torch.ones(2),))
+    assert torch.equal(result, torch.full((2,), 2.0))
+    assert [record.skips_frame for record in count.records] == [True]
+    assert (count.frames_skipped, count.breaks) == (0, 1)

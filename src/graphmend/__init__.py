@@ -19,6 +19,14 @@ def mend(obj, **options):
     return mend_object(obj, **options)
 
 
+def explain(function, **options):
+    """``graphmend.explain(fn)(*args)``: the graph breaks, graphs and recompilations of
+    ``fn`` as it is and as mended; see ``graphmend.api.explain``."""
+    from graphmend.api import explain as explain_function
+
+    return explain_function(function, **options)
+
+
 def install(*args, **kwargs):
     """Rewrite chosen packages on import; see ``graphmend.hook.install``."""
     from graphmend.hook import install as install_hook
@@ -34,4 +42,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'graphmend' has no attribute {name!r}")
 
 
-__all__ = ["GraphmendWarning", "ALL_RULES", "MendResult", "__version__", "install", "mend", "mend_module_source", "mend_source"]
+__all__ = ["GraphmendWarning", "ALL_RULES", "MendResult", "__version__", "explain", "install", "mend", "mend_module_source", "mend_source"]

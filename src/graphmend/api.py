@@ -15,6 +15,8 @@ wrapper gets a copy whose closure calls the mended wrapped function.
 from __future__ import annotations
 
 import ast
+import copy
+import dataclasses
 import functools
 import inspect
 import sys
@@ -24,6 +26,7 @@ import warnings
 import torch
 
 import graphmend.runtime as runtime
+from graphmend.dynamo_records import GraphBreakRecord, Recompilation
 from graphmend.rewrite.pipeline import ALL_RULES, mend_module_source
 from graphmend.rewrite.templates import RUNTIME_NAME
 
@@ -196,3 +199,89 @@ def mend(obj, *, rules=ALL_RULES):
     if isinstance(obj, types.FunctionType):
         return _mend_or_warn(obj, rules, obj.__qualname__, _USER_STACKLEVEL)
     raise TypeError(f"graphmend.mend takes a function, a class or an nn.Module, not {type(obj).__name__}")
+
+
+@dataclasses.dataclass
+class ExplainedRun:
+    """One compiled call of a function, as TorchDynamo recorded it."""
+
+    result: object  # what the call returned
+    graphs: int  # graphs the counting backend was given
+    breaks: list[GraphBreakRecord]  # each with its place, Dynamo's reason, hints and reference
+    recompilations: list[Recompilation]  # each with Dynamo's guard failures
+    frames_skipped: int  # frames Dynamo gave up on and ran eagerly
+
+    @property
+    def break_count(self) -> int:
+        return max(self.graphs - 1, len(self.breaks), 0)
+
+
+@dataclasses.dataclass
+class ExplainReport:
+    """``graphmend.explain(fn)(*args)``: the original and the mended function, each
+    compiled fresh and called once on its own copy of the arguments."""
+
+    original: ExplainedRun
+    mended: ExplainedRun
+
+    def __str__(self) -> str:
+        lines = []
+        for name, run in (("original", self.original), ("mended", self.mended)):
+            lines.append(f"{name}: {run.graphs} graphs, {run.break_count} breaks")
+            for record in run.breaks:
+                frame = record.user_frame
+                where = f"{frame.file}:{frame.line} in {frame.function}" if frame else "?"
+                lines.append(f"  {where}: {record.headline.splitlines()[0]}")
+                lines.extend(f"    hint: {hint}" for hint in record.hints)
+                if record.reference:
+                    lines.append(f"    see: {record.reference}")
+            for recompilation in run.recompilations:
+                reasons = "; ".join(recompilation.reasons)
+                lines.append(f"  recompiled {recompilation.function}: {reasons}")
+        return "\n".join(lines)
+
+
+def explain(function, *, rules=ALL_RULES):
+    """``graphmend.explain(fn)(*args, **kwargs)`` -> ``ExplainReport``.
+
+    Compiles ``fn`` as it is, then as ``graphmend.mend`` mends it, one after the other,
+    each with a fresh TorchDynamo and a counting backend (``dynamic=False``, graphs run
+    as they are), and calls each once. Each call gets its own deep copy of the
+    arguments (the arguments themselves when they cannot be copied), so that one call
+    cannot change what the other sees. Exceptions from a call propagate.
+    """
+    if not isinstance(function, (types.FunctionType, types.MethodType)):
+        kind = type(function).__name__
+        raise TypeError(f"graphmend.explain takes a function or a method, not {kind}")
+
+    def run(*args, **kwargs) -> ExplainReport:
+        original = _explained_run(function, args, kwargs)
+        mended = _explained_run(mend(function, rules=rules), args, kwargs)
+        return ExplainReport(original, mended)
+
+    return run
+
+
+def _explained_run(function, args: tuple, kwargs: dict) -> ExplainedRun:
+    from torch._dynamo.utils import counters
+
+    from graphmend.counting import CountingBackend
+    from graphmend.dynamo_records import recording
+
+    try:
+        args, kwargs = copy.deepcopy((args, kwargs))
+    except Exception:  # noqa: BLE001 - an argument that cannot be copied is shared
+        pass
+    torch._dynamo.reset()
+    counters.clear()
+    backend = CountingBackend()
+    compiled = torch.compile(function, backend=backend, dynamic=False)
+    with recording() as records:
+        result = compiled(*args, **kwargs)
+    return ExplainedRun(
+        result=result,
+        graphs=backend.graphs,
+        breaks=list(records.breaks),
+        recompilations=list(records.recompilations),
+        frames_skipped=records.frames_skipped,
+    )

@@ -3,8 +3,8 @@
 Three witnesses are taken and the largest count wins: ``graphs - 1`` under a
 counting backend (misses a break before the first graph),
 ``torch._dynamo.utils.counters["graph_break"]`` (misses data-dependent jumps), and
-TorchDynamo's own ``graph_breaks`` log records, one per break, each naming the
-user-code line.
+TorchDynamo's own record of each break (``graphmend.dynamo_records``), which names
+the user-code line, Dynamo's explanation, hints and reference.
 
 A break count alone flatters a frame TorchDynamo gives up on (a break inside a loop
 makes it skip the whole frame and run it eagerly: no graph, counted as one break).
@@ -16,17 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from dataclasses import dataclass, field
 
 import torch
 
-# Repeats read "Graph break (user stack suppressed due to duplicate graph break) in ...".
-_BREAK_RECORD = re.compile(
-    r"Graph break(?: \([^)]*\))? in user code at (?P<file>.*?):(?P<line>\d+)\s*\n"
-    r"Graph Break Reason: (?P<reason>.*)",
-    re.S,
-)
+from graphmend.dynamo_records import DynamoRecords, GraphBreakRecord, Recompilation, recording
 
 
 @dataclass
@@ -42,6 +36,8 @@ class BreakCount:
     reasons: dict[str, int] = field(default_factory=dict)
     sites: list[BreakSite] = field(default_factory=list)
     frames_skipped: int = 0  # frames TorchDynamo started and then ran eagerly, uncompiled
+    records: list[GraphBreakRecord] = field(default_factory=list)
+    recompilations: list[Recompilation] = field(default_factory=list)
 
     @property
     def cost(self) -> tuple[int, int]:
@@ -69,30 +65,23 @@ class CountingBackend:
         return graph_module.forward
 
 
-class _BreakRecords(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.sites: list[BreakSite] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        match = _BREAK_RECORD.search(record.getMessage())
-        if match:
-            reason = match.group("reason").strip().splitlines()[0] if match.group("reason").strip() else ""
-            self.sites.append(BreakSite(match.group("file"), int(match.group("line")), reason))
-
-
 @contextlib.contextmanager
 def recording_graph_breaks():
-    """Collect TorchDynamo's graph-break records without printing them."""
-    handler = _BreakRecords()
+    """Record TorchDynamo's graph breaks (yields ``DynamoRecords``) without printing
+    TorchDynamo's log.
+
+    The ``graph_breaks`` log artifact stays on, silenced here, because the benchmark
+    worker still reads it with its own handler; nothing here reads that text.
+    """
     dynamo_logger = logging.getLogger("torch._dynamo")
     saved_propagate = dynamo_logger.propagate
     torch._logging.set_logs(graph_breaks=True)
     saved_handlers = dynamo_logger.handlers[:]
-    dynamo_logger.handlers = [handler]
+    dynamo_logger.handlers = [logging.NullHandler()]
     dynamo_logger.propagate = False
     try:
-        yield handler.sites
+        with recording() as records:
+            yield records
     finally:
         dynamo_logger.handlers = saved_handlers
         dynamo_logger.propagate = saved_propagate
@@ -107,29 +96,26 @@ def count_breaks(function, *args, fullgraph: bool = False, **kwargs):
     counters.clear()
     backend = CountingBackend()
     compiled = torch.compile(function, backend=backend, dynamic=False, fullgraph=fullgraph)
-    with recording_graph_breaks() as sites:
+    with recording_graph_breaks() as records:
         result = compiled(*args, **kwargs)
-    return result, break_count_so_far(backend, sites)
+    return result, break_count_so_far(backend, records)
 
 
-def break_count_so_far(backend: CountingBackend, sites: list[BreakSite]) -> BreakCount:
-    """What ``backend``, TorchDynamo's counters and the recorded ``sites`` have seen since
-    the counters were cleared."""
+def break_count_so_far(backend: CountingBackend, records: DynamoRecords) -> BreakCount:
+    """What ``backend``, TorchDynamo's counters and its ``records`` have seen since the
+    counters were cleared and recording began."""
     from torch._dynamo.utils import counters
 
+    sites = []
+    for record in records.breaks:
+        frame = record.frame
+        file, line = (frame.file, frame.line) if frame else ("", 0)
+        sites.append(BreakSite(file, line, record.headline))
     return BreakCount(
-        backend.graphs, dict(counters["graph_break"]), list(sites), frames_skipped_so_far()
-    )
-
-
-def frames_skipped_so_far() -> int:
-    """Frames TorchDynamo gave up on because of a graph break (one inside a loop) and ran
-    wholly eagerly, since its counters were cleared. Frames it skips for other reasons
-    (nothing to compile, skip-listed files) are not counted: they lose nothing."""
-    from torch._dynamo.utils import counters
-
-    return sum(
-        count
-        for reason, count in counters["unimplemented"].items()
-        if "frame skipped:" in reason or "Skipping the frame" in reason
+        graphs=backend.graphs,
+        reasons=dict(counters["graph_break"]),
+        sites=sites,
+        frames_skipped=records.frames_skipped,
+        records=list(records.breaks),
+        recompilations=list(records.recompilations),
     )

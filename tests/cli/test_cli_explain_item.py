@@ -73,5 +73,12 @@ def test_the_example_script_end_to_end(cli, monkeypatch):
     assert lines[0] == "original run: 1 graph break"
     assert lines[1] == "  examples/item_break.py:13: TI tensor.item() call"
     assert lines[3].startswith(f"    reason: {ITEM_REASON}")
-    assert lines[4] == NOT_FIXABLE
+    # Dynamo's own hint and its page for this break type come with it.
+    assert lines[4] == (
+        "    hint: Set `torch._dynamo.config.capture_scalar_outputs = True` or "
+        "`export TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1` to include these operations in the "
+        "captured graph."
+    )
+    assert lines[5].startswith("    see: https://meta-pytorch.github.io/compile-graph-break-site/gb/")
+    assert lines[6] == NOT_FIXABLE
     assert lines[-1] == "breaks: 1 -> 1"

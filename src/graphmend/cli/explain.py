@@ -2,12 +2,14 @@
 
     graphmend explain [--package NAME]... [--rules RULES] [--show-output] script.py [args...]
 
-The script runs twice, each time in a fresh interpreter: first as ``python script.py``
-would run it, then as ``graphmend run`` would (with the same ``--package`` options).
-Both runs record every TorchDynamo graph break through Dynamo's own ``graph_breaks``
-log, which fires for a break before the first graph too. Each break of the original
-run is then printed with its place in user code, the source line, its category and
-what graphmend did about it, followed by ``breaks: N -> M``.
+The script runs twice, each time in a fresh interpreter, one run after the other:
+first as ``python script.py`` would run it, then as ``graphmend run`` would (with the
+same ``--package`` options). Standard input goes to the first run only; the mended run
+reads an empty one. Both runs record TorchDynamo's own records of each graph break and
+recompilation (``graphmend.dynamo_records``), which see a break before the first graph
+too. Each break of the original run is then printed with its place in user code, the
+source line, its category, Dynamo's reason, hints and reference, and what graphmend did
+about it; then each recompilation with Dynamo's guard failures; then ``breaks: N -> M``.
 
 A break's category comes from graphmend's static finding at that line when there is
 one, else from Dynamo's reason. What graphmend did comes from the same finding, from
@@ -17,16 +19,14 @@ every function for a package), checked against the mended run.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import linecache
 import logging
 import os
-import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass, field
 
 import graphmend
@@ -41,14 +41,22 @@ from graphmend.cli.config import (
     print_warnings,
     usage_error,
 )
+from graphmend.dynamo_records import (
+    GraphBreakRecord,
+    Recompilation,
+    category_for,
+    start_recording,
+)
 from graphmend.rewrite.findings import CATEGORY_TITLES, Finding
 from graphmend.rewrite.pipeline import ALL_RULES
 
 PROGRAM = "graphmend explain"
 SCRIPT_FAILED_EXIT_CODE = 1
 LOG_ENVIRONMENT_VARIABLE = "GRAPHMEND_EXPLAIN_BREAK_LOG"
+# Where a child whose output is hidden sends torch's own log lines, so that a failure
+# report shows the script's last words and not torch's.
+TORCH_LOG_ENVIRONMENT_VARIABLE = "GRAPHMEND_EXPLAIN_TORCH_LOG"
 ORIGINAL, MENDED = "original", "mended"
-OTHER_CATEGORY = "other"
 
 # Each child interpreter starts here: record breaks, then run the script one way or the other.
 _CHILD_PROGRAM = (
@@ -57,42 +65,45 @@ _CHILD_PROGRAM = (
     "sys.exit(run_and_record_breaks(sys.argv[1:]))\n"
 )
 
-# Frames in graphmend's own runtime are never "the user's code" a break is reported at.
-_GRAPHMEND_DIRECTORY = os.path.dirname(os.path.abspath(graphmend.__file__)) + os.sep
-
 # --- in the child interpreter -----------------------------------------------------------
 
 
-class _BreakRecorder(logging.Handler):
-    """Appends each graph-break log record to a JSON-lines file, flushed at once.
+class _RecordFile:
+    """Appends each of Dynamo's records to a JSON-lines file, flushed at once.
 
-    Flushed per record so that breaks logged before a crash or ``os._exit`` still count.
+    Flushed per record so that breaks recorded before a crash or ``os._exit`` still count.
     """
 
     def __init__(self, path: str) -> None:
-        super().__init__(logging.DEBUG)
         self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def __call__(self, record: GraphBreakRecord | Recompilation) -> None:
+        kind = "break" if isinstance(record, GraphBreakRecord) else "recompilation"
         try:
-            self.file.write(json.dumps({"message": record.getMessage()}) + "\n")
+            self.file.write(json.dumps({kind: record.to_json()}) + "\n")
             self.file.flush()
-        except Exception:  # noqa: BLE001 - logging must never break the user's script
-            self.handleError(record)
+        except Exception:  # noqa: BLE001 - recording must never break the user's script
+            pass
 
 
 def install_break_recorder(path: str) -> None:
-    """Send TorchDynamo's ``graph_breaks`` artifact log to ``path``, and not to stderr."""
-    import torch
-    import torch._dynamo.symbolic_convert  # registers the graph_breaks loggers
+    """Record Dynamo's breaks and recompilations into ``path`` until the process ends."""
+    import torch  # noqa: F401 - torch sets up its log handlers on import
 
-    torch._logging.set_logs(graph_breaks=True)
-    recorder = _BreakRecorder(path)
-    for name in list(logging.root.manager.loggerDict):
-        if name.endswith(".__graph_breaks"):
-            logger = logging.getLogger(name)
-            logger.addHandler(recorder)
-            logger.propagate = False
+    start_recording(_RecordFile(path))
+    torch_log = os.environ.get(TORCH_LOG_ENVIRONMENT_VARIABLE)
+    if torch_log:
+        # lives as long as the process
+        stream = open(torch_log, "a", encoding="utf-8")  # noqa: SIM115
+        torch_loggers = [
+            logging.getLogger(name)
+            for name in list(logging.root.manager.loggerDict)
+            if name == "torch" or name.startswith("torch.")
+        ]
+        for logger in torch_loggers:
+            for handler in logger.handlers:
+                if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+                    handler.setStream(stream)
 
 
 def run_and_record_breaks(argv: list[str]) -> int:
@@ -120,132 +131,67 @@ def run_and_record_breaks(argv: list[str]) -> int:
 
 # --- reading the records ----------------------------------------------------------------
 
-_BREAK_LOCATION = re.compile(
-    r"^Graph break(?: \(.*?\))? in user code at (?P<file>.*):(?P<line>\d+)\s*$"
-)
-_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
-_REASON = "Graph Break Reason: "
-# Dynamo's first reason line is sometimes only the bytecode it was tracing.
-_GENERIC_REASON = re.compile(r"^Encountered graph break when attempting to trace")
-
 
 @dataclass
 class GraphBreak:
+    """One break as explain reports it: where in user code, and what Dynamo says."""
+
     file: str
     line: int
-    reason: str
+    reason: str  # Dynamo's graph-break type
     explanation: str = ""
+    hints: list[str] = field(default_factory=list)
+    reference: str | None = None
+    cause: str = ""  # the type of the break this one was raised while handling
+
+    @classmethod
+    def from_record(cls, record: GraphBreakRecord) -> GraphBreak:
+        frame = record.user_frame
+        root = record.root
+        return cls(
+            os.path.abspath(frame.file) if frame else "",
+            frame.line if frame else 0,
+            record.gb_type,
+            record.explanation,
+            list(record.hints),
+            record.reference,
+            root.gb_type if root is not record else "",
+        )
 
     @property
     def location(self) -> tuple[str, int]:
         return (self.file, self.line)
 
+    @property
+    def category(self) -> str:
+        return category_for(self.cause or self.reason, self.file, self.line)
+
     def summary(self) -> str:
         return f"{self.reason}: {self.explanation}" if self.explanation else self.reason
 
 
-def _is_user_file(path: str) -> bool:
-    if path.startswith("<"):
-        return False
-    absolute = os.path.abspath(path)
-    if absolute.startswith(_GRAPHMEND_DIRECTORY):
-        return False
-    return not any(absolute.startswith(directory) for directory in _torch_directories())
-
-
-@functools.cache
-def _torch_directories() -> tuple[str, ...]:
-    """Where torch lives, found without importing it (this process may never need it)."""
-    spec = importlib.util.find_spec("torch")
-    locations = spec.submodule_search_locations if spec is not None else None
-    return tuple(os.path.abspath(location) + os.sep for location in locations or ())
-
-
-def parse_break_record(message: str) -> GraphBreak | None:
-    """One ``graph_breaks`` log message -> where (innermost user frame) and why."""
-    lines = message.splitlines()
-    if not lines:
-        return None
-    located = _BREAK_LOCATION.match(lines[0])
-    if located is None:
-        return None
-    file, line = located["file"], int(located["line"])
-    reason_lines: list[str] = []
-    frames: list[tuple[str, int]] = []
-    in_traceback = False
-    for text in lines[1:]:
-        if text.startswith("User code traceback:"):
-            in_traceback = True
-        elif in_traceback:
-            frame = _FRAME.match(text)
-            if frame:
-                frames.append((frame["file"], int(frame["line"])))
-        elif text.startswith(_REASON):
-            reason_lines.append(text[len(_REASON) :].strip())
-        elif reason_lines:
-            reason_lines.append(text.strip())
-    user_frames = [frame for frame in frames if _is_user_file(frame[0])]
-    if user_frames:
-        file, line = user_frames[-1]
-    meaningful = [text for text in reason_lines if text and not _GENERIC_REASON.match(text)]
-    reason = (
-        meaningful[0] if meaningful else (reason_lines[0] if reason_lines else "unknown reason")
-    )
-    explanation = next(
-        (
-            text[len("Explanation:") :].strip()
-            for text in meaningful
-            if text.startswith("Explanation:")
-        ),
-        "",
-    )
-    return GraphBreak(os.path.abspath(file), line, reason.rstrip(":"), explanation)
-
-
-def read_break_log(path: str) -> list[GraphBreak]:
-    breaks = []
+def read_records(path: str) -> tuple[list[GraphBreak], list[Recompilation]]:
+    """The breaks and recompilations a child wrote to ``path``."""
+    breaks: list[GraphBreak] = []
+    recompilations: list[Recompilation] = []
     try:
         with open(path, encoding="utf-8") as file:
             for text in file:
                 try:
-                    message = json.loads(text)["message"]
+                    item = json.loads(text)
+                    if "break" in item:
+                        record = GraphBreakRecord.from_json(item["break"])
+                        breaks.append(GraphBreak.from_record(record))
+                    elif "recompilation" in item:
+                        recompilations.append(Recompilation.from_json(item["recompilation"]))
                 except (ValueError, KeyError, TypeError):
                     continue  # a line cut short by a crash
-                parsed = parse_break_record(message)
-                if parsed is not None:
-                    breaks.append(parsed)
     except OSError:
         pass
-    return breaks
+    return breaks, recompilations
 
 
 # --- classifying and explaining ---------------------------------------------------------
-
-_CATEGORY_PATTERNS = (
-    ("TI", re.compile(r"Tensor\.item\(\)|\.item\(\)|capture_scalar_outputs", re.IGNORECASE)),
-    (
-        "DS",
-        re.compile(
-            r"dynamic[ -]shape operator|nonzero|capture_dynamic_output_shape", re.IGNORECASE
-        ),
-    ),
-    ("DO", re.compile(r"data[ -]dependent operator", re.IGNORECASE)),
-    (
-        "DC",
-        re.compile(
-            r"data[ -]dependent branch|dynamic control flow|jump with TensorVariable", re.IGNORECASE
-        ),
-    ),
-    ("LC", re.compile(r"`print`|\bprint\b|logging|logger|warnings?\.warn", re.IGNORECASE)),
-    ("VG", re.compile(r"\bassert|raise|exception", re.IGNORECASE)),
-)
-
-
-def category_from_reason(text: str) -> str:
-    for category, pattern in _CATEGORY_PATTERNS:
-        if pattern.search(text):
-            return category
-    return OTHER_CATEGORY
 
 
 @dataclass
@@ -334,14 +280,16 @@ def explain_breaks(
     mended: list[GraphBreak],
     static: StaticView,
     packages: list[str] | None = None,
+    recompilations: dict[str, list[Recompilation]] | None = None,
 ) -> list[str]:
-    """``packages``: the mended run's ``--package`` names (None: not known, assume rewritten)."""
+    """``packages``: the mended run's ``--package`` names (None: not known, assume rewritten).
+    ``recompilations``: each run's (by ``ORIGINAL``/``MENDED``), when known."""
     lines = [f"original run: {_plural(len(original), 'graph break')}"]
     remaining = {graph_break.location for graph_break in mended}
     for (file, line), group in _count_by_location(original).items():
         graph_break = group[0]
         findings = static.findings_at(file, line)
-        category_hint = category_from_reason(graph_break.summary())
+        category_hint = graph_break.category
         finding = _best_finding(findings, category_hint)
         wider = None
         if finding is None and file == static.script:
@@ -353,7 +301,12 @@ def explain_breaks(
         lines.append(f"  {_display_path(file)}:{line}: {category} {title}{times}")
         if source_line:
             lines.append(f"      {source_line}")
-        lines.append(f"    reason: {graph_break.summary()}")
+        lines.append(_indented("    reason: ", graph_break.summary()))
+        if graph_break.cause:
+            lines.append(f"    raised while handling: {graph_break.cause}")
+        lines.extend(_indented("    hint: ", hint) for hint in graph_break.hints)
+        if graph_break.reference:
+            lines.append(f"    see: {graph_break.reference}")
         not_a_package = (
             packages is not None and file != static.script and not is_mended(file, packages)
         )
@@ -365,8 +318,27 @@ def explain_breaks(
         lines.append(f"new in the mended run: {_plural(len(new), 'graph break')}")
         for (file, line), group in _count_by_location(new).items():
             lines.append(f"  {_display_path(file)}:{line}: {group[0].summary()}")
+    for mode, found in (recompilations or {}).items():
+        if found:
+            lines.append(f"recompilations in the {mode} run: {len(found)}")
+            for recompilation in found:
+                lines.append(
+                    f"  {_display_path(recompilation.file)}:{recompilation.first_line}: "
+                    f"{recompilation.function} (compilation {recompilation.compile_id})"
+                )
+                lines.extend(
+                    _indented("    guard failed: ", reason) for reason in recompilation.reasons
+                )
     lines.append(f"breaks: {len(original)} -> {len(mended)}")
     return lines
+
+
+def _indented(label: str, text: str) -> str:
+    """``label`` then ``text``, its later (non-blank) lines lined up under its first."""
+    first, _, rest = text.strip().partition("\n")
+    later = [line.rstrip() for line in textwrap.dedent(rest).splitlines() if line.strip()]
+    text_lines = [first, *later]
+    return label + ("\n" + " " * len(label)).join(text_lines)
 
 
 def _plural(count: int, noun: str) -> str:
@@ -387,6 +359,11 @@ def build_parser() -> OneLineErrorParser:
         prog=PROGRAM,
         allow_abbrev=False,  # split_script_arguments knows only the full option names
         description="Run a script with and without graphmend and explain each graph break.",
+        epilog=(
+            "The script runs twice, one run after the other: first as is, then mended. "
+            "Standard input goes to the first run only; the mended run reads an empty "
+            "standard input, so a script that reads its input may take another path there."
+        ),
     )
     parser.add_argument(
         "--package",
@@ -406,82 +383,59 @@ def build_parser() -> OneLineErrorParser:
 
 @dataclass
 class _ChildRun:
-    """One run of the script in its own interpreter, its breaks logged to a file."""
+    """One run of the script in its own interpreter, its records written to a file."""
 
     mode: str
     arguments: list[str]
     show_output: bool
     status: int = 0
     breaks: list[GraphBreak] = field(default_factory=list)
+    recompilations: list[Recompilation] = field(default_factory=list)
     errors: str = ""
 
-    def start(self) -> None:
-        descriptor, self.log_path = tempfile.mkstemp(prefix="graphmend-explain-", suffix=".jsonl")
-        os.close(descriptor)
-        environment = dict(os.environ)
-        environment[LOG_ENVIRONMENT_VARIABLE] = self.log_path
-        # The child must import this very graphmend, installed or not.
-        source_root = os.path.dirname(os.path.dirname(graphmend.__file__))
-        environment["PYTHONPATH"] = os.pathsep.join(
-            [source_root, *filter(None, [environment.get("PYTHONPATH")])]
-        )
-        command = [sys.executable, "-c", _CHILD_PROGRAM, self.mode, *self.arguments]
-        # A file, not a pipe, so that a chatty script never blocks on a full pipe.
-        self.error_file = None
-        if not self.show_output:
-            self.error_file = tempfile.TemporaryFile("w+b")  # noqa: SIM115 - closed in finish()
-        self.process = subprocess.Popen(
-            command,
-            env=environment,
-            stdout=None if self.show_output else subprocess.DEVNULL,
-            stderr=self.error_file,
-        )
-
-    def finish(self) -> None:
-        try:
-            self.status = self.process.wait()
-            if self.error_file is not None:
-                self.error_file.seek(0)
-                self.errors = self.error_file.read().decode("utf-8", "replace")
-                self.error_file.close()
-            self.breaks = read_break_log(self.log_path)
-        finally:
-            os.unlink(self.log_path)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+    def run(self, stdin) -> None:
+        """Run to the end; ``stdin``: what the script reads (a file, or DEVNULL)."""
+        with tempfile.TemporaryDirectory(prefix="graphmend-explain-") as directory:
+            log_path = os.path.join(directory, "records.jsonl")
+            environment = dict(os.environ)
+            environment[LOG_ENVIRONMENT_VARIABLE] = log_path
+            if not self.show_output:
+                environment[TORCH_LOG_ENVIRONMENT_VARIABLE] = os.path.join(directory, "torch.log")
+            # The child must import this very graphmend, installed or not.
+            source_root = os.path.dirname(os.path.dirname(graphmend.__file__))
+            environment["PYTHONPATH"] = os.pathsep.join(
+                [source_root, *filter(None, [environment.get("PYTHONPATH")])]
+            )
+            command = [sys.executable, "-c", _CHILD_PROGRAM, self.mode, *self.arguments]
+            # A file, not a pipe, so that a chatty script never blocks on a full pipe.
+            with tempfile.TemporaryFile("w+b") as error_file:
+                process = subprocess.Popen(
+                    command,
+                    env=environment,
+                    stdin=stdin,
+                    stdout=None if self.show_output else subprocess.DEVNULL,
+                    stderr=None if self.show_output else error_file,
+                )
+                try:
+                    self.status = process.wait()
+                finally:
+                    if process.poll() is None:
+                        process.kill()
+                        process.wait()
+                error_file.seek(0)
+                self.errors = error_file.read().decode("utf-8", "replace")
+            self.breaks, self.recompilations = read_records(log_path)
 
 
 def run_both(original: _ChildRun, mended: _ChildRun) -> None:
-    """Run the two at once (they are independent) unless their output is to be shown."""
-    runs = (original, mended)
-    try:
-        if original.show_output:
-            for run in runs:
-                run.start()
-                run.finish()
-        else:
-            for run in runs:
-                run.start()
-            for run in runs:
-                run.finish()
-    finally:
-        for run in runs:
-            if hasattr(run, "process"):
-                run.stop()
-
-
-# torch's own log lines (``W1129 09:37:22.456000 21865 path:line] ...``): not the script's words.
-_TORCH_LOG_LINE = re.compile(r"^[DIVWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+    """Run the original, then the mended one; only the original reads our standard input."""
+    original.run(stdin=None)
+    mended.run(stdin=subprocess.DEVNULL)
 
 
 def _report_failure(mode: str, status: int, errors: str) -> None:
     print(f"{PROGRAM}: the {mode} run exited with status {status}", file=sys.stderr)
-    script_lines = [
-        line for line in errors.splitlines() if line.strip() and not _TORCH_LOG_LINE.match(line)
-    ]
+    script_lines = [line for line in errors.splitlines() if line.strip()]
     for line in script_lines[-5:]:
         print(f"  {line}", file=sys.stderr)
 
@@ -534,5 +488,7 @@ def explain_command(argv: list[str]) -> int:
             _report_failure(run.mode, run.status, run.errors)
 
     static = StaticView(settings, script)
-    print("\n".join(explain_breaks(original.breaks, mended.breaks, static, packages)))
+    recompilations = {ORIGINAL: original.recompilations, MENDED: mended.recompilations}
+    report = explain_breaks(original.breaks, mended.breaks, static, packages, recompilations)
+    print("\n".join(report))
     return SCRIPT_FAILED_EXIT_CODE if original.status or mended.status else 0
