@@ -2,8 +2,8 @@
 
 import pytest
 
-from graphmend.bench import paper, suite
-from graphmend.bench.suite import BenchModel, load_model_file, register, select_models
+from benchmarks import paper, suite
+from benchmarks.suite import BenchModel, load_model_file, register, select_models
 
 BUILTIN = [
     "t5",

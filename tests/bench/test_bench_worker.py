@@ -14,9 +14,9 @@ import sys
 import pytest
 import torch
 
-from graphmend.bench import runner
-from graphmend.bench.runner import RunOptions, compare_outputs, run_suite, worker_environment
-from graphmend.bench.suite import load_model_file
+from benchmarks import runner
+from benchmarks.runner import RunOptions, compare_outputs, run_suite, worker_environment
+from benchmarks.suite import load_model_file
 
 TINY_MODEL = os.path.join(os.path.dirname(__file__), "tiny_model.py")
 
@@ -86,7 +86,7 @@ def test_a_worker_that_fails_still_writes_a_result(tmp_path):
         [
             sys.executable,
             "-m",
-            "graphmend.bench.worker",
+            "benchmarks.worker",
             "--model-file",
             str(broken),
             "--arm",
@@ -115,7 +115,7 @@ def test_compare_outputs():
 
 
 def test_compare_arms_checks_every_graphmend_output_against_the_original_eager(tmp_path):
-    from graphmend.bench.runner import compare_arms
+    from benchmarks.runner import compare_arms
 
     logits = torch.tensor([1.0, 2.0])
 
