@@ -112,6 +112,7 @@ def test_format_reasons_uses_the_legend_order():
     assert paper.PAPER_ROWS["stella-en-400M-v5"].reasons_label() == "DO + DS"
 
 
+@pytest.mark.slow  # builds every model of the suite with transformers
 def test_builtin_models_build_with_transformers():
     pytest.importorskip("transformers")
     import torch

@@ -29,6 +29,7 @@ def quick_run():
     return run, messages
 
 
+@pytest.mark.slow  # the module's quick run starts worker processes for both arms
 def test_quick_run_counts_and_categorizes_the_original_breaks(quick_run):
     run, _ = quick_run
     (entry,) = run["models"]
@@ -45,6 +46,7 @@ def test_quick_run_counts_and_categorizes_the_original_breaks(quick_run):
     assert "timing" not in entry
 
 
+@pytest.mark.slow  # the module's quick run starts worker processes for both arms
 def test_graphmend_arm_preserves_the_outputs(quick_run):
     run, _ = quick_run
     (entry,) = run["models"]
@@ -56,6 +58,7 @@ def test_graphmend_arm_preserves_the_outputs(quick_run):
     assert entry["equality"]["original_compiled"]["equal"] is True
 
 
+@pytest.mark.slow  # the module's quick run starts worker processes for both arms
 def test_progress_and_metadata(quick_run):
     run, messages = quick_run
     assert [m for m in messages if m.endswith("...")] == [
