@@ -40,7 +40,7 @@ print("transformers", transformers.__version__)
 PY
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >> "$RESULTS/versions.txt" 2>&1
 
-bench() { "$PYTHON" -m graphmend.bench "$@"; }
+bench() { "$PYTHON" -m benchmarks "$@"; }
 
 # 1. quick pass, four groups in parallel.
 MODEL_GROUPS=("t5,flan-t5,bart,marian" "blenderbot,pegasus-causal,biogpt,whisper"

@@ -16,8 +16,11 @@ import os
 import sys
 import tempfile
 
-from graphmend.bench.page import PageRun, render_page
-from graphmend.bench.report import write_plot_of_runs
+# The harness (`benchmarks`) is not installed: it is imported from this checkout.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.page import PageRun, render_page  # noqa: E402
+from benchmarks.report import write_plot_of_runs  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -22,6 +22,6 @@ cd "$ROOT"
 # bench/reproduce.sh renders one page from both versions' JSON: it sets RESULTS_JSON_ONLY=1.
 outputs=(--json "$PREFIX.json")
 if [ "${RESULTS_JSON_ONLY:-0}" != 1 ]; then outputs+=(--markdown "$PREFIX.md" --plot "$PREFIX.png"); fi
-"$VENV/bin/python" -m graphmend.bench "$@" \
+"$VENV/bin/python" -m benchmarks "$@" \
     --title "transformers $TRANSFORMERS_VERSION, $KIND" \
     "${outputs[@]}"

@@ -60,7 +60,7 @@ def worker(arguments) -> int:
     import transformers
     from torch._dynamo.utils import counters
 
-    from graphmend.bench.suite import get_model, main_output
+    from benchmarks.suite import get_model, main_output
     from graphmend.counting import BreakCount, CountingBackend
 
     messages: list[str] = []
@@ -133,7 +133,8 @@ def worker(arguments) -> int:
 
 def _environment(first: str | None = None) -> dict:
     environment = dict(os.environ)
-    paths = [path for path in (first, SOURCE) if path]
+    # ROOT: the worker imports the benchmark harness (`benchmarks`), which is not installed.
+    paths = [path for path in (first, SOURCE, ROOT) if path]
     environment["PYTHONPATH"] = os.pathsep.join(paths)
     return environment
 

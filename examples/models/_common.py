@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
 
-from graphmend.bench.suite import get_model, main_output
-from graphmend.counting import count_breaks
+# The model suite lives in the checkout's benchmark harness (`benchmarks`), which is
+# not installed with graphmend.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from benchmarks.suite import get_model, main_output  # noqa: E402
+from graphmend.counting import count_breaks  # noqa: E402
 
 
 def run_model(name: str) -> None:

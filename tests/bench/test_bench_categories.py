@@ -2,7 +2,7 @@
 
 import pytest
 
-from graphmend.bench.categories import (
+from benchmarks.categories import (
     GraphBreak,
     categorize,
     count_categories,

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from graphmend.bench import report
-from graphmend.bench.cli import bench_command
+from benchmarks import report
+from benchmarks.cli import bench_command
 
 from bench_samples import synthetic_run
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from graphmend.bench import page, report, reproduction
-from graphmend.bench.cli import bench_command
+from benchmarks import page, report, reproduction
+from benchmarks.cli import bench_command
 
 from bench_samples import synthetic_run
 
@@ -248,7 +248,7 @@ def test_a_skipped_frame_is_noted_under_the_table():
 def test_progress_bar_keeps_finished_lines_and_redraws_the_bar():
     import io
 
-    from graphmend.bench.runner import ProgressBar
+    from benchmarks.runner import ProgressBar
 
     times = iter([0.0, 60.0, 120.0])
     stream = io.StringIO()

@@ -2,8 +2,8 @@
 
 import pytest
 
-from graphmend.bench import paper, suite
-from graphmend.bench.suite import BenchModel, load_model_file, register, select_models
+from benchmarks import paper, suite
+from benchmarks.suite import BenchModel, load_model_file, register, select_models
 
 BUILTIN = [
     "t5",
@@ -112,6 +112,7 @@ def test_format_reasons_uses_the_legend_order():
     assert paper.PAPER_ROWS["stella-en-400M-v5"].reasons_label() == "DO + DS"
 
 
+@pytest.mark.slow  # builds every model of the suite with transformers
 def test_builtin_models_build_with_transformers():
     pytest.importorskip("transformers")
     import torch

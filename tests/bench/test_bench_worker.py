@@ -14,9 +14,9 @@ import sys
 import pytest
 import torch
 
-from graphmend.bench import runner
-from graphmend.bench.runner import RunOptions, compare_outputs, run_suite, worker_environment
-from graphmend.bench.suite import load_model_file
+from benchmarks import runner
+from benchmarks.runner import RunOptions, compare_outputs, run_suite, worker_environment
+from benchmarks.suite import load_model_file
 
 TINY_MODEL = os.path.join(os.path.dirname(__file__), "tiny_model.py")
 
@@ -29,6 +29,7 @@ def quick_run():
     return run, messages
 
 
+@pytest.mark.slow  # the module's quick run starts worker processes for both arms
 def test_quick_run_counts_and_categorizes_the_original_breaks(quick_run):
     run, _ = quick_run
     (entry,) = run["models"]
@@ -45,6 +46,7 @@ def test_quick_run_counts_and_categorizes_the_original_breaks(quick_run):
     assert "timing" not in entry
 
 
+@pytest.mark.slow  # the module's quick run starts worker processes for both arms
 def test_graphmend_arm_preserves_the_outputs(quick_run):
     run, _ = quick_run
     (entry,) = run["models"]
@@ -56,6 +58,7 @@ def test_graphmend_arm_preserves_the_outputs(quick_run):
     assert entry["equality"]["original_compiled"]["equal"] is True
 
 
+@pytest.mark.slow  # the module's quick run starts worker processes for both arms
 def test_progress_and_metadata(quick_run):
     run, messages = quick_run
     assert [m for m in messages if m.endswith("...")] == [
@@ -86,7 +89,7 @@ def test_a_worker_that_fails_still_writes_a_result(tmp_path):
         [
             sys.executable,
             "-m",
-            "graphmend.bench.worker",
+            "benchmarks.worker",
             "--model-file",
             str(broken),
             "--arm",
@@ -115,7 +118,7 @@ def test_compare_outputs():
 
 
 def test_compare_arms_checks_every_graphmend_output_against_the_original_eager(tmp_path):
-    from graphmend.bench.runner import compare_arms
+    from benchmarks.runner import compare_arms
 
     logits = torch.tensor([1.0, 2.0])
 

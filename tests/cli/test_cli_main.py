@@ -7,6 +7,7 @@ import sys
 import types
 
 import graphmend
+from graphmend.cli import bench_harness
 
 
 def test_version(cli):
@@ -45,18 +46,18 @@ def test_run_is_delegated_with_the_script_arguments(cli, write):
     assert cli("run", "script.py", "--flag", "x").code == 3
 
 
-def test_bench_without_the_extra(cli, monkeypatch):
-    monkeypatch.setitem(sys.modules, "graphmend.bench.cli", None)  # import fails
+def test_bench_without_the_harness(cli, monkeypatch):
+    monkeypatch.setattr(bench_harness, "harness_root", lambda: None)
     result = cli("bench", "--quick")
     assert result.code == 2
-    assert result.err == ("graphmend bench needs the bench extra: pip install graphmend[bench]\n")
+    assert result.err == bench_harness.NOT_FOUND + "\n"
 
 
-def test_bench_with_the_extra(cli, monkeypatch):
+def test_bench_is_delegated_to_the_harness(cli, monkeypatch):
     calls = []
-    fake = types.ModuleType("graphmend.bench.cli")
+    fake = types.ModuleType("benchmarks.cli")
     fake.bench_command = lambda argv: calls.append(argv) or 5
-    monkeypatch.setitem(sys.modules, "graphmend.bench.cli", fake)
+    monkeypatch.setitem(sys.modules, "benchmarks.cli", fake)
     assert cli("bench", "--quick").code == 5
     assert calls == [["--quick"]]
 

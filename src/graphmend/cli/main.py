@@ -4,7 +4,7 @@
     graphmend check    list graph-break candidates and what graphmend does about each
     graphmend fix      rewrite files in place (or show the diff)
     graphmend explain  run a script with and without graphmend and explain each break
-    graphmend bench    benchmark harness (needs the bench extra)
+    graphmend bench    benchmark harness (run from a checkout: benchmarks/)
 
 Each command parses its own arguments; this module only picks the command.
 """
@@ -23,7 +23,7 @@ COMMANDS = {
     "check": "list graph-break candidates and what graphmend does about each",
     "fix": "rewrite files so their graph breaks are mended (shows a diff by default)",
     "explain": "run a script with and without graphmend and explain each graph break",
-    "bench": "run the benchmark suite (needs the bench extra)",
+    "bench": "run the benchmark suite (from a checkout of graphmend's repository)",
 }
 
 
@@ -43,12 +43,11 @@ def _help() -> str:
 
 
 def _bench(argv: list[str]) -> int:
-    try:
-        from graphmend.bench.cli import bench_command
-    except ImportError:
-        print(
-            f"{PROGRAM} bench needs the bench extra: pip install graphmend[bench]", file=sys.stderr
-        )
+    from graphmend.cli.bench_harness import NOT_FOUND, find_bench_command
+
+    bench_command = find_bench_command()
+    if bench_command is None:
+        print(NOT_FOUND, file=sys.stderr)
         return USAGE_ERROR_EXIT_CODE
     return bench_command(argv)
 

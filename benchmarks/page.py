@@ -12,15 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from graphmend.bench import reproduction
-from graphmend.bench.paper import (
+from benchmarks import reproduction
+from benchmarks.paper import (
     PAPER_BREAKS_REMOVED,
     PAPER_BREAKS_TOTAL,
     PAPER_MODELS_FULLY_FIXED,
     PAPER_MODELS_TOTAL,
     format_reasons,
 )
-from graphmend.bench.report import format_speedup, markdown_table, render_markdown, summarize_model, totals
+from benchmarks.report import format_speedup, markdown_table, render_markdown, summarize_model, totals
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""One arm of one model, in this (fresh) process: ``python -m graphmend.bench.worker``.
+"""One arm of one model, in this (fresh) process: ``python -m benchmarks.worker``.
 
 The runner starts one worker per measurement so that nothing is shared between arms:
 no imported (or rewritten) modules, no TorchDynamo or TorchInductor caches, no warm
@@ -189,7 +189,7 @@ def _processor_name() -> str:
 
 
 def _resolve_model(name: str | None, model_file: str | None):
-    from graphmend.bench import suite
+    from benchmarks import suite
 
     if model_file:
         return suite.load_model_file(model_file, import_module=False)
@@ -228,7 +228,7 @@ def _rewrite_seconds(model) -> dict:
 def run_quick(model, example_kwargs, result: dict, outputs: dict) -> None:
     import torch
 
-    from graphmend.bench.categories import count_categories, parse_graph_break_log
+    from benchmarks.categories import count_categories, parse_graph_break_log
     from graphmend.counting import count_breaks
 
     # 1. Counting backend: graphs, breaks, and each logged break.
@@ -376,7 +376,7 @@ def run_worker(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m graphmend.bench.worker")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.worker")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", help="a registered bench model")
     which.add_argument("--model-file", help="a Python file defining build()")

@@ -34,7 +34,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-from graphmend.bench.suite import BenchModel
+from benchmarks.suite import BenchModel
+
+# The folder that holds the `benchmarks` package (the repository's root).
+CHECKOUT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ARMS = ("original", "graphmend")
 # progress(message, done, total): a line about one step; done/total count the steps.
@@ -123,6 +126,10 @@ def worker_environment(scratch: str, options: RunOptions) -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
     )
+    # The harness is not installed: it runs from the checkout, so each worker
+    # (`python -m benchmarks.worker`) needs the checkout's root on its path.
+    inherited = [entry for entry in environment.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    environment["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([CHECKOUT_ROOT, *inherited]))
     # graphmend's rewritten-code cache (a folder of this run) honours
     # PYTHONDONTWRITEBYTECODE; without the cache every graphmend worker rewrites its
     # imports again. Rewriting happens at import, outside every timed call, either way.
@@ -141,7 +148,7 @@ def run_worker_process(
     result_path = os.path.join(scratch, tag + ".json")
     outputs_path = os.path.join(scratch, tag + ".pt")
     log_path = os.path.join(scratch, tag + ".log")
-    command = [options.python, "-m", "graphmend.bench.worker"]
+    command = [options.python, "-m", "benchmarks.worker"]
     command += ["--model-file", model.module_file] if model.module_file else ["--model", model.name]
     command += [
         "--arm",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from graphmend.bench.paper import (
+from benchmarks.paper import (
     CATEGORIES,
     CATEGORY_ORDER,
     PAPER_BREAKS_REMOVED,

@@ -19,9 +19,9 @@ import json
 import os
 import sys
 
-from graphmend.bench import report, reproduction
-from graphmend.bench.runner import ProgressBar, RunOptions, run_suite
-from graphmend.bench.suite import REGISTRY, load_model_file, select_models
+from benchmarks import report, reproduction
+from benchmarks.runner import ProgressBar, RunOptions, run_suite
+from benchmarks.suite import REGISTRY, load_model_file, select_models
 from graphmend.cli.config import ConfigError, OneLineErrorParser, usage_error
 
 PROGRAM = "graphmend bench"

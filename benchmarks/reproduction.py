@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphmend.bench.report import summarize_model
+from benchmarks.report import summarize_model
 
 EXACT_MEASURES = (
     ("breaks before", "breaks_before"),

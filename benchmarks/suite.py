@@ -6,7 +6,7 @@ so both arms of a benchmark get bit-identical weights and inputs.
 
 Adding a model takes a few lines::
 
-    from graphmend.bench.suite import BenchModel, register
+    from benchmarks.suite import BenchModel, register
 
     def build_mine():
         model = MyModel(MyConfig(hidden_size=32))
@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from graphmend.bench.paper import PAPER_ROWS, PaperRow
+from benchmarks.paper import PAPER_ROWS, PaperRow
 
 BuildFunction = Callable[[], "tuple[object, dict]"]
 

@@ -1,0 +1,96 @@
+"""Test tiers: the default tier leaves out tests marked ``slow``; ``--full`` runs them too.
+
+Slow tests build transformers models, compile with TorchInductor, run most of the
+generated-program differential seeds, or start fresh interpreters. ``.ci/run`` runs the
+full tier. A test is slow when it carries ``@pytest.mark.slow`` or is listed in
+``SLOW_TESTS`` below (which marks tests of files that are edited elsewhere in one place).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+# The default tier keeps the first seeds of the generated-program differential tests.
+DEFAULT_TIER_SEEDS = 10
+
+# file under tests/ -> {test function name (without parameters), or "*" for every test: why}
+SLOW_TESTS: dict[str, dict[str, str]] = {
+    "test_examples.py": {
+        "*": "runs the example scripts in fresh interpreters; the model examples need transformers",
+    },
+    "hook/test_hook_remote_code.py": {
+        "test_remote_code_module_is_mended": "builds a transformers remote-code model",
+    },
+    "test_paper_figures.py": {
+        "test_figures_compile_to_one_graph_and_behave_the_same": "compiles with TorchInductor",
+        "test_figure_3_longrope_under_inductor": "compiles with TorchInductor",
+    },
+    "rules/test_trap.py": {
+        "test_trap_failure_message_reaches_inductor_assertion": "compiles with TorchInductor",
+    },
+    "hook/test_default_reach.py": {
+        "test_two_file_layout_every_spelling_one_graph_no_break_same_output": "fresh interpreters",
+        "test_torch_dynamo_optimize_reaches_the_model_module": "fresh interpreters",
+        "test_dash_m_runs_a_package_as_python_dash_m_does": "fresh interpreters",
+        "test_dash_m_with_a_module_that_is_not_there_exits_1_in_one_line": "fresh interpreters",
+        "test_install_with_no_arguments_mends_the_users_own_modules": "fresh interpreters",
+    },
+    "hook/test_hook_cache.py": {
+        "test_cache_hit_in_a_fresh_interpreter": "fresh interpreters",
+        "test_two_processes_filling_a_cold_cache_at_once": "fresh interpreters",
+    },
+    "hook/test_hook_run.py": {
+        "test_end_to_end_in_a_fresh_interpreter": "fresh interpreter",
+        "test_end_to_end_uncaught_exception": "fresh interpreter",
+        "test_the_scripts_main_is_the_one_python_gives_it": "fresh interpreter",
+    },
+    "cli/test_cli_explain.py": {
+        "test_explain_runs_the_script_both_ways": "runs a script in two fresh interpreters",
+    },
+    "cli/test_cli_explain_item.py": {
+        "test_the_example_script_end_to_end": "runs a script in two fresh interpreters",
+    },
+    "test_runtime_entries.py": {
+        "test_output_is_complete_at_interpreter_exit": "fresh interpreters",
+    },
+}
+GENERATED_PROGRAMS = "differential/test_generated_programs.py"
+SEED = re.compile(r"\[seed(\d+)\]$")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="run the full tier: the tests marked slow as well (what .ci/run runs)",
+    )
+
+
+def _is_listed_slow(item: pytest.Item) -> bool:
+    try:
+        path = item.path.relative_to(TESTS).as_posix()
+    except ValueError:
+        return False
+    if path == GENERATED_PROGRAMS:
+        seed = SEED.search(item.name)
+        return seed is not None and int(seed.group(1)) >= DEFAULT_TIER_SEEDS
+    listed = SLOW_TESTS.get(path, {})
+    return "*" in listed or getattr(item, "originalname", item.name) in listed
+
+
+@pytest.hookimpl(tryfirst=True)  # mark before -m selects by marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _is_listed_slow(item):
+            item.add_marker(pytest.mark.slow)
+    # --full runs everything; an explicit -m expression (e.g. `-m slow`) chooses on its own.
+    if config.getoption("--full") or config.getoption("markexpr"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
