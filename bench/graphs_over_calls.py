@@ -1,0 +1,79 @@
+"""Graphs compiled over N identical calls of each suite model, original and graphmend.
+
+A rewrite that adds a recompilation shows up here as a graph on a later call, where a
+cold-start or steady-state figure could hide it (issue 18). Each model and arm runs in
+a fresh interpreter, with the suite's seeded weights, in eval mode, under a backend that
+counts the graphs it is given and runs them eagerly.
+
+    python bench/graphs_over_calls.py t5,bart,phi3-longrope --calls 10   # from the checkout
+
+Prints one JSON line per model and arm: the graphs compiled in all, and per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_CHILD = r"""
+import contextlib, copy, io, json, sys
+arm, name, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+from benchmarks.suite import get_model
+bench_model = get_model(name)
+if arm == "graphmend":
+    import graphmend.hook
+    graphmend.hook.install(list(bench_model.packages))
+import torch
+torch.manual_seed(0)
+model, example_kwargs = bench_model.build()
+model.eval()
+graphs = []
+
+def counting_backend(graph_module, example_inputs):
+    graphs.append(len(graph_module.graph.nodes))
+    return graph_module.forward
+
+compiled = torch.compile(model, backend=counting_backend, dynamic=False)
+per_call = []
+with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+    for _ in range(calls):
+        before = len(graphs)
+        compiled(**copy.deepcopy(example_kwargs))
+        per_call.append(len(graphs) - before)
+print(json.dumps({"arm": arm, "model": name, "graphs_total": len(graphs), "per_call": per_call}))
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", help="comma-separated suite model names")
+    parser.add_argument("--calls", type=int, default=10)
+    options = parser.parse_args(argv)
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [CHECKOUT, os.path.join(CHECKOUT, "src"), environment.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
+    failed = 0
+    for name in options.models.split(","):
+        for arm in ("original", "graphmend"):
+            completed = subprocess.run(
+                [sys.executable, "-c", _CHILD, arm, name, str(options.calls)],
+                capture_output=True, text=True, env=environment,
+            )
+            lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+            if completed.returncode != 0 or not lines:
+                failed += 1
+                last = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+                print(json.dumps({"arm": arm, "model": name, "error": last}), flush=True)
+            else:
+                print(lines[-1], flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
