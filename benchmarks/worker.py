@@ -7,8 +7,9 @@ model's outputs with ``torch.save``; the runner compares outputs across processe
 
 Phases:
 
-* ``quick``: graph and break counts under a counting backend (``dynamic=False``), each
-  logged break with its category, a ``fullgraph=True`` capture with the eager backend,
+* ``quick``: graph and break counts under a counting backend (``dynamic=False``),
+  Dynamo's record of each break (``graphmend.dynamo_records``) with its category, the
+  recompilations and their reasons, a ``fullgraph=True`` capture with the eager backend,
   the outputs of an eager run and of the counted compiled run, and (graphmend arm) the
   time to rewrite the model's modeling file.
 * ``timing``: ``torch.compile`` with TorchInductor; the first call (cold start,
@@ -32,6 +33,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections import Counter
 
 ARMS = ("original", "graphmend")
 PHASES = ("quick", "timing")
@@ -45,42 +47,6 @@ def _error_text(error: BaseException, limit: int = 2000) -> str:
 def _error_headline(error: BaseException) -> str:
     first = str(error).strip().splitlines()
     return f"{type(error).__name__}: {first[0] if first else ''}"[:300]
-
-
-class _RecordsHandler(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(level=logging.DEBUG)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        # A record we cannot format is not a graph break.
-        with contextlib.suppress(Exception):
-            self.messages.append(record.getMessage())
-
-
-# TorchDynamo's loggers of the ``graph_breaks`` artifact. Our handler sits on them
-# directly: ``graphmend.counting`` swaps the handlers of ``torch._dynamo`` while it
-# counts, so a handler there would see nothing.
-GRAPH_BREAK_LOGGERS = tuple(
-    f"torch._dynamo.{module}.__graph_breaks"
-    for module in ("symbolic_convert", "exc", "convert_frame")
-)
-
-
-@contextlib.contextmanager
-def capture_graph_break_logs():
-    """Collect TorchDynamo's ``graph_breaks`` artifact messages (they also see breaks
-    that happen before the first graph, which graph counting alone misses).
-    ``count_breaks`` turns the artifact on while it runs."""
-    handler = _RecordsHandler()
-    loggers = [logging.getLogger(name) for name in GRAPH_BREAK_LOGGERS]
-    for logger in loggers:
-        logger.addHandler(handler)
-    try:
-        yield handler.messages
-    finally:
-        for logger in loggers:
-            logger.removeHandler(handler)
 
 
 def clear_warning_once_caches() -> None:
@@ -228,24 +194,23 @@ def _rewrite_seconds(model) -> dict:
 def run_quick(model, example_kwargs, result: dict, outputs: dict) -> None:
     import torch
 
-    from benchmarks.categories import count_categories, parse_graph_break_log
+    from benchmarks.categories import count_categories
     from graphmend.counting import count_breaks
 
-    # 1. Counting backend: graphs, breaks, and each logged break.
+    # 1. Counting backend: graphs, breaks, and Dynamo's record of each break.
     clear_warning_once_caches()
     start = time.perf_counter()
     try:
-        with capture_graph_break_logs() as messages, torch.no_grad():
+        with torch.no_grad():
             compiled_output, count = count_breaks(model, **copy.deepcopy(example_kwargs))
-        breaks = [item for item in map(parse_graph_break_log, messages) if item is not None]
+        rows = [record.summary() for record in count.records]
         result["graphs"] = count.graphs
         result["breaks"] = count.breaks
         result["frames_skipped"] = count.frames_skipped
-        result["dynamo_break_reasons"] = {
-            key.splitlines()[0][:200]: value for key, value in count.reasons.items()
-        }
-        result["logged_breaks"] = [item.to_json() for item in breaks]
-        result["categories"] = count_categories(breaks)
+        result["dynamo_break_reasons"] = dict(Counter(record.gb_type for record in count.records))
+        result["logged_breaks"] = rows
+        result["categories"] = count_categories(row["category"] for row in rows)
+        result["recompilations"] = [item.to_json() for item in count.recompilations]
         outputs["compiled"] = tensor_leaves(compiled_output)
     except Exception as error:  # noqa: BLE001 - report and go on with the other steps
         result["count_error"] = _error_text(error)

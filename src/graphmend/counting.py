@@ -15,7 +15,6 @@ frames first, then breaks.
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -67,25 +66,12 @@ class CountingBackend:
 
 @contextlib.contextmanager
 def recording_graph_breaks():
-    """Record TorchDynamo's graph breaks (yields ``DynamoRecords``) without printing
-    TorchDynamo's log.
-
-    The ``graph_breaks`` log artifact stays on, silenced here, because the benchmark
-    worker still reads it with its own handler; nothing here reads that text.
-    """
-    dynamo_logger = logging.getLogger("torch._dynamo")
-    saved_propagate = dynamo_logger.propagate
-    torch._logging.set_logs(graph_breaks=True)
-    saved_handlers = dynamo_logger.handlers[:]
-    dynamo_logger.handlers = [logging.NullHandler()]
-    dynamo_logger.propagate = False
-    try:
-        with recording() as records:
-            yield records
-    finally:
-        dynamo_logger.handlers = saved_handlers
-        dynamo_logger.propagate = saved_propagate
-        torch._logging.set_logs()
+    """Record TorchDynamo's graph breaks, graphs and recompilations while the block runs
+    (yields ``DynamoRecords``). The records are read as data through
+    ``graphmend.dynamo_records``; no Dynamo log artifact is turned on, and nothing here
+    reads the text Dynamo logs."""
+    with recording() as records:
+        yield records
 
 
 def count_breaks(function, *args, fullgraph: bool = False, **kwargs):
