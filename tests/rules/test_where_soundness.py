@@ -110,6 +110,58 @@ MUST_NOT_REWRITE = {
             return kept
         """, "referred to elsewhere", lambda: (torch.ones(3), -torch.ones(3)),
     ),
+    "carried_value_is_the_only_reference_read_after": (
+        # long fuzz run seeds 2530 and 2553: ``y`` still names the object ``z`` updates
+        """
+        def f(x, y):
+            a = x * 1.0
+            b = y * 1.0
+            if x.sum() > 0:
+                z = a
+            else:
+                z = b
+            z.mul_(10)
+            return a + b
+        """, "still read after the branch", lambda: (torch.ones(3), torch.ones(3)),
+    ),
+    "carried_value_is_the_only_reference_passed_twice": (
+        """
+        def f(x, y):
+            a = x * 1.0
+            if x.sum() > 0:
+                z = a
+                w = a
+            else:
+                z = y * 2
+                w = y * 3
+            z.mul_(10)
+            return w
+        """, "on twice", lambda: (torch.ones(3), torch.ones(3)),
+    ),
+    "selected_names_hold_distinct_objects": (
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                z = x * 2
+                w = z
+            else:
+                z = y * 2
+                w = y * 3
+            z.mul_(10)
+            return w
+        """, "hold one object in an arm", lambda: (torch.ones(3), torch.ones(3)),
+    ),
+    "nothing_updated_in_place_while_selected_is_read": (
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                z = x
+            else:
+                z = y
+            x.mul_(2)
+            return z * 1
+        """, "updates a tensor in place (line", lambda: (torch.ones(3), torch.ones(3)),
+    ),
     # 3. the merged call must mean one callee
     "merged_call_means_one_callee_receiver": (
         """
@@ -232,6 +284,32 @@ MUST_NOT_REWRITE = {
                 z = x * 2
             return z
         """, "random", lambda: (torch.ones(3),),
+    ),
+    "no_random_draw_reaches_the_branch": (
+        # long fuzz run seed 2049: the dead draw sits in one graph with the code after the
+        # branch, and AOTAutograd drops it (the original graph returned it at the break)
+        """
+        def f(x, y):
+            h = x + torch.rand_like(y)
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h * 2
+        """, "may draw random numbers before the branch", lambda: (torch.ones(3), torch.ones(3)),
+    ),
+    "no_random_draw_reaches_the_branch_in_a_loop": (
+        """
+        def f(x, y):
+            h = x * 1.0
+            for _ in range(2):
+                if (h > 0).all():
+                    h = h * 1.5
+                else:
+                    h = h * 3.0
+                n = h + torch.rand_like(y)
+            return h
+        """, "may draw random numbers before the branch", lambda: (torch.ones(3), torch.ones(3)),
     ),
     # 7. code that raises on the untaken path
     "call_is_safe_embedding": (
@@ -630,3 +708,83 @@ def test_where_condition_must_be_bool():
     assert not result.changed
     assert any("bool tensor" in r for r in finding_reasons(result, "Where"))
     assert_same_behaviour(source, lambda module: (torch.ones(3), torch.tensor([1, 0, 1])))
+
+
+def test_carried_value_unread_after_may_be_replaced():
+    """2: ``z = b`` with ``b`` new, unaliased and not read after the branch: ``z`` is the
+    only name of that object, so a new tensor in its place is indistinguishable."""
+    source = _source(
+        """
+        def f(x, y):
+            a = x * 1.0
+            b = y * 1.0
+            if x.sum() > 0:
+                z = a
+            else:
+                z = b
+            z.mul_(10)
+            return z
+        """
+    )
+    make_args = lambda module: (-torch.ones(3), torch.ones(3))  # noqa: E731
+    assert_same_behaviour(source, make_args, expect_fixed=True)
+    original, mended, _ = original_and_mended(source)
+    assert breaks(mended.f, *make_args(None)) == 0
+
+
+def test_selected_existing_object_read_before_any_update_is_whole():
+    """2: the selected existing object may be updated once every read of the selection
+    is done (the update then cannot show through it)."""
+    source = _source(
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                z = x
+            else:
+                z = y
+            w = torch.relu(z) * 2
+            x.mul_(2)
+            return w
+        """
+    )
+    make_args = lambda module: (torch.ones(3), -torch.ones(3))  # noqa: E731
+    assert_same_behaviour(source, make_args, expect_fixed=True)
+
+
+def test_random_draw_behind_an_unresolved_call_declines():
+    """6: a module call may draw (dropout in training mode); its dead value would be
+    dropped by AOTAutograd once the branch is gone."""
+    source = _source(
+        """
+        class Noisy(torch.nn.Module):
+            def forward(self, v):
+                return v + torch.rand_like(v)
+
+        def f(x, layer):
+            h = layer(x)
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h * 2
+        """
+    )
+    result = mend(source, rules=("where",))
+    assert not result.changed
+    assert any("not known to draw no random numbers" in r for r in finding_reasons(result, "Where"))
+    assert_same_behaviour(source, lambda module: (torch.ones(3), module.Noisy()))
+
+
+def test_random_draw_after_the_branch_keeps_the_rewrite():
+    """6: a draw after the branch (not in a loop) is in the same graph either way."""
+    source = _source(
+        """
+        def f(x, y):
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h + torch.rand_like(y)
+        """
+    )
+    assert_same_behaviour(source, lambda module: (torch.ones(3), torch.ones(3)), expect_fixed=True)

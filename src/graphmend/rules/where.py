@@ -41,6 +41,16 @@ reason it fails (``graphmend check`` prints the reason):
   by the arm (arithmetic, a pointwise function), never an existing object such as
   a parameter or attribute: ``torch.where`` returns a new tensor, so ``z is x`` and
   an in-place update through ``z`` would change meaning.
+  An earlier value carried into another name (``z = y``) must also satisfy
+  ``carried_value_is_the_only_reference``: ``y`` is not read after the branch and the
+  arm passes it on once. A value that is not fresh is still allowed when the selected
+  name is only consumed (``selected_name_is_only_consumed``) and
+  ``nothing_updated_in_place_while_selected_is_read``.
+- ``selected_names_hold_distinct_objects``: an arm does not make two selected names
+  one object (``w = z``): the selection would make two.
+- ``no_random_draw_reaches_the_branch``: no call that may draw random numbers runs
+  before the branch; in one graph with the code after it, AOTAutograd drops a draw
+  whose value is unused, which the original graph returned at the break.
 - ``merged_call_means_one_callee``: for the call shape, the callee and keywords
   read no name the arms bind, so they mean the same object on both paths.
 Checks made while tracing (added to the compiled form's condition): every outside
@@ -68,7 +78,15 @@ from graphmend.rules.conditions import (
     split_static_prefix,
     why_not_tensorizable,
 )
-from graphmend.rules.safety import POINTWISE_TORCH, ExpressionSafety
+from graphmend.analysis.purity import PURE_METHODS, is_known_pure
+from graphmend.rules.safety import (
+    POINTWISE_TORCH,
+    SAFE_METHODS,
+    ExpressionSafety,
+    draws_random_numbers,
+    updates_in_place,
+    writes_through_keyword,
+)
 
 RULE = "Where"
 # Tensor methods that always return a new tensor (``float``, ``contiguous``, ``to``
@@ -95,6 +113,10 @@ class _Arm:
         self.renamed: dict[str, str] = {}
         # Why the value a name is bound to in this arm may be an existing object.
         self.not_fresh: dict[str, str | None] = {}
+        # Earlier values (by name) this arm passes on as the value of another name.
+        self.carried: dict[str, str | None] = {}
+        # Which object each name the arm binds holds: ``w = z`` gives ``w`` ``z``'s.
+        self.object_of: dict[str, int] = {}
         self.setup: list[ast.stmt] = []
         self.result: ast.expr | None = None
         self.unrenamed_result: ast.expr | None = None
@@ -172,6 +194,26 @@ def bound_on_both_paths(context: FunctionContext, node, name: str, arms) -> str 
     return None
 
 
+def selected_names_hold_distinct_objects(arms, held: list[list[str]]) -> str | None:
+    """``z = x * 2; w = z`` in an arm makes ``z`` and ``w`` one object; ``select`` would
+    give each its own new tensor, so ``z.mul_(10)`` would no longer show through ``w``.
+    ``held[i]``: the names whose values arm ``i`` hands to a selection (the names read
+    after the branch, and a shared call's arguments)."""
+    for arm, names in zip(arms, held):
+        holders: dict[int, str] = {}
+        for name in names:
+            token = arm.object_of.get(name)
+            if token is None:
+                continue
+            if token in holders:
+                return (
+                    f"`{holders[token]}` and `{name}` hold one object in an arm; "
+                    "the selection would make two"
+                )
+            holders[token] = name
+    return None
+
+
 def merged_call_means_one_callee(first: ast.Call, second: ast.Call, arm_bound: set[str]) -> str | None:
     """The merged call is evaluated once, through one callee: the arms must agree on it.
 
@@ -209,6 +251,39 @@ def _reaches_avoiding(start, target, blocked) -> bool:
             seen.add(id(successor))
             frontier.append(successor)
     return False
+
+
+def _reachable_from(start) -> set[int]:
+    """Ids of the CFG nodes some path from ``start`` reaches (``start`` itself only
+    through a loop)."""
+    seen: set[int] = set()
+    frontier = list(start.successors)
+    while frontier:
+        node = frontier.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        frontier.extend(node.successors)
+    return seen
+
+
+def _own_parts(statement: ast.AST) -> list[ast.AST]:
+    """The code a CFG node runs itself: a compound statement's header, else the statement."""
+    if isinstance(statement, (ast.If, ast.While)):
+        return [statement.test]
+    if isinstance(statement, (ast.For, ast.AsyncFor)):
+        return [statement.iter, statement.target]
+    if isinstance(statement, (ast.With, ast.AsyncWith)):
+        return [item.context_expr for item in statement.items]
+    if isinstance(statement, ast.ExceptHandler):
+        return [statement.type] if statement.type is not None else []
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return list(statement.decorator_list)
+    if isinstance(statement, ast.Match):
+        return [statement.subject]
+    if isinstance(statement, (ast.Try, ast.Module)) or type(statement).__name__ == "TryStar":
+        return []
+    return [statement]
 
 
 def _in_loop(context: FunctionContext, statement: ast.stmt) -> bool:
@@ -357,7 +432,8 @@ class WhereRewrite:
             for target in statement.targets:
                 if isinstance(target, ast.Name):
                     self.safety.define(target.id, statement.value)
-                    arm.not_fresh[target.id] = self.value_is_fresh(arm, statement.value)
+                    arm.not_fresh[target.id] = self.value_is_fresh(arm, statement.value, carried_into=target.id)
+                    arm.object_of[target.id] = self._object_bound(arm, statement.value)
                     targets.append(ast.Name(id=arm.bind(target.id), ctx=ast.Store()))
                 else:
                     if not isinstance(statement.value, (ast.Tuple, ast.List)) or len(
@@ -366,7 +442,8 @@ class WhereRewrite:
                         raise Decline(f"line {line}: unpacking may raise")
                     for element, element_value in zip(target.elts, statement.value.elts):
                         self.safety.define(element.id, element_value)
-                        arm.not_fresh[element.id] = self.value_is_fresh(arm, element_value)
+                        arm.not_fresh[element.id] = self.value_is_fresh(arm, element_value, carried_into=element.id)
+                        arm.object_of[element.id] = self._object_bound(arm, element_value)
                     targets.append(
                         ast.Tuple(
                             elts=[ast.Name(id=arm.bind(e.id), ctx=ast.Store()) for e in target.elts],
@@ -389,11 +466,21 @@ class WhereRewrite:
             raise Decline(f"line {line}: the write to `{ast.unparse(statement).split('=')[0].strip()}` escapes the branch")
         raise Decline(f"line {line}: a `{type(statement).__name__}` statement cannot run on both paths")
 
+    def _object_bound(self, arm: _Arm, value: ast.expr) -> int:
+        if isinstance(value, ast.Name) and value.id in arm.object_of:
+            return arm.object_of[value.id]
+        self._objects = getattr(self, "_objects", 0) + 1
+        return self._objects
+
     # freshness ------------------------------------------------------------------------
 
-    def value_is_fresh(self, arm: _Arm, expression: ast.expr, helper_locals=None) -> str | None:
+    def value_is_fresh(
+        self, arm: _Arm, expression: ast.expr, helper_locals=None, carried_into: str | None = None
+    ) -> str | None:
         """None when ``expression`` (in the arm's terms, before renaming) is a new object
-        or not a tensor; else why it may be an existing object."""
+        or not a tensor; else why it may be an existing object. ``carried_into`` names the
+        variable that will hold the value after the branch (None: a returned value or a
+        shared call's argument)."""
         facts = self.context.facts
         if isinstance(expression, ast.Constant):
             return None
@@ -410,7 +497,7 @@ class WhereRewrite:
                 return f"`{expression.id}` is a helper's parameter"
             if expression.id in arm.not_fresh:
                 return arm.not_fresh[expression.id]
-            return self.earlier_value_is_unaliased(expression.id)
+            return self.earlier_value_is_unaliased(arm, expression.id, carried_into)
         if isinstance(expression, ast.Call):
             callee = expression.func
             qualified = facts.qualified_name_of(callee) if helper_locals is None else None
@@ -518,7 +605,7 @@ class WhereRewrite:
             and self.context.module.bindings.is_unbound_builtin("print")
         )
 
-    def earlier_value_is_unaliased(self, name: str) -> str | None:
+    def earlier_value_is_unaliased(self, arm: _Arm, name: str, carried_into: str | None) -> str | None:
         """The value ``name`` has at the branch is a new object nothing else refers to.
 
         That holds when every definition reaching the branch is ``name = <new value>``
@@ -526,6 +613,10 @@ class WhereRewrite:
         it (an operand, a pointwise call's argument, the receiver of a method that
         returns a new tensor, ``.shape``). Then the object is unreachable once
         ``select`` rebinds ``name``, and a new tensor in its place is indistinguishable.
+
+        When the value is carried into another name (``z = y`` in an arm, a returned
+        ``y``, a shared call's argument), ``y`` itself is not rebound: ``carried_value_is_the_only_reference``
+        must hold as well.
         """
         existing = f"`{name}` holds an object that existed before the branch and may be referred to elsewhere"
         facts = self.context.facts
@@ -542,7 +633,7 @@ class WhereRewrite:
                 and self.value_is_fresh(_Arm([], "earlier"), statement.value, helper_locals={}) is None
             ):
                 return existing
-        arms = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
+        arms = {id(n) for arm_ in (self.true_arm.original, self.false_arm.original) for s in arm_ for n in ast.walk(s)}
         for read, cfg_node, parent in self._reads_of(name):
             if id(read) in arms or self._keeps_no_reference(read, parent, may_update=True):
                 continue
@@ -555,6 +646,38 @@ class WhereRewrite:
                 for e in definitions
             ):
                 return existing
+        if carried_into != name:
+            return self.carried_value_is_the_only_reference(arm, name, carried_into, definitions)
+        return None
+
+    def carried_value_is_the_only_reference(
+        self, arm: _Arm, name: str, carried_into: str | None, definitions
+    ) -> str | None:
+        """``z = y`` in an arm (or ``return y``, or ``y`` as a shared call's argument) with
+        ``y``'s earlier value new and unaliased: ``select`` gives ``z`` a new tensor while
+        ``y`` keeps the old object. That cannot be observed only when ``y``'s old value is
+        read nowhere after the branch (``z.mul_(10)`` would update it in the original; seed
+        2530) and the arm passes it on once (``z = y; w = y`` makes ``z`` and ``w`` one
+        object in the original).
+        """
+        if name in arm.carried and (carried_into is None or arm.carried[name] != carried_into):
+            return f"the arm passes `{name}`'s earlier value on twice; each copy would be a new tensor"
+        facts = self.context.facts
+        inside = {id(n) for arm_ in (self.true_arm.original, self.false_arm.original) for s in arm_ for n in ast.walk(s)}
+        after = _reachable_from(self.node)
+        for read, cfg_node, _parent in self._reads_of(name):
+            if id(read) in inside:
+                continue
+            if cfg_node is None:
+                return f"`{name}` is read where the analysis cannot place it, and shares the selected object"
+            if id(cfg_node) in after and any(
+                d is e for d in facts.reaching.reaching(cfg_node, name) for e in definitions
+            ):
+                return (
+                    f"`{name}` is still read after the branch (line {read.lineno}) and would no longer share "
+                    f"its object with the selected value"
+                )
+        arm.carried[name] = carried_into
         return None
 
     def selected_name_is_only_consumed(self, name: str) -> str | None:
@@ -579,6 +702,155 @@ class WhereRewrite:
                     return escapes  # ``h += 1`` updates the selected tensor in place
         return None
 
+    def nothing_updated_in_place_while_selected_is_read(self, name: str) -> str | None:
+        """The selected ``name`` holds an arm's existing object in the original and a new
+        tensor after ``select``: both read alike only while that object keeps its value.
+        No statement between the branch and a read of the selected value may update a
+        tensor in place (``x.mul_(2)`` after ``z = x`` shows through ``z``)."""
+        facts = self.context.facts
+        inside = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
+        reads = [
+            cfg_node
+            for _read, cfg_node, _parent in self._reads_of(name)
+            if cfg_node is not None
+            and any(id(d.node.statement) in inside for d in facts.reaching.reaching(cfg_node, name))
+        ]
+        before_a_read: set[int] = set()
+        frontier = list(reads)
+        while frontier:
+            node = frontier.pop()
+            if id(node) in before_a_read:
+                continue
+            before_a_read.add(id(node))
+            frontier.extend(node.predecessors)
+        after = _reachable_from(self.node)
+        for cfg_node in facts.graph.nodes:
+            if id(cfg_node) not in after or id(cfg_node) not in before_a_read:
+                continue
+            statement = cfg_node.statement
+            if statement is None or id(statement) in inside or statement is self.statement:
+                continue
+            reason = self._may_update_in_place(statement)
+            if reason:
+                return f"the selected `{name}` may hold an existing object, and {reason} (line {statement.lineno}) before it is read"
+        return None
+
+    def _may_update_in_place(self, statement: ast.AST) -> str | None:
+        """Why running ``statement``'s own code (a compound statement's header) may update
+        a tensor in place; None when it cannot."""
+        facts = self.context.facts
+        parts = _own_parts(statement)
+        purity = self.context.module.purity
+        for part in parts:
+            for node in ast.walk(part):
+                if isinstance(node, ast.AugAssign):
+                    return f"`{ast.unparse(node)}` may update a tensor in place"
+                if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+                    return f"`{ast.unparse(node)}` is written in place"
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, ast.Store)
+                    and node.attr in ("data", "grad")
+                ):
+                    return f"`{ast.unparse(node)}` is written in place"
+                if not isinstance(node, ast.Call):
+                    continue
+                reason = writes_through_keyword(node) or updates_in_place(node)
+                if reason:
+                    return reason
+                callee = node.func
+                qualified = facts.qualified_name_of(callee)
+                if qualified in ("builtins.print", "warnings.warn") or is_known_pure(qualified):
+                    continue
+                if ast.unparse(callee).startswith(f"{RUNTIME_NAME}."):
+                    continue
+                if isinstance(callee, ast.Attribute) and (
+                    callee.attr in PURE_METHODS or callee.attr in SAFE_METHODS or callee.attr in FRESH_METHODS
+                ):
+                    continue
+                if (
+                    isinstance(callee, ast.Name)
+                    and callee.id in purity.functions
+                    and not facts.is_local(callee.id)
+                    and purity.function_impurity(purity.functions[callee.id]) is None
+                ):
+                    continue
+                return f"`{ast.unparse(callee)}` is not known to leave tensors unchanged"
+        return None
+
+    def no_random_draw_reaches_the_branch(self) -> str | None:
+        """A random draw that runs before the branch may be dropped once the branch is gone.
+
+        The original graph ends at the branch and returns the values bound then, the
+        draw's among them; after the rewrite the draw and the code after the branch are
+        one graph, and AOTAutograd drops a draw whose value nothing there uses (``h =
+        x + torch.rand_like(x)`` rebound in both arms): the generator's stream would no
+        longer advance (seed 2049). Any call that may draw (an unresolved call may be a
+        module in training mode) declines.
+        """
+        before: set[int] = set()
+        frontier = list(self.node.predecessors)
+        while frontier:
+            node = frontier.pop()
+            if id(node) in before:
+                continue
+            before.add(id(node))
+            frontier.extend(node.predecessors)
+        for cfg_node in self.context.facts.graph.nodes:
+            if id(cfg_node) not in before or cfg_node.kind in ("entry", "exit"):
+                continue
+            for part in _own_parts(cfg_node.statement):
+                for node in ast.walk(part):
+                    if isinstance(node, ast.Call):
+                        reason = self._may_draw_random_numbers(node, depth=0)
+                        if reason:
+                            return (
+                                f"line {node.lineno}: {reason} before the branch; in one graph "
+                                "AOTAutograd may drop a draw whose value is unused"
+                            )
+        return None
+
+    # Methods of builtin containers, streams and loggers: they draw no random numbers.
+    _NON_RANDOM_METHODS = frozenset(
+        {"append", "extend", "insert", "pop", "update", "setdefault", "add", "write", "flush",
+         "debug", "info", "warning", "warn", "error", "critical", "exception", "log",
+         "item", "tolist", "numel", "dim", "size"}
+    )
+
+    def _may_draw_random_numbers(self, call: ast.Call, depth: int) -> str | None:
+        facts = self.context.facts
+        callee = call.func
+        qualified = facts.qualified_name_of(callee)
+        reason = draws_random_numbers(call, qualified)
+        if reason:
+            return reason
+        if qualified is not None and (
+            qualified.startswith(("torch.", "builtins.", "math.", "warnings.", "logging.", "sys."))
+            or is_known_pure(qualified)
+        ):
+            return None
+        if ast.unparse(callee).startswith(f"{RUNTIME_NAME}."):
+            return None
+        if isinstance(callee, ast.Attribute) and (
+            callee.attr in PURE_METHODS or callee.attr in SAFE_METHODS or callee.attr in FRESH_METHODS
+            or callee.attr in self._NON_RANDOM_METHODS
+        ):
+            return None
+        function = None
+        purity = self.context.module.purity
+        if isinstance(callee, ast.Name) and callee.id in purity.functions and not facts.is_local(callee.id):
+            function = purity.functions[callee.id]
+        elif depth == 0:
+            function = self.safety._same_class_method(callee)
+        if function is not None and depth < 4:
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and node is not call:
+                    inner = self._may_draw_random_numbers(node, depth + 1)
+                    if inner:
+                        return f"`{ast.unparse(callee)}` may draw random numbers ({inner})"
+            return None
+        return f"`{ast.unparse(callee)}` is not known to draw no random numbers"
+
     def _helper_returns_fresh(self, arm: _Arm, function: ast.FunctionDef) -> str | None:
         # The helper passed ExpressionSafety: a docstring, local bindings, one return.
         locals_: dict[str, str | None] = {}
@@ -590,9 +862,9 @@ class WhereRewrite:
                 return f"`{function.name}` may return an existing object: {reason}" if reason else None
         return f"`{function.name}` may return an existing object"
 
-    def selected_value_is_fresh(self, arm: _Arm, expression: ast.expr) -> str | None:
+    def selected_value_is_fresh(self, arm: _Arm, expression: ast.expr, carried_into: str | None = None) -> str | None:
         """``torch.where`` returns a new tensor: the value selected must be new too."""
-        reason = self.value_is_fresh(arm, expression)
+        reason = self.value_is_fresh(arm, expression, carried_into=carried_into)
         if reason:
             return f"{reason}; `torch.where` would return a new tensor in its place"
         return None
@@ -661,7 +933,7 @@ class WhereRewrite:
         self.analyse_arm(self.false_arm, shape)
         arms = (self.true_arm, self.false_arm)
         arm_bound = set(self.true_arm.renamed) | set(self.false_arm.renamed)
-        reason = writes_no_outer_name(self.context, arm_bound)
+        reason = writes_no_outer_name(self.context, arm_bound) or self.no_random_draw_reaches_the_branch()
         if reason:
             raise Decline(reason)
         taken = f"_gm_taken_{self.number}"
@@ -680,6 +952,14 @@ class WhereRewrite:
             )
             return planned
         used_after = self.names_used_after()
+        selected = [name for name in sorted(arm_bound) if name in used_after]
+        held = [list(selected), list(selected)]
+        if shape == "call":
+            for index, arm in enumerate(arms):
+                held[index] += [a.id for a in arm.call.args if isinstance(a, ast.Name) and a.id in arm.renamed]
+        reason = selected_names_hold_distinct_objects(arms, held)
+        if reason:
+            raise Decline(reason)
         for name in sorted(arm_bound):
             if name not in used_after:
                 continue
@@ -687,12 +967,15 @@ class WhereRewrite:
             if reason is None:
                 reason = first_failure(
                     *[
-                        lambda arm=arm: self.selected_value_is_fresh(arm, ast.Name(id=name, ctx=ast.Load()))
+                        lambda arm=arm: self.selected_value_is_fresh(
+                            arm, ast.Name(id=name, ctx=ast.Load()), carried_into=name
+                        )
                         for arm in arms
                     ],
                 )
                 if reason and self.selected_name_is_only_consumed(name) is None:
-                    reason = None
+                    # Exact when the arm's object keeps its value while the selected name is read.
+                    reason = self.nothing_updated_in_place_while_selected_is_read(name)
             if reason:
                 raise Decline(reason)
             planned += statements(
