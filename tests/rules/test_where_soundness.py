@@ -285,32 +285,6 @@ MUST_NOT_REWRITE = {
             return z
         """, "random", lambda: (torch.ones(3),),
     ),
-    "no_random_draw_reaches_the_branch": (
-        # long fuzz run seed 2049: the dead draw sits in one graph with the code after the
-        # branch, and AOTAutograd drops it (the original graph returned it at the break)
-        """
-        def f(x, y):
-            h = x + torch.rand_like(y)
-            if (x > 0).all():
-                h = x * 1.5
-            else:
-                h = x * 3.0
-            return h * 2
-        """, "may draw random numbers before the branch", lambda: (torch.ones(3), torch.ones(3)),
-    ),
-    "no_random_draw_reaches_the_branch_in_a_loop": (
-        """
-        def f(x, y):
-            h = x * 1.0
-            for _ in range(2):
-                if (h > 0).all():
-                    h = h * 1.5
-                else:
-                    h = h * 3.0
-                n = h + torch.rand_like(y)
-            return h
-        """, "may draw random numbers before the branch", lambda: (torch.ones(3), torch.ones(3)),
-    ),
     # 7. code that raises on the untaken path
     "call_is_safe_embedding": (
         """
@@ -751,28 +725,112 @@ def test_selected_existing_object_read_before_any_update_is_whole():
     assert_same_behaviour(source, make_args, expect_fixed=True)
 
 
-def test_random_draw_behind_an_unresolved_call_declines():
-    """6: a module call may draw (dropout in training mode); its dead value would be
-    dropped by AOTAutograd once the branch is gone."""
-    source = _source(
-        """
-        class Noisy(torch.nn.Module):
-            def forward(self, v):
-                return v + torch.rand_like(v)
-
-        def f(x, layer):
-            h = layer(x)
+RANDOM_DRAW_BEFORE_THE_BRANCH = {
+    # long fuzz run seed 2049: the dead draw would sit in one graph with the code after
+    # the branch, and AOTAutograd drops it (the original graph returned it at the break)
+    "dead_draw_in_the_function": """
+        def f(x, y):
+            h = x + torch.rand_like(y)
             if (x > 0).all():
                 h = x * 1.5
             else:
                 h = x * 3.0
             return h * 2
+        """,
+    "draw_only_the_untaken_arm_reads": """
+        def f(x, y):
+            n = torch.rand_like(y)
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x + n
+            return h * 2
+        """,
+    "draw_in_a_caller": """
+        def g(x, n):
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h * 2
+
+        def f(x, y):
+            return g(x, torch.rand_like(y))
+        """,
+    "draw_behind_a_module_call": """
+        class Noisy(torch.nn.Module):
+            def forward(self, v):
+                return v + torch.rand_like(v)
+
+        NOISY = Noisy()
+
+        def f(x, y):
+            h = NOISY(y)
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h * 2
+        """,
+    "draw_after_the_branch_in_a_loop": """
+        def f(x, y):
+            h = x * 1.0
+            for _ in range(2):
+                if (h > 0).all():
+                    h = h * 1.5
+                else:
+                    h = h * 3.0
+                n = h + torch.rand_like(y)
+            return h
+        """,
+    "arms_of_names_only": """
+        def f(x, y):
+            a = x * 1.0
+            b = y * 1.0
+            n = a + torch.rand_like(y)
+            if x.sum() > 0:
+                z = a
+                n = b
+            else:
+                z = b
+                n = a
+            return z * 2 + n
+        """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM_DRAW_BEFORE_THE_BRANCH))
+def test_random_draw_traced_before_the_branch_keeps_the_original(name):
+    """6: the rewrite is made, and checked while tracing: when the graph captured up to
+    the branch draws random numbers, the compiled form keeps the original branch (and
+    its break), so the generator advances as in the original."""
+    source = _source(RANDOM_DRAW_BEFORE_THE_BRANCH[name])
+    make_args = lambda module: (torch.ones(3), torch.ones(3))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    assert breaks(mended.f, *make_args(None)) >= 1
+
+
+def test_random_draw_in_an_earlier_graph_is_whole():
+    """6: a draw before an earlier break is in another graph: the rewrite after that
+    break stays whole (here the earlier break is the first branch, kept because the
+    draw is in its graph)."""
+    source = _source(
+        """
+        def f(x, y):
+            n = torch.rand_like(y)
+            if n.sum() > 100:
+                n = n * 2
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h * 2 + n
         """
     )
-    result = mend(source, rules=("where",))
-    assert not result.changed
-    assert any("not known to draw no random numbers" in r for r in finding_reasons(result, "Where"))
-    assert_same_behaviour(source, lambda module: (torch.ones(3), module.Noisy()))
+    make_args = lambda module: (torch.ones(3), torch.ones(3))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    assert breaks(original.f, *make_args(None)) == 2
+    assert breaks(mended.f, *make_args(None)) == 1
 
 
 def test_random_draw_after_the_branch_keeps_the_rewrite():
@@ -787,4 +845,6 @@ def test_random_draw_after_the_branch_keeps_the_rewrite():
             return h + torch.rand_like(y)
         """
     )
-    assert_same_behaviour(source, lambda module: (torch.ones(3), torch.ones(3)), expect_fixed=True)
+    make_args = lambda module: (torch.ones(3), torch.ones(3))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    assert breaks(mended.f, *make_args(None)) == 0

@@ -48,14 +48,15 @@ reason it fails (``graphmend check`` prints the reason):
   ``nothing_updated_in_place_while_selected_is_read``.
 - ``selected_names_hold_distinct_objects``: an arm does not make two selected names
   one object (``w = z``): the selection would make two.
-- ``no_random_draw_reaches_the_branch``: no call that may draw random numbers runs
-  before the branch; in one graph with the code after it, AOTAutograd drops a draw
-  whose value is unused, which the original graph returned at the break.
 - ``merged_call_means_one_callee``: for the call shape, the callee and keywords
   read no name the arms bind, so they mean the same object on both paths.
 Checks made while tracing (added to the compiled form's condition): every outside
 value elementwise code combines is of the kind the operation accepts and all
-broadcast together (``operands_combine``), and every attribute read exists.
+broadcast together (``operands_combine``), every attribute read exists, and the
+graph captured up to the branch draws no random numbers (``no_random_draw_traced``,
+made by ``operands_combine`` too): the original graph ends at the branch and returns
+a draw's value, while in one graph with the code after it AOTAutograd drops a draw
+whose value ends up unused (seed 2049), in this function or in a caller.
 """
 
 from __future__ import annotations
@@ -83,7 +84,6 @@ from graphmend.rules.safety import (
     POINTWISE_TORCH,
     SAFE_METHODS,
     ExpressionSafety,
-    draws_random_numbers,
     updates_in_place,
     writes_through_keyword,
 )
@@ -778,79 +778,6 @@ class WhereRewrite:
                 return f"`{ast.unparse(callee)}` is not known to leave tensors unchanged"
         return None
 
-    def no_random_draw_reaches_the_branch(self) -> str | None:
-        """A random draw that runs before the branch may be dropped once the branch is gone.
-
-        The original graph ends at the branch and returns the values bound then, the
-        draw's among them; after the rewrite the draw and the code after the branch are
-        one graph, and AOTAutograd drops a draw whose value nothing there uses (``h =
-        x + torch.rand_like(x)`` rebound in both arms): the generator's stream would no
-        longer advance (seed 2049). Any call that may draw (an unresolved call may be a
-        module in training mode) declines.
-        """
-        before: set[int] = set()
-        frontier = list(self.node.predecessors)
-        while frontier:
-            node = frontier.pop()
-            if id(node) in before:
-                continue
-            before.add(id(node))
-            frontier.extend(node.predecessors)
-        for cfg_node in self.context.facts.graph.nodes:
-            if id(cfg_node) not in before or cfg_node.kind in ("entry", "exit"):
-                continue
-            for part in _own_parts(cfg_node.statement):
-                for node in ast.walk(part):
-                    if isinstance(node, ast.Call):
-                        reason = self._may_draw_random_numbers(node, depth=0)
-                        if reason:
-                            return (
-                                f"line {node.lineno}: {reason} before the branch; in one graph "
-                                "AOTAutograd may drop a draw whose value is unused"
-                            )
-        return None
-
-    # Methods of builtin containers, streams and loggers: they draw no random numbers.
-    _NON_RANDOM_METHODS = frozenset(
-        {"append", "extend", "insert", "pop", "update", "setdefault", "add", "write", "flush",
-         "debug", "info", "warning", "warn", "error", "critical", "exception", "log",
-         "item", "tolist", "numel", "dim", "size"}
-    )
-
-    def _may_draw_random_numbers(self, call: ast.Call, depth: int) -> str | None:
-        facts = self.context.facts
-        callee = call.func
-        qualified = facts.qualified_name_of(callee)
-        reason = draws_random_numbers(call, qualified)
-        if reason:
-            return reason
-        if qualified is not None and (
-            qualified.startswith(("torch.", "builtins.", "math.", "warnings.", "logging.", "sys."))
-            or is_known_pure(qualified)
-        ):
-            return None
-        if ast.unparse(callee).startswith(f"{RUNTIME_NAME}."):
-            return None
-        if isinstance(callee, ast.Attribute) and (
-            callee.attr in PURE_METHODS or callee.attr in SAFE_METHODS or callee.attr in FRESH_METHODS
-            or callee.attr in self._NON_RANDOM_METHODS
-        ):
-            return None
-        function = None
-        purity = self.context.module.purity
-        if isinstance(callee, ast.Name) and callee.id in purity.functions and not facts.is_local(callee.id):
-            function = purity.functions[callee.id]
-        elif depth == 0:
-            function = self.safety._same_class_method(callee)
-        if function is not None and depth < 4:
-            for node in ast.walk(function):
-                if isinstance(node, ast.Call) and node is not call:
-                    inner = self._may_draw_random_numbers(node, depth + 1)
-                    if inner:
-                        return f"`{ast.unparse(callee)}` may draw random numbers ({inner})"
-            return None
-        return f"`{ast.unparse(callee)}` is not known to draw no random numbers"
-
     def _helper_returns_fresh(self, arm: _Arm, function: ast.FunctionDef) -> str | None:
         # The helper passed ExpressionSafety: a docstring, local bindings, one return.
         locals_: dict[str, str | None] = {}
@@ -933,7 +860,7 @@ class WhereRewrite:
         self.analyse_arm(self.false_arm, shape)
         arms = (self.true_arm, self.false_arm)
         arm_bound = set(self.true_arm.renamed) | set(self.false_arm.renamed)
-        reason = writes_no_outer_name(self.context, arm_bound) or self.no_random_draw_reaches_the_branch()
+        reason = writes_no_outer_name(self.context, arm_bound)
         if reason:
             raise Decline(reason)
         taken = f"_gm_taken_{self.number}"
@@ -1041,6 +968,10 @@ class WhereRewrite:
         return checks
 
 
+def _is_runtime_call(expression: ast.expr, name: str) -> bool:
+    return isinstance(expression, ast.Call) and ast.unparse(expression.func) == f"{RUNTIME_NAME}.{name}"
+
+
 def false_arm_of(statement: ast.If, enclosing: list[ast.stmt]):
     """The else-arm; for ``if c: ...; return a`` followed by ``return b``, that return."""
     if statement.orelse:
@@ -1085,8 +1016,12 @@ def apply(context: FunctionContext) -> None:
             planned = statements("if PREFIX:\n    BODY", PREFIX=conjunction(static_prefix), BODY=planned)
         place(planned, statement)
         original = [statement] + ([consumed_next] if consumed_next is not None else [])
+        checks = rewrite_plan.trace_time_checks + rewrite_plan.operand_checks(condition_safety)
+        if not any(_is_runtime_call(check, "operands_combine") for check in checks):
+            # ``operands_combine`` makes this check too (see runtime/selection.py).
+            checks.append(statements(f"{RUNTIME_NAME}.selection.no_random_draw_traced()")[0].value)
         also = None
-        for check in rewrite_plan.trace_time_checks + rewrite_plan.operand_checks(condition_safety):
+        for check in checks:
             also = check if also is None else ast.BoolOp(op=ast.And(), values=[also, check])
         guard = compiled_or_original(planned, original, f"{RULE}: original branch", also=also)
         if consumed_next is not None:

@@ -1,13 +1,15 @@
 """What Where's rewritten code calls: the selection and the checks made while tracing.
 
 Every function here is traced by TorchDynamo and decides only from facts it knows
-statically (types, shapes, dtypes, devices, grad mode, ``requires_grad``), so
-calling one costs no graph break.
+statically (types, shapes, dtypes, devices, grad mode, ``requires_grad``, and the
+graph captured so far), so calling one costs no graph break.
 """
 
 from __future__ import annotations
 
 import torch
+import torch._dynamo
+from torch._dynamo.comptime import comptime
 
 
 def select(predicate, value_if_true, value_if_false):
@@ -67,14 +69,67 @@ def _has_kind(value, kind: str) -> bool:
     return True
 
 
+# Parts of the names of torch functions and tensor methods that draw random numbers
+# (``rand_like``, ``dropout``, ``bernoulli_``, ``normal_``, ``multinomial`` ...).
+_RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "poisson", "uniform",
+                 "exponential", "geometric", "cauchy", "gumbel", "rrelu", "sample", "seed",
+                 "random", "shuffle", "choice")
+
+
+def _draws_random_numbers(node) -> bool:
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+    name = name.lower()
+    if not any(word in name for word in _RANDOM_WORDS):
+        return False
+    if "dropout" in name:
+        # ``F.dropout(x, p, training=False)`` draws nothing (a model in eval mode).
+        training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
+        return training is not False
+    return True
+
+
+def _note_whether_draw_free(context) -> None:
+    """Run by TorchDynamo while it traces ``no_random_draw_traced`` (``comptime``): bind
+    that function's local ``draw_free`` to whether the graph captured so far draws no
+    random numbers. Anything unexpected leaves it False: the original branch is kept."""
+    try:
+        tracer = context._ComptimeContext__tx
+        draw_free = not any(
+            node.op in ("call_function", "call_method", "call_module") and _draws_random_numbers(node)
+            for node in tracer.output.graph.nodes
+        )
+        tracer.symbolic_locals["draw_free"] = torch._dynamo.variables.ConstantVariable.create(draw_free)
+    except Exception:
+        pass
+
+
+def no_random_draw_traced() -> bool:
+    """While TorchDynamo traces: True when the graph captured up to here draws no
+    random numbers (False when not tracing).
+
+    The graph so far is the original's graph up to this branch, where the original
+    breaks: it returns every value bound there, a random draw's among them, while one
+    graph with the code after the branch lets AOTAutograd drop a draw whose value ends
+    up unused (the generator's stream would then not advance; long fuzz run seed
+    2049). The answer is a constant of the trace: no guard, no global written.
+    """
+    draw_free = False
+    comptime(_note_whether_draw_free)
+    return draw_free
+
+
 def operands_combine(*operands) -> bool:
     """True when elementwise code over these ``(value, kind)`` pairs cannot raise,
-    and no autograd flows through it.
+    no autograd flows through it, and the graph captured so far draws no random
+    numbers (``no_random_draw_traced``).
 
     Each value must be of its kind (see ``graphmend.rules.safety``), all tensors on
     one device, and their shapes must broadcast together: then so does every value
     computed from them by elementwise operations and full reductions.
     """
+    if not no_random_draw_traced():
+        return False
     shapes = []
     device = None
     grad_enabled = torch.is_grad_enabled()
