@@ -50,6 +50,9 @@ reason it fails (``graphmend check`` prints the reason):
   one object (``w = z``): the selection would make two.
 - ``merged_call_means_one_callee``: for the call shape, the callee and keywords
   read no name the arms bind, so they mean the same object on both paths.
+The facts the freshness predicates read (reads of a name and whether they keep a
+reference, in-place updates, CFG reachability) are in where_aliasing.py.
+
 Checks made while tracing (added to the compiled form's condition): every outside
 value elementwise code combines is of the kind the operation accepts and all
 broadcast together (``operands_combine``), every attribute read exists, and the
@@ -71,7 +74,6 @@ from graphmend.rules.base import (
     enclosing_statements,
     first_failure,
     rewrite_statements,
-    statement_lists,
 )
 from graphmend.rules.conditions import (
     conjunction,
@@ -79,22 +81,10 @@ from graphmend.rules.conditions import (
     split_static_prefix,
     why_not_tensorizable,
 )
-from graphmend.analysis.purity import PURE_METHODS, is_known_pure
-from graphmend.rules.safety import (
-    POINTWISE_TORCH,
-    SAFE_METHODS,
-    ExpressionSafety,
-    updates_in_place,
-    writes_through_keyword,
-)
+from graphmend.rules.safety import POINTWISE_TORCH, ExpressionSafety
+from graphmend.rules.where_aliasing import FRESH_METHODS, References, reachable_from, reaches_avoiding
 
 RULE = "Where"
-# Tensor methods that always return a new tensor (``float``, ``contiguous``, ``to``
-# and ``detach`` may return their receiver or a view of it).
-FRESH_METHODS = frozenset(
-    {"exp", "sigmoid", "tanh", "sin", "cos", "square", "sign", "any", "all", "sum",
-     "isinf", "isnan", "isfinite", "abs", "relu", "neg", "clone", "mean"}
-)
 # Builtins that read or write a frame's locals by name: renamed per-arm locals
 # would show through them.
 DYNAMIC_LOCALS = frozenset({"locals", "vars", "eval", "exec", "dir", "globals"})
@@ -237,55 +227,6 @@ def merged_call_means_one_callee(first: ast.Call, second: ast.Call, arm_bound: s
     return None
 
 
-def _reaches_avoiding(start, target, blocked) -> bool:
-    """Is there a CFG path from ``start`` to ``target`` that does not pass ``blocked``?"""
-    seen = {id(start)}
-    frontier = [start]
-    while frontier:
-        node = frontier.pop()
-        for successor in node.successors:
-            if successor is target:
-                return True
-            if successor is blocked or id(successor) in seen:
-                continue
-            seen.add(id(successor))
-            frontier.append(successor)
-    return False
-
-
-def _reachable_from(start) -> set[int]:
-    """Ids of the CFG nodes some path from ``start`` reaches (``start`` itself only
-    through a loop)."""
-    seen: set[int] = set()
-    frontier = list(start.successors)
-    while frontier:
-        node = frontier.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        frontier.extend(node.successors)
-    return seen
-
-
-def _own_parts(statement: ast.AST) -> list[ast.AST]:
-    """The code a CFG node runs itself: a compound statement's header, else the statement."""
-    if isinstance(statement, (ast.If, ast.While)):
-        return [statement.test]
-    if isinstance(statement, (ast.For, ast.AsyncFor)):
-        return [statement.iter, statement.target]
-    if isinstance(statement, (ast.With, ast.AsyncWith)):
-        return [item.context_expr for item in statement.items]
-    if isinstance(statement, ast.ExceptHandler):
-        return [statement.type] if statement.type is not None else []
-    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return list(statement.decorator_list)
-    if isinstance(statement, ast.Match):
-        return [statement.subject]
-    if isinstance(statement, (ast.Try, ast.Module)) or type(statement).__name__ == "TryStar":
-        return []
-    return [statement]
-
-
 def _in_loop(context: FunctionContext, statement: ast.stmt) -> bool:
     return any(
         isinstance(outer, (ast.For, ast.While, ast.AsyncFor))
@@ -307,6 +248,7 @@ class WhereRewrite:
         self.safety = ExpressionSafety(context, self.node)
         self.expression_is_safe = self.safety.expression_is_safe
         self.call_is_safe = self.safety.call_is_safe
+        self.references = References(context)
 
     # licensed writes ------------------------------------------------------------------
 
@@ -515,96 +457,6 @@ class WhereRewrite:
                 return self._helper_returns_fresh(arm, function)
         return f"`{ast.unparse(expression)}` may be an existing object"
 
-    def _reads_of(self, name: str) -> list[tuple[ast.Name, object, ast.AST | None]]:
-        """Every read of ``name`` in the function: (the Name, its CFG node or None, its parent)."""
-        facts = self.context.facts
-        parents: dict[int, ast.AST] = {}
-        for node in ast.walk(facts.function):
-            for child in ast.iter_child_nodes(node):
-                parents[id(child)] = node
-        self._parents = parents
-        reads = []
-
-        def collect(part: ast.AST, cfg_node) -> None:
-            for node in ast.walk(part):
-                if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-                    nested = any(
-                        isinstance(n, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp))
-                        for n in ast.walk(part)
-                    )
-                    reads.append((node, None if nested else cfg_node, parents.get(id(node))))
-
-        def visit(statement: ast.stmt) -> None:
-            cfg_node = facts.node_for(statement)
-            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                collect(statement, None)  # a closure keeps a reference
-                return
-            if isinstance(statement, (ast.If, ast.While)):
-                own = [statement.test]
-            elif isinstance(statement, (ast.For, ast.AsyncFor)):
-                own = [statement.iter]
-            elif isinstance(statement, (ast.With, ast.AsyncWith)):
-                own = [item.context_expr for item in statement.items]
-            elif isinstance(statement, ast.Match):
-                own = [statement.subject]
-            elif isinstance(statement, ast.Try) or type(statement).__name__ == "TryStar":
-                own = [h.type for h in statement.handlers if h.type is not None]
-            else:
-                own = [statement]
-            for part in own:
-                collect(part, cfg_node)
-            if own != [statement]:
-                for inner in statement_lists(statement):
-                    for child in inner:
-                        visit(child)
-
-        for statement in facts.function.body:
-            visit(statement)
-        return reads
-
-    def _keeps_no_reference(self, read: ast.Name, parent: ast.AST | None, may_update: bool = False) -> bool:
-        """A read whose value is consumed where it stands: nothing keeps it (nor, unless
-        ``may_update``, updates it in place)."""
-        facts = self.context.facts
-        if isinstance(parent, (ast.Tuple, ast.List)):
-            # ``operands_combine((x, "number"), ...)``: a check made while tracing;
-            # ``print([h, x])``: the builtin print writes the list's text and drops it.
-            outer = self._parents.get(id(parent))
-            if isinstance(outer, ast.Call) and ast.unparse(outer.func) == f"{RUNTIME_NAME}.operands_combine":
-                return True
-            return isinstance(outer, ast.Call) and parent in outer.args and self._is_builtin_print(outer)
-        if isinstance(parent, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops):
-            return False  # ``z is x`` observes identity
-        if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare)):
-            return True
-        if isinstance(parent, ast.Attribute) and parent.attr in ("shape", "dtype", "device", "ndim"):
-            return True
-        if may_update and isinstance(parent, ast.Attribute) and parent.attr.endswith("_") and not parent.attr.endswith("__"):
-            # ``h.neg_()`` as a statement: updates the object, keeps no reference to it.
-            call = self._parents.get(id(parent))
-            statement = self._parents.get(id(call)) if call is not None else None
-            return isinstance(call, ast.Call) and call.func is parent and isinstance(statement, ast.Expr)
-        if isinstance(parent, ast.Attribute) and parent.attr in FRESH_METHODS:
-            return True  # ``h.sum()``: a method returning a new tensor (non-call reads are not in the set)
-        if isinstance(parent, ast.Call) and read in parent.args:
-            qualified = facts.qualified_name_of(parent.func)
-            if qualified in POINTWISE_TORCH:
-                return True
-            # Where's own selection: its value is bound to a name checked the same way.
-            if ast.unparse(parent.func) == f"{RUNTIME_NAME}.select":
-                return True
-            # The builtin ``print`` writes the text of its arguments and keeps nothing.
-            if self._is_builtin_print(parent):
-                return True
-        return False
-
-    def _is_builtin_print(self, call: ast.Call) -> bool:
-        facts = self.context.facts
-        return facts.qualified_name_of(call.func) == "builtins.print" or (
-            isinstance(call.func, ast.Name) and call.func.id == "print" and not facts.is_local("print")
-            and self.context.module.bindings.is_unbound_builtin("print")
-        )
-
     def earlier_value_is_unaliased(self, arm: _Arm, name: str, carried_into: str | None) -> str | None:
         """The value ``name`` has at the branch is a new object nothing else refers to.
 
@@ -634,14 +486,14 @@ class WhereRewrite:
             ):
                 return existing
         arms = {id(n) for arm_ in (self.true_arm.original, self.false_arm.original) for s in arm_ for n in ast.walk(s)}
-        for read, cfg_node, parent in self._reads_of(name):
-            if id(read) in arms or self._keeps_no_reference(read, parent, may_update=True):
+        for read, cfg_node, parent in self.references.reads_of(name):
+            if id(read) in arms or self.references.keeps_no_reference(read, parent, may_update=True):
                 continue
             if cfg_node is None:
                 return existing
             # A read the old value reaches only through the branch sees the selected value.
             if any(
-                d is e and _reaches_avoiding(e.node, cfg_node, self.node)
+                d is e and reaches_avoiding(e.node, cfg_node, self.node)
                 for d in facts.reaching.reaching(cfg_node, name)
                 for e in definitions
             ):
@@ -664,8 +516,8 @@ class WhereRewrite:
             return f"the arm passes `{name}`'s earlier value on twice; each copy would be a new tensor"
         facts = self.context.facts
         inside = {id(n) for arm_ in (self.true_arm.original, self.false_arm.original) for s in arm_ for n in ast.walk(s)}
-        after = _reachable_from(self.node)
-        for read, cfg_node, _parent in self._reads_of(name):
+        after = reachable_from(self.node)
+        for read, cfg_node, _parent in self.references.reads_of(name):
             if id(read) in inside:
                 continue
             if cfg_node is None:
@@ -686,8 +538,8 @@ class WhereRewrite:
         facts = self.context.facts
         inside = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
         escapes = f"the selected `{name}` may be kept, returned or updated in place after the branch"
-        for read, cfg_node, parent in self._reads_of(name):
-            if self._keeps_no_reference(read, parent):
+        for read, cfg_node, parent in self.references.reads_of(name):
+            if self.references.keeps_no_reference(read, parent):
                 continue
             if cfg_node is None:
                 return escapes
@@ -711,7 +563,7 @@ class WhereRewrite:
         inside = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
         reads = [
             cfg_node
-            for _read, cfg_node, _parent in self._reads_of(name)
+            for _read, cfg_node, _parent in self.references.reads_of(name)
             if cfg_node is not None
             and any(id(d.node.statement) in inside for d in facts.reaching.reaching(cfg_node, name))
         ]
@@ -723,59 +575,16 @@ class WhereRewrite:
                 continue
             before_a_read.add(id(node))
             frontier.extend(node.predecessors)
-        after = _reachable_from(self.node)
+        after = reachable_from(self.node)
         for cfg_node in facts.graph.nodes:
             if id(cfg_node) not in after or id(cfg_node) not in before_a_read:
                 continue
             statement = cfg_node.statement
             if statement is None or id(statement) in inside or statement is self.statement:
                 continue
-            reason = self._may_update_in_place(statement)
+            reason = self.references.may_update_in_place(statement)
             if reason:
                 return f"the selected `{name}` may hold an existing object, and {reason} (line {statement.lineno}) before it is read"
-        return None
-
-    def _may_update_in_place(self, statement: ast.AST) -> str | None:
-        """Why running ``statement``'s own code (a compound statement's header) may update
-        a tensor in place; None when it cannot."""
-        facts = self.context.facts
-        parts = _own_parts(statement)
-        purity = self.context.module.purity
-        for part in parts:
-            for node in ast.walk(part):
-                if isinstance(node, ast.AugAssign):
-                    return f"`{ast.unparse(node)}` may update a tensor in place"
-                if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
-                    return f"`{ast.unparse(node)}` is written in place"
-                if (
-                    isinstance(node, ast.Attribute)
-                    and isinstance(node.ctx, ast.Store)
-                    and node.attr in ("data", "grad")
-                ):
-                    return f"`{ast.unparse(node)}` is written in place"
-                if not isinstance(node, ast.Call):
-                    continue
-                reason = writes_through_keyword(node) or updates_in_place(node)
-                if reason:
-                    return reason
-                callee = node.func
-                qualified = facts.qualified_name_of(callee)
-                if qualified in ("builtins.print", "warnings.warn") or is_known_pure(qualified):
-                    continue
-                if ast.unparse(callee).startswith(f"{RUNTIME_NAME}."):
-                    continue
-                if isinstance(callee, ast.Attribute) and (
-                    callee.attr in PURE_METHODS or callee.attr in SAFE_METHODS or callee.attr in FRESH_METHODS
-                ):
-                    continue
-                if (
-                    isinstance(callee, ast.Name)
-                    and callee.id in purity.functions
-                    and not facts.is_local(callee.id)
-                    and purity.function_impurity(purity.functions[callee.id]) is None
-                ):
-                    continue
-                return f"`{ast.unparse(callee)}` is not known to leave tensors unchanged"
         return None
 
     def _helper_returns_fresh(self, arm: _Arm, function: ast.FunctionDef) -> str | None:
