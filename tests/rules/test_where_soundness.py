@@ -848,3 +848,26 @@ def test_random_draw_after_the_branch_keeps_the_rewrite():
     make_args = lambda module: (torch.ones(3), torch.ones(3))  # noqa: E731
     original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
     assert breaks(mended.f, *make_args(None)) == 0
+
+
+def test_value_saved_for_backward_updated_after_the_branch_keeps_the_original():
+    """7 (seed 2209's shape): ``sigmoid`` saves its output for backward and ``relu_``
+    updates it after the branch. Apart (the original's break between them) AOTAutograd
+    compiles both graphs; in one graph its compile fails (BackendCompilerFailed). The
+    compiled form keeps the original branch when the graph so far records autograd."""
+    source = _source(
+        """
+        def f(x, y):
+            h = torch.sigmoid(x)
+            if y.sum() > 0:
+                z = y * 2
+            else:
+                z = y * 3
+            F.relu(h, inplace=True)
+            return z + 1, h * 1
+        """
+    )
+    make_args = lambda module: (torch.rand(3, requires_grad=True), torch.ones(3))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    with torch.no_grad():
+        assert breaks(mended.f, *make_args(None)) == 0

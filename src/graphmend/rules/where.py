@@ -56,10 +56,12 @@ reference, in-place updates, CFG reachability) are in where_aliasing.py.
 Checks made while tracing (added to the compiled form's condition): every outside
 value elementwise code combines is of the kind the operation accepts and all
 broadcast together (``operands_combine``), every attribute read exists, and the
-graph captured up to the branch draws no random numbers (``no_random_draw_traced``,
-made by ``operands_combine`` too): the original graph ends at the branch and returns
-a draw's value, while in one graph with the code after it AOTAutograd drops a draw
-whose value ends up unused (seed 2049), in this function or in a caller.
+graph captured up to the branch draws no random numbers and computes no value that
+requires grad (``graph_so_far_may_continue``, made by ``operands_combine`` too): the
+original graph ends at the branch, while in one graph with the code after it
+AOTAutograd drops a draw whose value ends up unused (seed 2049, in this function or
+a caller) and fails to compile when a tensor saved for backward is updated in place
+after the branch (seed 2209's shape).
 """
 
 from __future__ import annotations
@@ -828,7 +830,7 @@ def apply(context: FunctionContext) -> None:
         checks = rewrite_plan.trace_time_checks + rewrite_plan.operand_checks(condition_safety)
         if not any(_is_runtime_call(check, "operands_combine") for check in checks):
             # ``operands_combine`` makes this check too (see runtime/selection.py).
-            checks.append(statements(f"{RUNTIME_NAME}.selection.no_random_draw_traced()")[0].value)
+            checks.append(statements(f"{RUNTIME_NAME}.selection.graph_so_far_may_continue()")[0].value)
         also = None
         for check in checks:
             also = check if also is None else ast.BoolOp(op=ast.And(), values=[also, check])

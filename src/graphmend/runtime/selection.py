@@ -89,46 +89,60 @@ def _draws_random_numbers(node) -> bool:
     return True
 
 
-def _note_whether_draw_free(context) -> None:
-    """Run by TorchDynamo while it traces ``no_random_draw_traced`` (``comptime``): bind
-    that function's local ``draw_free`` to whether the graph captured so far draws no
-    random numbers. Anything unexpected leaves it False: the original branch is kept."""
+def _note_graph_so_far(context) -> None:
+    """Run by TorchDynamo while it traces ``graph_so_far_may_continue`` (``comptime``):
+    bind that function's local ``may_continue`` to whether the graph captured so far
+    neither draws random numbers nor computes a value autograd records. Anything
+    unexpected leaves it False: the original branch is kept."""
     try:
         tracer = context._ComptimeContext__tx
-        draw_free = not any(
-            node.op in ("call_function", "call_method", "call_module") and _draws_random_numbers(node)
-            for node in tracer.output.graph.nodes
+        computed = [
+            node for node in tracer.output.graph.nodes
+            if node.op in ("call_function", "call_method", "call_module")
+        ]
+        may_continue = not any(
+            _draws_random_numbers(node) or _records_autograd(node) for node in computed
         )
-        tracer.symbolic_locals["draw_free"] = torch._dynamo.variables.ConstantVariable.create(draw_free)
+        tracer.symbolic_locals["may_continue"] = torch._dynamo.variables.ConstantVariable.create(
+            may_continue
+        )
     except Exception:
         pass
 
 
-def no_random_draw_traced() -> bool:
+def _records_autograd(node) -> bool:
+    value = node.meta.get("example_value")
+    values = value if isinstance(value, (tuple, list)) else [value]
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+def graph_so_far_may_continue() -> bool:
     """While TorchDynamo traces: True when the graph captured up to here draws no
-    random numbers (False when not tracing).
+    random numbers and computes no value that requires grad (False when not tracing).
 
     The graph so far is the original's graph up to this branch, where the original
-    breaks: it returns every value bound there, a random draw's among them, while one
-    graph with the code after the branch lets AOTAutograd drop a draw whose value ends
-    up unused (the generator's stream would then not advance; long fuzz run seed
-    2049). The answer is a constant of the trace: no guard, no global written.
+    breaks. Joining it to the code after the branch changes what AOTAutograd does
+    with it: a random draw whose value ends up unused is dropped (the generator's
+    stream would not advance; long fuzz run seed 2049), and a tensor saved for
+    backward and updated in place after the branch fails the compile
+    (``BackendCompilerFailed``) where the original only fails if backward runs.
+    The answer is a constant of the trace: no guard, no global written.
     """
-    draw_free = False
-    comptime(_note_whether_draw_free)
-    return draw_free
+    may_continue = False
+    comptime(_note_graph_so_far)
+    return may_continue
 
 
 def operands_combine(*operands) -> bool:
     """True when elementwise code over these ``(value, kind)`` pairs cannot raise,
-    no autograd flows through it, and the graph captured so far draws no random
-    numbers (``no_random_draw_traced``).
+    no autograd flows through it, and the graph captured so far may continue past the
+    branch (``graph_so_far_may_continue``).
 
     Each value must be of its kind (see ``graphmend.rules.safety``), all tensors on
     one device, and their shapes must broadcast together: then so does every value
     computed from them by elementwise operations and full reductions.
     """
-    if not no_random_draw_traced():
+    if not graph_so_far_may_continue():
         return False
     shapes = []
     device = None
