@@ -871,3 +871,23 @@ def test_value_saved_for_backward_updated_after_the_branch_keeps_the_original():
     original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
     with torch.no_grad():
         assert breaks(mended.f, *make_args(None)) == 0
+
+
+@pytest.mark.parametrize(
+    "between, rewritten",
+    [
+        ("h = x.abs() * 2.0 + y\n    h.mul_(2.0)", True),   # h is new since the branch
+        ("y.mul_(2.0)", False),                              # y may be the selected object
+        ("h = y\n    h.mul_(2.0)", False),                   # h names an existing object
+    ],
+)
+def test_update_between_branch_and_read_of_an_existing_selected_object(between, rewritten):
+    """2: ``nothing_updated_in_place_while_selected_is_read`` looks past an update of an
+    object created after the branch (generated program seed 11 stays whole)."""
+    source = _source(
+        "def f(x, y):\n    if x.sum() > 0:\n        z = x\n    else:\n        z = y\n"
+        f"    {between}\n    return z * 1\n"
+    )
+    result = mend(source, rules=("where",))
+    assert result.changed == rewritten, finding_reasons(result, "Where")
+    assert_same_behaviour(source, lambda module: (-torch.ones(3), torch.ones(3)))

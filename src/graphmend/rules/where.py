@@ -584,7 +584,11 @@ class WhereRewrite:
             statement = cfg_node.statement
             if statement is None or id(statement) in inside or statement is self.statement:
                 continue
-            reason = self.references.may_update_in_place(statement)
+            reason = self.references.may_update_in_place(
+                statement,
+                since=self.node,
+                is_new=lambda value: self.value_is_fresh(_Arm([], "later"), value, helper_locals={}) is None,
+            )
             if reason:
                 return f"the selected `{name}` may hold an existing object, and {reason} (line {statement.lineno}) before it is read"
         return None

@@ -175,15 +175,58 @@ class References:
             and self.context.module.bindings.is_unbound_builtin("print")
         )
 
-    def may_update_in_place(self, statement: ast.AST) -> str | None:
+    def created_since(self, name: str, use, since, is_new) -> bool:
+        """Does ``name`` at CFG node ``use`` hold an object created after the last run of
+        CFG node ``since``? True when every definition reaching ``use`` binds a new
+        object (``is_new(value)``) and every path from ``since`` to ``use`` passes one
+        of them."""
+        definitions = self.context.facts.reaching.reaching(use, name)
+        if not definitions:
+            return False
+        for definition in definitions:
+            statement = definition.node.statement
+            if not (
+                isinstance(statement, ast.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+                and statement.targets[0].id == name
+                and is_new(statement.value)
+            ):
+                return False
+        blocked = {id(d.node) for d in definitions}
+        seen: set[int] = set()
+        frontier = list(since.successors)
+        while frontier:
+            node = frontier.pop()
+            if node is use:
+                return False
+            if id(node) in seen or id(node) in blocked:
+                continue
+            seen.add(id(node))
+            frontier.extend(node.successors)
+        return True
+
+    def may_update_in_place(self, statement: ast.AST, since=None, is_new=None) -> str | None:
         """Why running ``statement``'s own code (a compound statement's header) may update
-        a tensor in place; None when it cannot."""
+        a tensor in place; None when it cannot. With ``since`` (a CFG node) and ``is_new``,
+        an update through a name that holds an object created after ``since`` does not
+        count (``h = x * 2`` after the branch, then ``h.mul_(2)``)."""
         facts = self.context.facts
         parts = own_parts(statement)
         purity = self.context.module.purity
+        use = facts.node_for(statement)
+
+        def new_since(target: ast.expr) -> bool:
+            return (
+                since is not None and use is not None and isinstance(target, ast.Name)
+                and self.created_since(target.id, use, since, is_new)
+            )
+
         for part in parts:
             for node in ast.walk(part):
                 if isinstance(node, ast.AugAssign):
+                    if new_since(node.target):
+                        continue
                     return f"`{ast.unparse(node)}` may update a tensor in place"
                 if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
                     return f"`{ast.unparse(node)}` is written in place"
@@ -195,10 +238,18 @@ class References:
                     return f"`{ast.unparse(node)}` is written in place"
                 if not isinstance(node, ast.Call):
                     continue
+                callee = node.func
+                if (
+                    updates_in_place(node)
+                    and not writes_through_keyword(node)
+                    and isinstance(callee, ast.Attribute)
+                    and new_since(callee.value)
+                    and all(not isinstance(a, ast.Name) or new_since(a) for a in node.args)
+                ):
+                    continue  # ``h.mul_(2)``: ``h`` is new since the branch
                 reason = writes_through_keyword(node) or updates_in_place(node)
                 if reason:
                     return reason
-                callee = node.func
                 qualified = facts.qualified_name_of(callee)
                 if qualified in ("builtins.print", "warnings.warn") or is_known_pure(qualified):
                     continue
