@@ -110,6 +110,58 @@ MUST_NOT_REWRITE = {
             return kept
         """, "referred to elsewhere", lambda: (torch.ones(3), -torch.ones(3)),
     ),
+    "carried_value_is_the_only_reference_read_after": (
+        # long fuzz run seeds 2530 and 2553: ``y`` still names the object ``z`` updates
+        """
+        def f(x, y):
+            a = x * 1.0
+            b = y * 1.0
+            if x.sum() > 0:
+                z = a
+            else:
+                z = b
+            z.mul_(10)
+            return a + b
+        """, "still read after the branch", lambda: (torch.ones(3), torch.ones(3)),
+    ),
+    "carried_value_is_the_only_reference_passed_twice": (
+        """
+        def f(x, y):
+            a = x * 1.0
+            if x.sum() > 0:
+                z = a
+                w = a
+            else:
+                z = y * 2
+                w = y * 3
+            z.mul_(10)
+            return w
+        """, "on twice", lambda: (torch.ones(3), torch.ones(3)),
+    ),
+    "selected_names_hold_distinct_objects": (
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                z = x * 2
+                w = z
+            else:
+                z = y * 2
+                w = y * 3
+            z.mul_(10)
+            return w
+        """, "hold one object in an arm", lambda: (torch.ones(3), torch.ones(3)),
+    ),
+    "nothing_updated_in_place_while_selected_is_read": (
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                z = x
+            else:
+                z = y
+            x.mul_(2)
+            return z * 1
+        """, "updates a tensor in place (line", lambda: (torch.ones(3), torch.ones(3)),
+    ),
     # 3. the merged call must mean one callee
     "merged_call_means_one_callee_receiver": (
         """
@@ -630,3 +682,212 @@ def test_where_condition_must_be_bool():
     assert not result.changed
     assert any("bool tensor" in r for r in finding_reasons(result, "Where"))
     assert_same_behaviour(source, lambda module: (torch.ones(3), torch.tensor([1, 0, 1])))
+
+
+def test_carried_value_unread_after_may_be_replaced():
+    """2: ``z = b`` with ``b`` new, unaliased and not read after the branch: ``z`` is the
+    only name of that object, so a new tensor in its place is indistinguishable."""
+    source = _source(
+        """
+        def f(x, y):
+            a = x * 1.0
+            b = y * 1.0
+            if x.sum() > 0:
+                z = a
+            else:
+                z = b
+            z.mul_(10)
+            return z
+        """
+    )
+    make_args = lambda module: (-torch.ones(3), torch.ones(3))  # noqa: E731
+    assert_same_behaviour(source, make_args, expect_fixed=True)
+    original, mended, _ = original_and_mended(source)
+    assert breaks(mended.f, *make_args(None)) == 0
+
+
+def test_selected_existing_object_read_before_any_update_is_whole():
+    """2: the selected existing object may be updated once every read of the selection
+    is done (the update then cannot show through it)."""
+    source = _source(
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                z = x
+            else:
+                z = y
+            w = torch.relu(z) * 2
+            x.mul_(2)
+            return w
+        """
+    )
+    make_args = lambda module: (torch.ones(3), -torch.ones(3))  # noqa: E731
+    assert_same_behaviour(source, make_args, expect_fixed=True)
+
+
+RANDOM_DRAW_BEFORE_THE_BRANCH = {
+    # long fuzz run seed 2049: the dead draw would sit in one graph with the code after
+    # the branch, and AOTAutograd drops it (the original graph returned it at the break)
+    "dead_draw_in_the_function": """
+        def f(x, y):
+            h = x + torch.rand_like(y)
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h * 2
+        """,
+    "draw_only_the_untaken_arm_reads": """
+        def f(x, y):
+            n = torch.rand_like(y)
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x + n
+            return h * 2
+        """,
+    "draw_in_a_caller": """
+        def g(x, n):
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h * 2
+
+        def f(x, y):
+            return g(x, torch.rand_like(y))
+        """,
+    "draw_behind_a_module_call": """
+        class Noisy(torch.nn.Module):
+            def forward(self, v):
+                return v + torch.rand_like(v)
+
+        NOISY = Noisy()
+
+        def f(x, y):
+            h = NOISY(y)
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h * 2
+        """,
+    "draw_after_the_branch_in_a_loop": """
+        def f(x, y):
+            h = x * 1.0
+            for _ in range(2):
+                if (h > 0).all():
+                    h = h * 1.5
+                else:
+                    h = h * 3.0
+                n = h + torch.rand_like(y)
+            return h
+        """,
+    "arms_of_names_only": """
+        def f(x, y):
+            a = x * 1.0
+            b = y * 1.0
+            n = a + torch.rand_like(y)
+            if x.sum() > 0:
+                z = a
+                n = b
+            else:
+                z = b
+                n = a
+            return z * 2 + n
+        """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM_DRAW_BEFORE_THE_BRANCH))
+def test_random_draw_traced_before_the_branch_keeps_the_original(name):
+    """6: the rewrite is made, and checked while tracing: when the graph captured up to
+    the branch draws random numbers, the compiled form keeps the original branch (and
+    its break), so the generator advances as in the original."""
+    source = _source(RANDOM_DRAW_BEFORE_THE_BRANCH[name])
+    make_args = lambda module: (torch.ones(3), torch.ones(3))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    assert breaks(mended.f, *make_args(None)) >= 1
+
+
+def test_random_draw_in_an_earlier_graph_is_whole():
+    """6: a draw before an earlier break is in another graph: the rewrite after that
+    break stays whole (here the earlier break is the first branch, kept because the
+    draw is in its graph)."""
+    source = _source(
+        """
+        def f(x, y):
+            n = torch.rand_like(y)
+            if n.sum() > 100:
+                n = n * 2
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h * 2 + n
+        """
+    )
+    make_args = lambda module: (torch.ones(3), torch.ones(3))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    assert breaks(original.f, *make_args(None)) == 2
+    assert breaks(mended.f, *make_args(None)) == 1
+
+
+def test_random_draw_after_the_branch_keeps_the_rewrite():
+    """6: a draw after the branch (not in a loop) is in the same graph either way."""
+    source = _source(
+        """
+        def f(x, y):
+            if (x > 0).all():
+                h = x * 1.5
+            else:
+                h = x * 3.0
+            return h + torch.rand_like(y)
+        """
+    )
+    make_args = lambda module: (torch.ones(3), torch.ones(3))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    assert breaks(mended.f, *make_args(None)) == 0
+
+
+def test_value_saved_for_backward_updated_after_the_branch_keeps_the_original():
+    """7 (seed 2209's shape): ``sigmoid`` saves its output for backward and ``relu_``
+    updates it after the branch. Apart (the original's break between them) AOTAutograd
+    compiles both graphs; in one graph its compile fails (BackendCompilerFailed). The
+    compiled form keeps the original branch when the graph so far records autograd."""
+    source = _source(
+        """
+        def f(x, y):
+            h = torch.sigmoid(x)
+            if y.sum() > 0:
+                z = y * 2
+            else:
+                z = y * 3
+            F.relu(h, inplace=True)
+            return z + 1, h * 1
+        """
+    )
+    make_args = lambda module: (torch.rand(3, requires_grad=True), torch.ones(3))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    with torch.no_grad():
+        assert breaks(mended.f, *make_args(None)) == 0
+
+
+@pytest.mark.parametrize(
+    "between, rewritten",
+    [
+        ("h = x.abs() * 2.0 + y\n    h.mul_(2.0)", True),   # h is new since the branch
+        ("y.mul_(2.0)", False),                              # y may be the selected object
+        ("h = y\n    h.mul_(2.0)", False),                   # h names an existing object
+    ],
+)
+def test_update_between_branch_and_read_of_an_existing_selected_object(between, rewritten):
+    """2: ``nothing_updated_in_place_while_selected_is_read`` looks past an update of an
+    object created after the branch (generated program seed 11 stays whole)."""
+    source = _source(
+        "def f(x, y):\n    if x.sum() > 0:\n        z = x\n    else:\n        z = y\n"
+        f"    {between}\n    return z * 1\n"
+    )
+    result = mend(source, rules=("where",))
+    assert result.changed == rewritten, finding_reasons(result, "Where")
+    assert_same_behaviour(source, lambda module: (-torch.ones(3), torch.ones(3)))

@@ -41,11 +41,27 @@ reason it fails (``graphmend check`` prints the reason):
   by the arm (arithmetic, a pointwise function), never an existing object such as
   a parameter or attribute: ``torch.where`` returns a new tensor, so ``z is x`` and
   an in-place update through ``z`` would change meaning.
+  An earlier value carried into another name (``z = y``) must also satisfy
+  ``carried_value_is_the_only_reference``: ``y`` is not read after the branch and the
+  arm passes it on once. A value that is not fresh is still allowed when the selected
+  name is only consumed (``selected_name_is_only_consumed``) and
+  ``nothing_updated_in_place_while_selected_is_read``.
+- ``selected_names_hold_distinct_objects``: an arm does not make two selected names
+  one object (``w = z``): the selection would make two.
 - ``merged_call_means_one_callee``: for the call shape, the callee and keywords
   read no name the arms bind, so they mean the same object on both paths.
+The facts the freshness predicates read (reads of a name and whether they keep a
+reference, in-place updates, CFG reachability) are in where_aliasing.py.
+
 Checks made while tracing (added to the compiled form's condition): every outside
 value elementwise code combines is of the kind the operation accepts and all
-broadcast together (``operands_combine``), and every attribute read exists.
+broadcast together (``operands_combine``), every attribute read exists, and the
+graph captured up to the branch draws no random numbers and computes no value that
+requires grad (``graph_so_far_may_continue``, made by ``operands_combine`` too): the
+original graph ends at the branch, while in one graph with the code after it
+AOTAutograd drops a draw whose value ends up unused (seed 2049, in this function or
+a caller) and fails to compile when a tensor saved for backward is updated in place
+after the branch (seed 2209's shape).
 """
 
 from __future__ import annotations
@@ -60,7 +76,6 @@ from graphmend.rules.base import (
     enclosing_statements,
     first_failure,
     rewrite_statements,
-    statement_lists,
 )
 from graphmend.rules.conditions import (
     conjunction,
@@ -69,14 +84,9 @@ from graphmend.rules.conditions import (
     why_not_tensorizable,
 )
 from graphmend.rules.safety import POINTWISE_TORCH, ExpressionSafety
+from graphmend.rules.where_aliasing import FRESH_METHODS, References, reachable_from, reaches_avoiding
 
 RULE = "Where"
-# Tensor methods that always return a new tensor (``float``, ``contiguous``, ``to``
-# and ``detach`` may return their receiver or a view of it).
-FRESH_METHODS = frozenset(
-    {"exp", "sigmoid", "tanh", "sin", "cos", "square", "sign", "any", "all", "sum",
-     "isinf", "isnan", "isfinite", "abs", "relu", "neg", "clone", "mean"}
-)
 # Builtins that read or write a frame's locals by name: renamed per-arm locals
 # would show through them.
 DYNAMIC_LOCALS = frozenset({"locals", "vars", "eval", "exec", "dir", "globals"})
@@ -95,6 +105,10 @@ class _Arm:
         self.renamed: dict[str, str] = {}
         # Why the value a name is bound to in this arm may be an existing object.
         self.not_fresh: dict[str, str | None] = {}
+        # Earlier values (by name) this arm passes on as the value of another name.
+        self.carried: dict[str, str | None] = {}
+        # Which object each name the arm binds holds: ``w = z`` gives ``w`` ``z``'s.
+        self.object_of: dict[str, int] = {}
         self.setup: list[ast.stmt] = []
         self.result: ast.expr | None = None
         self.unrenamed_result: ast.expr | None = None
@@ -172,6 +186,26 @@ def bound_on_both_paths(context: FunctionContext, node, name: str, arms) -> str 
     return None
 
 
+def selected_names_hold_distinct_objects(arms, held: list[list[str]]) -> str | None:
+    """``z = x * 2; w = z`` in an arm makes ``z`` and ``w`` one object; ``select`` would
+    give each its own new tensor, so ``z.mul_(10)`` would no longer show through ``w``.
+    ``held[i]``: the names whose values arm ``i`` hands to a selection (the names read
+    after the branch, and a shared call's arguments)."""
+    for arm, names in zip(arms, held):
+        holders: dict[int, str] = {}
+        for name in names:
+            token = arm.object_of.get(name)
+            if token is None:
+                continue
+            if token in holders:
+                return (
+                    f"`{holders[token]}` and `{name}` hold one object in an arm; "
+                    "the selection would make two"
+                )
+            holders[token] = name
+    return None
+
+
 def merged_call_means_one_callee(first: ast.Call, second: ast.Call, arm_bound: set[str]) -> str | None:
     """The merged call is evaluated once, through one callee: the arms must agree on it.
 
@@ -195,22 +229,6 @@ def merged_call_means_one_callee(first: ast.Call, second: ast.Call, arm_bound: s
     return None
 
 
-def _reaches_avoiding(start, target, blocked) -> bool:
-    """Is there a CFG path from ``start`` to ``target`` that does not pass ``blocked``?"""
-    seen = {id(start)}
-    frontier = [start]
-    while frontier:
-        node = frontier.pop()
-        for successor in node.successors:
-            if successor is target:
-                return True
-            if successor is blocked or id(successor) in seen:
-                continue
-            seen.add(id(successor))
-            frontier.append(successor)
-    return False
-
-
 def _in_loop(context: FunctionContext, statement: ast.stmt) -> bool:
     return any(
         isinstance(outer, (ast.For, ast.While, ast.AsyncFor))
@@ -232,6 +250,7 @@ class WhereRewrite:
         self.safety = ExpressionSafety(context, self.node)
         self.expression_is_safe = self.safety.expression_is_safe
         self.call_is_safe = self.safety.call_is_safe
+        self.references = References(context)
 
     # licensed writes ------------------------------------------------------------------
 
@@ -357,7 +376,8 @@ class WhereRewrite:
             for target in statement.targets:
                 if isinstance(target, ast.Name):
                     self.safety.define(target.id, statement.value)
-                    arm.not_fresh[target.id] = self.value_is_fresh(arm, statement.value)
+                    arm.not_fresh[target.id] = self.value_is_fresh(arm, statement.value, carried_into=target.id)
+                    arm.object_of[target.id] = self._object_bound(arm, statement.value)
                     targets.append(ast.Name(id=arm.bind(target.id), ctx=ast.Store()))
                 else:
                     if not isinstance(statement.value, (ast.Tuple, ast.List)) or len(
@@ -366,7 +386,8 @@ class WhereRewrite:
                         raise Decline(f"line {line}: unpacking may raise")
                     for element, element_value in zip(target.elts, statement.value.elts):
                         self.safety.define(element.id, element_value)
-                        arm.not_fresh[element.id] = self.value_is_fresh(arm, element_value)
+                        arm.not_fresh[element.id] = self.value_is_fresh(arm, element_value, carried_into=element.id)
+                        arm.object_of[element.id] = self._object_bound(arm, element_value)
                     targets.append(
                         ast.Tuple(
                             elts=[ast.Name(id=arm.bind(e.id), ctx=ast.Store()) for e in target.elts],
@@ -389,11 +410,21 @@ class WhereRewrite:
             raise Decline(f"line {line}: the write to `{ast.unparse(statement).split('=')[0].strip()}` escapes the branch")
         raise Decline(f"line {line}: a `{type(statement).__name__}` statement cannot run on both paths")
 
+    def _object_bound(self, arm: _Arm, value: ast.expr) -> int:
+        if isinstance(value, ast.Name) and value.id in arm.object_of:
+            return arm.object_of[value.id]
+        self._objects = getattr(self, "_objects", 0) + 1
+        return self._objects
+
     # freshness ------------------------------------------------------------------------
 
-    def value_is_fresh(self, arm: _Arm, expression: ast.expr, helper_locals=None) -> str | None:
+    def value_is_fresh(
+        self, arm: _Arm, expression: ast.expr, helper_locals=None, carried_into: str | None = None
+    ) -> str | None:
         """None when ``expression`` (in the arm's terms, before renaming) is a new object
-        or not a tensor; else why it may be an existing object."""
+        or not a tensor; else why it may be an existing object. ``carried_into`` names the
+        variable that will hold the value after the branch (None: a returned value or a
+        shared call's argument)."""
         facts = self.context.facts
         if isinstance(expression, ast.Constant):
             return None
@@ -410,7 +441,7 @@ class WhereRewrite:
                 return f"`{expression.id}` is a helper's parameter"
             if expression.id in arm.not_fresh:
                 return arm.not_fresh[expression.id]
-            return self.earlier_value_is_unaliased(expression.id)
+            return self.earlier_value_is_unaliased(arm, expression.id, carried_into)
         if isinstance(expression, ast.Call):
             callee = expression.func
             qualified = facts.qualified_name_of(callee) if helper_locals is None else None
@@ -428,97 +459,7 @@ class WhereRewrite:
                 return self._helper_returns_fresh(arm, function)
         return f"`{ast.unparse(expression)}` may be an existing object"
 
-    def _reads_of(self, name: str) -> list[tuple[ast.Name, object, ast.AST | None]]:
-        """Every read of ``name`` in the function: (the Name, its CFG node or None, its parent)."""
-        facts = self.context.facts
-        parents: dict[int, ast.AST] = {}
-        for node in ast.walk(facts.function):
-            for child in ast.iter_child_nodes(node):
-                parents[id(child)] = node
-        self._parents = parents
-        reads = []
-
-        def collect(part: ast.AST, cfg_node) -> None:
-            for node in ast.walk(part):
-                if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-                    nested = any(
-                        isinstance(n, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp))
-                        for n in ast.walk(part)
-                    )
-                    reads.append((node, None if nested else cfg_node, parents.get(id(node))))
-
-        def visit(statement: ast.stmt) -> None:
-            cfg_node = facts.node_for(statement)
-            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                collect(statement, None)  # a closure keeps a reference
-                return
-            if isinstance(statement, (ast.If, ast.While)):
-                own = [statement.test]
-            elif isinstance(statement, (ast.For, ast.AsyncFor)):
-                own = [statement.iter]
-            elif isinstance(statement, (ast.With, ast.AsyncWith)):
-                own = [item.context_expr for item in statement.items]
-            elif isinstance(statement, ast.Match):
-                own = [statement.subject]
-            elif isinstance(statement, ast.Try) or type(statement).__name__ == "TryStar":
-                own = [h.type for h in statement.handlers if h.type is not None]
-            else:
-                own = [statement]
-            for part in own:
-                collect(part, cfg_node)
-            if own != [statement]:
-                for inner in statement_lists(statement):
-                    for child in inner:
-                        visit(child)
-
-        for statement in facts.function.body:
-            visit(statement)
-        return reads
-
-    def _keeps_no_reference(self, read: ast.Name, parent: ast.AST | None, may_update: bool = False) -> bool:
-        """A read whose value is consumed where it stands: nothing keeps it (nor, unless
-        ``may_update``, updates it in place)."""
-        facts = self.context.facts
-        if isinstance(parent, (ast.Tuple, ast.List)):
-            # ``operands_combine((x, "number"), ...)``: a check made while tracing;
-            # ``print([h, x])``: the builtin print writes the list's text and drops it.
-            outer = self._parents.get(id(parent))
-            if isinstance(outer, ast.Call) and ast.unparse(outer.func) == f"{RUNTIME_NAME}.operands_combine":
-                return True
-            return isinstance(outer, ast.Call) and parent in outer.args and self._is_builtin_print(outer)
-        if isinstance(parent, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops):
-            return False  # ``z is x`` observes identity
-        if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare)):
-            return True
-        if isinstance(parent, ast.Attribute) and parent.attr in ("shape", "dtype", "device", "ndim"):
-            return True
-        if may_update and isinstance(parent, ast.Attribute) and parent.attr.endswith("_") and not parent.attr.endswith("__"):
-            # ``h.neg_()`` as a statement: updates the object, keeps no reference to it.
-            call = self._parents.get(id(parent))
-            statement = self._parents.get(id(call)) if call is not None else None
-            return isinstance(call, ast.Call) and call.func is parent and isinstance(statement, ast.Expr)
-        if isinstance(parent, ast.Attribute) and parent.attr in FRESH_METHODS:
-            return True  # ``h.sum()``: a method returning a new tensor (non-call reads are not in the set)
-        if isinstance(parent, ast.Call) and read in parent.args:
-            qualified = facts.qualified_name_of(parent.func)
-            if qualified in POINTWISE_TORCH:
-                return True
-            # Where's own selection: its value is bound to a name checked the same way.
-            if ast.unparse(parent.func) == f"{RUNTIME_NAME}.select":
-                return True
-            # The builtin ``print`` writes the text of its arguments and keeps nothing.
-            if self._is_builtin_print(parent):
-                return True
-        return False
-
-    def _is_builtin_print(self, call: ast.Call) -> bool:
-        facts = self.context.facts
-        return facts.qualified_name_of(call.func) == "builtins.print" or (
-            isinstance(call.func, ast.Name) and call.func.id == "print" and not facts.is_local("print")
-            and self.context.module.bindings.is_unbound_builtin("print")
-        )
-
-    def earlier_value_is_unaliased(self, name: str) -> str | None:
+    def earlier_value_is_unaliased(self, arm: _Arm, name: str, carried_into: str | None) -> str | None:
         """The value ``name`` has at the branch is a new object nothing else refers to.
 
         That holds when every definition reaching the branch is ``name = <new value>``
@@ -526,6 +467,10 @@ class WhereRewrite:
         it (an operand, a pointwise call's argument, the receiver of a method that
         returns a new tensor, ``.shape``). Then the object is unreachable once
         ``select`` rebinds ``name``, and a new tensor in its place is indistinguishable.
+
+        When the value is carried into another name (``z = y`` in an arm, a returned
+        ``y``, a shared call's argument), ``y`` itself is not rebound: ``carried_value_is_the_only_reference``
+        must hold as well.
         """
         existing = f"`{name}` holds an object that existed before the branch and may be referred to elsewhere"
         facts = self.context.facts
@@ -542,19 +487,51 @@ class WhereRewrite:
                 and self.value_is_fresh(_Arm([], "earlier"), statement.value, helper_locals={}) is None
             ):
                 return existing
-        arms = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
-        for read, cfg_node, parent in self._reads_of(name):
-            if id(read) in arms or self._keeps_no_reference(read, parent, may_update=True):
+        arms = {id(n) for arm_ in (self.true_arm.original, self.false_arm.original) for s in arm_ for n in ast.walk(s)}
+        for read, cfg_node, parent in self.references.reads_of(name):
+            if id(read) in arms or self.references.keeps_no_reference(read, parent, may_update=True):
                 continue
             if cfg_node is None:
                 return existing
             # A read the old value reaches only through the branch sees the selected value.
             if any(
-                d is e and _reaches_avoiding(e.node, cfg_node, self.node)
+                d is e and reaches_avoiding(e.node, cfg_node, self.node)
                 for d in facts.reaching.reaching(cfg_node, name)
                 for e in definitions
             ):
                 return existing
+        if carried_into != name:
+            return self.carried_value_is_the_only_reference(arm, name, carried_into, definitions)
+        return None
+
+    def carried_value_is_the_only_reference(
+        self, arm: _Arm, name: str, carried_into: str | None, definitions
+    ) -> str | None:
+        """``z = y`` in an arm (or ``return y``, or ``y`` as a shared call's argument) with
+        ``y``'s earlier value new and unaliased: ``select`` gives ``z`` a new tensor while
+        ``y`` keeps the old object. That cannot be observed only when ``y``'s old value is
+        read nowhere after the branch (``z.mul_(10)`` would update it in the original; seed
+        2530) and the arm passes it on once (``z = y; w = y`` makes ``z`` and ``w`` one
+        object in the original).
+        """
+        if name in arm.carried and (carried_into is None or arm.carried[name] != carried_into):
+            return f"the arm passes `{name}`'s earlier value on twice; each copy would be a new tensor"
+        facts = self.context.facts
+        inside = {id(n) for arm_ in (self.true_arm.original, self.false_arm.original) for s in arm_ for n in ast.walk(s)}
+        after = reachable_from(self.node)
+        for read, cfg_node, _parent in self.references.reads_of(name):
+            if id(read) in inside:
+                continue
+            if cfg_node is None:
+                return f"`{name}` is read where the analysis cannot place it, and shares the selected object"
+            if id(cfg_node) in after and any(
+                d is e for d in facts.reaching.reaching(cfg_node, name) for e in definitions
+            ):
+                return (
+                    f"`{name}` is still read after the branch (line {read.lineno}) and would no longer share "
+                    f"its object with the selected value"
+                )
+        arm.carried[name] = carried_into
         return None
 
     def selected_name_is_only_consumed(self, name: str) -> str | None:
@@ -563,8 +540,8 @@ class WhereRewrite:
         facts = self.context.facts
         inside = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
         escapes = f"the selected `{name}` may be kept, returned or updated in place after the branch"
-        for read, cfg_node, parent in self._reads_of(name):
-            if self._keeps_no_reference(read, parent):
+        for read, cfg_node, parent in self.references.reads_of(name):
+            if self.references.keeps_no_reference(read, parent):
                 continue
             if cfg_node is None:
                 return escapes
@@ -579,6 +556,43 @@ class WhereRewrite:
                     return escapes  # ``h += 1`` updates the selected tensor in place
         return None
 
+    def nothing_updated_in_place_while_selected_is_read(self, name: str) -> str | None:
+        """The selected ``name`` holds an arm's existing object in the original and a new
+        tensor after ``select``: both read alike only while that object keeps its value.
+        No statement between the branch and a read of the selected value may update a
+        tensor in place (``x.mul_(2)`` after ``z = x`` shows through ``z``)."""
+        facts = self.context.facts
+        inside = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
+        reads = [
+            cfg_node
+            for _read, cfg_node, _parent in self.references.reads_of(name)
+            if cfg_node is not None
+            and any(id(d.node.statement) in inside for d in facts.reaching.reaching(cfg_node, name))
+        ]
+        before_a_read: set[int] = set()
+        frontier = list(reads)
+        while frontier:
+            node = frontier.pop()
+            if id(node) in before_a_read:
+                continue
+            before_a_read.add(id(node))
+            frontier.extend(node.predecessors)
+        after = reachable_from(self.node)
+        for cfg_node in facts.graph.nodes:
+            if id(cfg_node) not in after or id(cfg_node) not in before_a_read:
+                continue
+            statement = cfg_node.statement
+            if statement is None or id(statement) in inside or statement is self.statement:
+                continue
+            reason = self.references.may_update_in_place(
+                statement,
+                since=self.node,
+                is_new=lambda value: self.value_is_fresh(_Arm([], "later"), value, helper_locals={}) is None,
+            )
+            if reason:
+                return f"the selected `{name}` may hold an existing object, and {reason} (line {statement.lineno}) before it is read"
+        return None
+
     def _helper_returns_fresh(self, arm: _Arm, function: ast.FunctionDef) -> str | None:
         # The helper passed ExpressionSafety: a docstring, local bindings, one return.
         locals_: dict[str, str | None] = {}
@@ -590,9 +604,9 @@ class WhereRewrite:
                 return f"`{function.name}` may return an existing object: {reason}" if reason else None
         return f"`{function.name}` may return an existing object"
 
-    def selected_value_is_fresh(self, arm: _Arm, expression: ast.expr) -> str | None:
+    def selected_value_is_fresh(self, arm: _Arm, expression: ast.expr, carried_into: str | None = None) -> str | None:
         """``torch.where`` returns a new tensor: the value selected must be new too."""
-        reason = self.value_is_fresh(arm, expression)
+        reason = self.value_is_fresh(arm, expression, carried_into=carried_into)
         if reason:
             return f"{reason}; `torch.where` would return a new tensor in its place"
         return None
@@ -680,6 +694,14 @@ class WhereRewrite:
             )
             return planned
         used_after = self.names_used_after()
+        selected = [name for name in sorted(arm_bound) if name in used_after]
+        held = [list(selected), list(selected)]
+        if shape == "call":
+            for index, arm in enumerate(arms):
+                held[index] += [a.id for a in arm.call.args if isinstance(a, ast.Name) and a.id in arm.renamed]
+        reason = selected_names_hold_distinct_objects(arms, held)
+        if reason:
+            raise Decline(reason)
         for name in sorted(arm_bound):
             if name not in used_after:
                 continue
@@ -687,12 +709,15 @@ class WhereRewrite:
             if reason is None:
                 reason = first_failure(
                     *[
-                        lambda arm=arm: self.selected_value_is_fresh(arm, ast.Name(id=name, ctx=ast.Load()))
+                        lambda arm=arm: self.selected_value_is_fresh(
+                            arm, ast.Name(id=name, ctx=ast.Load()), carried_into=name
+                        )
                         for arm in arms
                     ],
                 )
                 if reason and self.selected_name_is_only_consumed(name) is None:
-                    reason = None
+                    # Exact when the arm's object keeps its value while the selected name is read.
+                    reason = self.nothing_updated_in_place_while_selected_is_read(name)
             if reason:
                 raise Decline(reason)
             planned += statements(
@@ -758,6 +783,10 @@ class WhereRewrite:
         return checks
 
 
+def _is_runtime_call(expression: ast.expr, name: str) -> bool:
+    return isinstance(expression, ast.Call) and ast.unparse(expression.func) == f"{RUNTIME_NAME}.{name}"
+
+
 def false_arm_of(statement: ast.If, enclosing: list[ast.stmt]):
     """The else-arm; for ``if c: ...; return a`` followed by ``return b``, that return."""
     if statement.orelse:
@@ -802,8 +831,12 @@ def apply(context: FunctionContext) -> None:
             planned = statements("if PREFIX:\n    BODY", PREFIX=conjunction(static_prefix), BODY=planned)
         place(planned, statement)
         original = [statement] + ([consumed_next] if consumed_next is not None else [])
+        checks = rewrite_plan.trace_time_checks + rewrite_plan.operand_checks(condition_safety)
+        if not any(_is_runtime_call(check, "operands_combine") for check in checks):
+            # ``operands_combine`` makes this check too (see runtime/selection.py).
+            checks.append(statements(f"{RUNTIME_NAME}.selection.graph_so_far_may_continue()")[0].value)
         also = None
-        for check in rewrite_plan.trace_time_checks + rewrite_plan.operand_checks(condition_safety):
+        for check in checks:
             also = check if also is None else ast.BoolOp(op=ast.And(), values=[also, check])
         guard = compiled_or_original(planned, original, f"{RULE}: original branch", also=also)
         if consumed_next is not None:

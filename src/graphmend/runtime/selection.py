@@ -1,13 +1,15 @@
 """What Where's rewritten code calls: the selection and the checks made while tracing.
 
 Every function here is traced by TorchDynamo and decides only from facts it knows
-statically (types, shapes, dtypes, devices, grad mode, ``requires_grad``), so
-calling one costs no graph break.
+statically (types, shapes, dtypes, devices, grad mode, ``requires_grad``, and the
+graph captured so far), so calling one costs no graph break.
 """
 
 from __future__ import annotations
 
 import torch
+import torch._dynamo
+from torch._dynamo.comptime import comptime
 
 
 def select(predicate, value_if_true, value_if_false):
@@ -67,14 +69,81 @@ def _has_kind(value, kind: str) -> bool:
     return True
 
 
+# Parts of the names of torch functions and tensor methods that draw random numbers
+# (``rand_like``, ``dropout``, ``bernoulli_``, ``normal_``, ``multinomial`` ...).
+_RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "poisson", "uniform",
+                 "exponential", "geometric", "cauchy", "gumbel", "rrelu", "sample", "seed",
+                 "random", "shuffle", "choice")
+
+
+def _draws_random_numbers(node) -> bool:
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+    name = name.lower()
+    if not any(word in name for word in _RANDOM_WORDS):
+        return False
+    if "dropout" in name:
+        # ``F.dropout(x, p, training=False)`` draws nothing (a model in eval mode).
+        training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
+        return training is not False
+    return True
+
+
+def _note_graph_so_far(context) -> None:
+    """Run by TorchDynamo while it traces ``graph_so_far_may_continue`` (``comptime``):
+    bind that function's local ``may_continue`` to whether the graph captured so far
+    neither draws random numbers nor computes a value autograd records. Anything
+    unexpected leaves it False: the original branch is kept."""
+    try:
+        tracer = context._ComptimeContext__tx
+        computed = [
+            node for node in tracer.output.graph.nodes
+            if node.op in ("call_function", "call_method", "call_module")
+        ]
+        may_continue = not any(
+            _draws_random_numbers(node) or _records_autograd(node) for node in computed
+        )
+        tracer.symbolic_locals["may_continue"] = torch._dynamo.variables.ConstantVariable.create(
+            may_continue
+        )
+    except Exception:
+        pass
+
+
+def _records_autograd(node) -> bool:
+    value = node.meta.get("example_value")
+    values = value if isinstance(value, (tuple, list)) else [value]
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+def graph_so_far_may_continue() -> bool:
+    """While TorchDynamo traces: True when the graph captured up to here draws no
+    random numbers and computes no value that requires grad (False when not tracing).
+
+    The graph so far is the original's graph up to this branch, where the original
+    breaks. Joining it to the code after the branch changes what AOTAutograd does
+    with it: a random draw whose value ends up unused is dropped (the generator's
+    stream would not advance; long fuzz run seed 2049), and a tensor saved for
+    backward and updated in place after the branch fails the compile
+    (``BackendCompilerFailed``) where the original only fails if backward runs.
+    The answer is a constant of the trace: no guard, no global written.
+    """
+    may_continue = False
+    comptime(_note_graph_so_far)
+    return may_continue
+
+
 def operands_combine(*operands) -> bool:
     """True when elementwise code over these ``(value, kind)`` pairs cannot raise,
-    and no autograd flows through it.
+    no autograd flows through it, and the graph captured so far may continue past the
+    branch (``graph_so_far_may_continue``).
 
     Each value must be of its kind (see ``graphmend.rules.safety``), all tensors on
     one device, and their shapes must broadcast together: then so does every value
     computed from them by elementwise operations and full reductions.
     """
+    if not graph_so_far_may_continue():
+        return False
     shapes = []
     device = None
     grad_enabled = torch.is_grad_enabled()
