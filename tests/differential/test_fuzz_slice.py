@@ -45,13 +45,8 @@ PROGRAMS_DIGEST = "47ca7a1ae49b6184fb7f0ab042f6c547"
 KNOWN_DIFFERENCES: dict[int, str] = {
     # Seeds 0, 1, 6, 7, 8, 9 and 10 differed before the Where and Trap soundness work and
     # pass since (aliasing, untaken arms that raise, gradients, restored exceptions).
-    4: "exposed TorchDynamo trace-time error (rules Defer, Where; not Trap): `print('checkpoint')` "
-       "then `z1.add_(1.0)` on a leaf that requires grad. Both compiled programs raise TorchDynamo's "
-       "TorchRuntimeError (the eager original a RuntimeError), but the original compiled prints first "
-       "(an eager print at a graph break, then the next graph fails while tracing) and the mended one, "
-       "whose print is in the graph, fails while tracing the whole frame before printing anything. "
-       "Open: a frame that fails while tracing runs none of its code, so only keeping the break, or "
-       "tracing the frame again without the rewrite, keeps the output (docs/fuzzing-2026-11-30.md)",
+    # Seed 4 (output lost before an op that fails while tracing the whole frame) passes
+    # since Defer's in-graph output joins Trap's trace restart.
 }
 
 

@@ -546,3 +546,59 @@ def test_output_into_a_stream_under_dynamo_disable_stays_in_the_graph():
         torch.compile(mended.f, backend=counter, dynamic=False)(torch.ones(2))
     assert counter.graphs == 1
     assert "".join(stream.pieces) == "in the graph torch.Size([2])\n"
+
+
+# 6. An op that fails while TorchDynamo traces it, after output put in the graph.
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # The original broke the graph at the print: the print ran, then tracing the
+        # rest failed (TorchRuntimeError after the text).
+        """
+        def f(x):
+            print("before the failing op")
+            x.add_(1)
+            return x
+        """,
+        # A break in a loop: TorchDynamo ran the original frame eagerly, so the op
+        # raised the user's RuntimeError.
+        """
+        def f(x):
+            for step in range(2):
+                print("step", step)
+            x.add_(1)
+            return x
+        """,
+        # The same through a logger call in a helper.
+        """
+        def report(x):
+            logger.warning("reporting %d values", x.numel())
+
+        def f(x):
+            report(x)
+            x.add_(1)
+            return x
+        """,
+    ],
+    ids=["print_then_leaf_write", "print_in_a_loop_then_leaf_write", "helper_log_then_leaf_write"],
+)
+def test_no_later_op_failed_while_tracing__output_before_an_op_that_fails_tracing(body):
+    assert_same_behaviour(body, "f", lambda: (torch.ones(3, requires_grad=True),))
+
+
+def test_output_stays_in_the_graph_when_nothing_after_it_fails_tracing():
+    from graphmend.counting import CountingBackend
+
+    _, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            print("before", x.shape)
+            return x * 2
+        """
+    ))
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.compile(mended.f, backend=counter, dynamic=False)(torch.ones(3, requires_grad=True))
+    assert counter.graphs == 1

@@ -278,7 +278,7 @@ def _raise_at_site(exception: BaseException, site: TrapSite, context) -> None:
 # Legality while tracing. Each condition returns None when it holds, or the reason.
 
 
-def _current_translator():
+def current_translator():
     """TorchDynamo's innermost instruction translator, or None when not tracing."""
     try:
         from torch._dynamo.symbolic_convert import tls
@@ -446,6 +446,12 @@ def _lowered_in_trace(translator) -> set:
     return sites
 
 
+def note_lowered_in_trace(translator, site: tuple[str, int]) -> None:
+    """Record that a break at ``site`` (a guard, or output another rule put in the
+    graph) is gone from the trace ``translator`` belongs to."""
+    _lowered_in_trace(translator).add(site)
+
+
 def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
     """An op TorchDynamo cannot run on fake tensors (an in-place write to a leaf that
     requires grad, a shape mismatch) fails the whole traced region while tracing, before
@@ -455,7 +461,7 @@ def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
     failed so is kept as the original ``if`` when TorchDynamo traces the frame again
     (``_restart_trace_without_lowered_guards``)."""
     if site in _failed_tracing_after:
-        return "an op after the guard fails while TorchDynamo traces it; the original `if` keeps that apart"
+        return "an op after it fails while TorchDynamo traces it; the original break keeps that apart"
     return None
 
 
@@ -465,7 +471,7 @@ def _restart_trace_without_lowered_guards(wrap_failure):
     kept as the original ``if`` (a frame whose conversion fails has not run)."""
 
     def wrapped(graph_break):
-        translator = _current_translator()
+        translator = current_translator()
         lowered = getattr(translator.output, _LOWERED_ATTRIBUTE, None) if translator is not None else None
         if lowered:
             _failed_tracing_after.update(lowered)
@@ -505,7 +511,7 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
     traced, and on the eager callers checked by ``no_handler_in_eager_callers``).
     Not tracing, the answer is False: the original ``if`` runs.
     """
-    translator = _current_translator()
+    translator = current_translator()
     if translator is None:
         return False
     site = (translator.f_code.co_filename, line)
@@ -528,6 +534,6 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
 @torch.compiler.assume_constant_result
 def trap_site(exception_class, line: int, function_name: str) -> int:
     """The number of the trap site for the guard being traced (a constant)."""
-    translator = _current_translator()
+    translator = current_translator()
     filename = translator.f_code.co_filename if translator is not None else "<unknown>"
     return _register_site(TrapSite(exception_class, filename, line, function_name))
