@@ -891,3 +891,63 @@ def test_update_between_branch_and_read_of_an_existing_selected_object(between, 
     result = mend(source, rules=("where",))
     assert result.changed == rewritten, finding_reasons(result, "Where")
     assert_same_behaviour(source, lambda module: (-torch.ones(3), torch.ones(3)))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # A branch in a loop: TorchDynamo ran the original frame eagerly (it does not
+        # resume after a break in a loop), so the failing op raised the user's error.
+        """
+        def f(x, y):
+            z = y
+            for step in range(2):
+                if y.sum() > 0:
+                    z = z * 2
+                else:
+                    z = z * 3
+            x.add_(1)
+            return z
+        """,
+        # A branch in a helper called from a loop.
+        """
+        def scale(y):
+            if y.sum() > 0:
+                w = y * 2
+            else:
+                w = y * 3
+            return w
+
+        def f(x, y):
+            z = y
+            for step in range(2):
+                z = scale(z)
+            x.add_(1)
+            return z
+        """,
+    ],
+    ids=["branch_in_a_loop", "helper_branch_in_a_loop"],
+)
+def test_no_later_op_failed_while_tracing__branch_before_an_op_that_fails_tracing(body):
+    """Once the branch is a selection, the whole frame is traced and the in-place write
+    to a leaf that requires grad fails while tracing (TorchRuntimeError); the trace
+    restarts with the branch kept, and the frame runs eagerly as the original did."""
+    make_args = lambda module: (torch.ones(3, requires_grad=True), torch.ones(3))  # noqa: E731
+    assert_same_behaviour(_source(body), make_args, expect_fixed=True)
+
+
+def test_branch_stays_a_selection_when_nothing_after_it_fails_tracing():
+    source = _source(
+        """
+        def f(x, y):
+            z = y
+            for step in range(2):
+                if y.sum() > 0:
+                    z = z * 2
+                else:
+                    z = z * 3
+            return z + x
+        """
+    )
+    _, mended, _ = original_and_mended(source)
+    assert breaks(mended.f, torch.ones(3), torch.ones(3)) == 0
