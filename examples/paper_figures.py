@@ -57,7 +57,7 @@ def main() -> None:
     torch.manual_seed(0)
     x, y = torch.randn(4), torch.randn(4)
     mask = torch.ones(2, 3)
-    with recording_graph_breaks() as breaks:
+    with recording_graph_breaks() as records:
         print("figure 2:", compiled_2(x, y))
         print("figure 4:", compiled_4(x))
         print("figure 5:", compiled_5(mask, mask.clone()))
@@ -65,7 +65,7 @@ def main() -> None:
             compiled_5(mask, torch.zeros(2, 3))
         except ValueError as error:
             print("figure 5 rejected a mask:", error)
-    print(f"graphs: {len(graphs)}, graph breaks: {len(breaks)}")
+    print(f"graphs: {len(graphs)}, graph breaks: {len(records.breaks)}")
 
 
 if __name__ == "__main__":
