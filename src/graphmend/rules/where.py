@@ -84,7 +84,13 @@ from graphmend.rules.conditions import (
     why_not_tensorizable,
 )
 from graphmend.rules.safety import POINTWISE_TORCH, ExpressionSafety
-from graphmend.rules.where_aliasing import FRESH_METHODS, References, reachable_from, reaches_avoiding
+from graphmend.rules.where_aliasing import (
+    FRESH_METHODS,
+    References,
+    assigns_name_alone,
+    reachable_from,
+    reaches_avoiding,
+)
 
 RULE = "Where"
 # Builtins that read or write a frame's locals by name: renamed per-arm locals
@@ -480,10 +486,7 @@ class WhereRewrite:
         for definition in definitions:
             statement = definition.node.statement
             if not (
-                isinstance(statement, ast.Assign)
-                and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)
-                and statement.targets[0].id == name
+                assigns_name_alone(statement, name)
                 and self.value_is_fresh(_Arm([], "earlier"), statement.value, helper_locals={}) is None
             ):
                 return existing

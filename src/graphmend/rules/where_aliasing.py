@@ -185,13 +185,7 @@ class References:
             return False
         for definition in definitions:
             statement = definition.node.statement
-            if not (
-                isinstance(statement, ast.Assign)
-                and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)
-                and statement.targets[0].id == name
-                and is_new(statement.value)
-            ):
+            if not (assigns_name_alone(statement, name) and is_new(statement.value)):
                 return False
         blocked = {id(d.node) for d in definitions}
         seen: set[int] = set()
@@ -268,3 +262,13 @@ class References:
                     continue
                 return f"`{ast.unparse(callee)}` is not known to leave tensors unchanged"
         return None
+
+
+def assigns_name_alone(statement: ast.AST, name: str) -> bool:
+    """``name = value``: one target, that name."""
+    return (
+        isinstance(statement, ast.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], ast.Name)
+        and statement.targets[0].id == name
+    )
