@@ -32,7 +32,6 @@ from __future__ import annotations
 import io
 import itertools
 import logging
-import os
 import sys
 import threading
 import types
@@ -228,32 +227,12 @@ def _register(
         return -1
     if why_not_exact_in_graph(kind, target, detail, template, kwargs) is not None:
         return -1
-    site, translator = _call_site()
-    if site is None or traps.no_later_op_failed_while_tracing(site) is not None:
+    if not traps.claim_break_at_user_site(traps.current_translator()):
         return -1
     with _registry_lock:
         key = next(_keys)
         _registry[key] = (kind, target, detail, template, slots, dict(kwargs))
-    # Should an op later in this trace fail while TorchDynamo traces it, the trace
-    # restarts with this call left eager (``traps.no_later_op_failed_while_tracing``):
-    # the output before the failure then happens, as in the original, and a frame
-    # TorchDynamo ran eagerly because of the original break runs eagerly again.
-    traps.note_lowered_in_trace(translator, site)
     return key
-
-
-_RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
-
-
-def _call_site():
-    """(file, line) of the user's call being traced and its translator, or (None, None)."""
-    translator = traps.current_translator()
-    while translator is not None:
-        code = translator.f_code
-        if os.path.dirname(os.path.abspath(code.co_filename)) != _RUNTIME_DIRECTORY:
-            return (code.co_filename, translator.lineno), translator
-        translator = getattr(translator, "parent", None)
-    return None, None
 
 
 def _resolve_target(kind: str, target_id):

@@ -7,8 +7,6 @@ graph captured so far), so calling one costs no graph break.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch._dynamo
 from torch._dynamo.comptime import comptime
@@ -107,33 +105,12 @@ def _note_graph_so_far(context) -> None:
         may_continue = not any(
             _draws_random_numbers(node) or _records_autograd(node) for node in computed
         )
-        may_continue = may_continue and _branch_site_may_be_removed(tracer)
+        may_continue = may_continue and traps.claim_break_at_user_site(tracer)
         tracer.symbolic_locals["may_continue"] = torch._dynamo.variables.ConstantVariable.create(
             may_continue
         )
     except Exception:
         pass
-
-
-_RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
-
-
-def _branch_site_may_be_removed(tracer) -> bool:
-    """Whether the branch being traced (the first frame outside graphmend's runtime) may
-    lose its break in this trace. When an op later in the trace fails while TorchDynamo
-    traces it, the trace restarts with the branch kept (``traps.no_later_op_failed_while_tracing``):
-    the original broke there, so its earlier output happened, and a frame it ran eagerly
-    (a break in a loop) runs eagerly again."""
-    while tracer is not None:
-        code = tracer.f_code
-        if os.path.dirname(os.path.abspath(code.co_filename)) != _RUNTIME_DIRECTORY:
-            site = (code.co_filename, tracer.lineno)
-            if traps.no_later_op_failed_while_tracing(site) is not None:
-                return False
-            traps.note_lowered_in_trace(tracer, site)
-            return True
-        tracer = getattr(tracer, "parent", None)
-    return False
 
 
 def _records_autograd(node) -> bool:

@@ -446,10 +446,26 @@ def _lowered_in_trace(translator) -> set:
     return sites
 
 
-def note_lowered_in_trace(translator, site: tuple[str, int]) -> None:
-    """Record that a break at ``site`` (a guard, or output another rule put in the
-    graph) is gone from the trace ``translator`` belongs to."""
-    _lowered_in_trace(translator).add(site)
+_RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
+
+
+def claim_break_at_user_site(translator) -> bool:
+    """Whether the user's statement being traced (in the first frame outside
+    graphmend's runtime, from ``translator`` outwards) may lose its break in this
+    trace; if so, the site is recorded so that the trace restarts with it kept when an
+    op later in the trace fails while TorchDynamo traces it
+    (``no_later_op_failed_while_tracing``). Used by Defer's output and Where's
+    selections; Trap's guards record their own sites."""
+    while translator is not None:
+        code = translator.f_code
+        if os.path.dirname(os.path.abspath(code.co_filename)) != _RUNTIME_DIRECTORY:
+            site = (code.co_filename, translator.lineno)
+            if no_later_op_failed_while_tracing(site) is not None:
+                return False
+            _lowered_in_trace(translator).add(site)
+            return True
+        translator = getattr(translator, "parent", None)
+    return False
 
 
 def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
