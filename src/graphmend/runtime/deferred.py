@@ -116,9 +116,7 @@ def _only_writes(handler: logging.Handler) -> bool:
         return True
     if handler_type not in _WRITING_HANDLER_TYPES:
         return False
-    stream = getattr(handler, "stream", None)
-    if handler_type is type(logging.lastResort):
-        stream = sys.stderr
+    stream = getattr(handler, "stream", None)  # the last-resort handler's is sys.stderr
     return stream is None or _stream_is_opaque(stream)
 # Logger methods whose behaviour the emission reproduces; a Logger subclass that
 # overrides any of them (``logging.setLoggerClass``) is logged eagerly.
