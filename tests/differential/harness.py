@@ -9,7 +9,6 @@ warnings, interleaved as they happened.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 import sys
@@ -24,6 +23,8 @@ import graphmend
 import graphmend.runtime  # wraps torch.compile: flushes deferred effects, restores traps
 from graphmend.counting import CountingBackend, break_count_so_far, recording_graph_breaks
 from graphmend.rewrite.pipeline import mend_module_source
+
+from .observe import _Stream
 
 TORCH_DIRECTORY = os.path.dirname(torch.__file__)
 RESUME_PREFIX = "torch_dynamo_resume_in_"
@@ -75,21 +76,6 @@ def exception_key(error: BaseException, module_name: str):
     return (owner, kind.__qualname__, repr(error.args), str(error))
 
 
-class _Events(io.StringIO):
-    def __init__(self, events: list):
-        super().__init__()
-        self.events = events
-
-    @torch._dynamo.disable  # as a real stream's is: traced code cannot reach its state
-    def write(self, text: str) -> int:
-        if text:
-            if self.events and self.events[-1][0] == "stdout":
-                self.events[-1] = ("stdout", self.events[-1][1] + text)
-            else:
-                self.events.append(("stdout", text))
-        return len(text)
-
-
 class _LogEvents(logging.Handler):
     # Records what the program logs for the comparison; the program never reads it.
     graphmend_output_only = True
@@ -119,7 +105,7 @@ def observing(module: types.ModuleType, log_level: int, events: list):
         events.append(("warning", str(message), category.__qualname__, filename, lineno))
 
     try:
-        with contextlib.redirect_stdout(_Events(events)), warnings.catch_warnings():
+        with contextlib.redirect_stdout(_Stream(events, "stdout")), warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.showwarning = show_warning
             yield
