@@ -137,6 +137,8 @@ class DynamoRecords:
     # formatted message -> its fields, for messages formatted while recording
     _messages: dict[str, tuple[str, str, str, list[str]]] = field(default_factory=dict, repr=False)
     _pending_reasons: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    # id(break record) -> the compilation of a frame that logged it (all its attempts)
+    _attempts: dict[int, tuple] = field(default_factory=dict, repr=False)
 
     @property
     def frames_skipped(self) -> int:
@@ -147,13 +149,27 @@ class DynamoRecords:
             1 for record in self.breaks if record.skips_frame and record.gb_type == LOOP_BREAK_TYPE
         )
 
-    def _add(self, record: GraphBreakRecord | Recompilation) -> None:
+    def _add(self, record: GraphBreakRecord | Recompilation, attempt: tuple | None = None) -> None:
         if isinstance(record, GraphBreakRecord):
             self.breaks.append(record)
+            if attempt is not None:
+                self._attempts[id(record)] = attempt
         else:
             self.recompilations.append(record)
         if self.listener is not None:
             self.listener(record)
+
+    def _forget_attempt(self, attempt: tuple) -> None:
+        """Drop the breaks logged so far in the compilation of a frame that graphmend makes
+        TorchDynamo trace again (``graphmend.runtime.claims``): no attempt so far compiled
+        anything, and the next one logs the breaks that remain. (TorchDynamo logs a break
+        in the attempt that finds it, then restarts to compile up to it; so the key is the
+        frame's compilation, not the attempt.)"""
+        kept = [record for record in self.breaks if self._attempts.get(id(record)) != attempt]
+        for record in self.breaks:
+            if self._attempts.get(id(record)) == attempt:
+                del self._attempts[id(record)]
+        self.breaks[:] = kept
 
 
 # --- where the records come from ----------------------------------------------------------
@@ -217,13 +233,24 @@ def _install() -> None:
     def log_and_record(self, code_options, reason, exc):
         if not getattr(exc, "logged", False):  # Dynamo logs each exception once
             try:
-                _record_break(code_options, exc)
+                _record_break(code_options, exc, _current_compile())
             except Exception:  # noqa: BLE001 - recording must never change what Dynamo does
                 logging.getLogger(__name__).debug("could not record a graph break", exc_info=True)
         return log_graph_break(self, code_options, reason, exc)
 
     InstructionTranslatorBase.log_graph_break = log_and_record
     _RESTORE.append(lambda: setattr(InstructionTranslatorBase, "log_graph_break", log_graph_break))
+
+    from graphmend.runtime import claims
+
+    def forget_attempt(output) -> None:
+        compile_key = _current_compile()
+        if compile_key is not None:
+            for records in _ACTIVE:
+                records._forget_attempt(compile_key)
+
+    claims.abandoned_trace_listeners.append(forget_attempt)
+    _RESTORE.append(lambda: claims.abandoned_trace_listeners.remove(forget_attempt))
 
     trace_log = logging_internal.trace_log
     handler = _TraceHandler()
@@ -238,7 +265,18 @@ def _install() -> None:
     _RESTORE.append(remove_handler)
 
 
-def _record_break(code_options, exc) -> None:
+def _current_compile() -> tuple | None:
+    """TorchDynamo's (frame, compilation of that frame) being traced, the same over its
+    restarted attempts."""
+    import torch
+
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    if compile_id is None:
+        return None
+    return (compile_id.frame_id, compile_id.frame_compile_id)
+
+
+def _record_break(code_options, exc, attempt: tuple | None = None) -> None:
     import torch
 
     stack = getattr(exc, "real_stack", None) or torch._guards.TracingContext.extract_stack()
@@ -264,7 +302,7 @@ def _record_break(code_options, exc) -> None:
             record.gb_type = getattr(exc, "gb_type", None) or type(exc).__name__
             record.explanation = record.explanation or str(exc)
         record.skips_frame = bool(getattr(exc, "skip_frame", False))
-        records._add(record)
+        records._add(record, attempt)
 
 
 def _record_from_message(

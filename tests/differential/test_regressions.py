@@ -149,12 +149,14 @@ def f(x, y):
     assert actual.events == expected.events
 
 
-def test_a_frame_dynamo_skipped_is_worse_than_the_breaks_mending_leaves():
-    """Found by the generated programs (seeds 125, 158): a break inside a ``for`` loop
-    makes TorchDynamo skip the whole frame (no graph; the bare count says 1 break). Once
-    Where removes it, the frame compiles and its ``.item()`` and logging breaks are
-    counted (2). The mended program compiles more, not less: counts are compared as
-    (skipped frames, breaks)."""
+def test_rest_of_eager_frame_compiles_whole__a_later_break_keeps_the_frame_skipped():
+    """Found by the generated programs (seeds 125, 158), then by the long run (seed
+    2477): a break inside a ``for`` loop makes TorchDynamo skip the whole frame (no
+    graph; the bare count says 1 break). Where could remove it, but the ``.item()`` and
+    logging breaks after the loop would then compile the rest of the frame in resumed
+    frames, which the original ran eagerly (an op that fails while traced, a dropped
+    random draw, would behave otherwise). So the trace keeps the loop's break and the
+    frame is skipped as in the original (``graphmend.runtime.claims``)."""
     source = """
         import logging
         import torch
@@ -172,8 +174,27 @@ def test_a_frame_dynamo_skipped_is_worse_than_the_breaks_mending_leaves():
             return h
     """
     expected, actual, original, mended = run_counts(source, torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]))
-    # the log call runs at a real break, in TorchDynamo's resume function
     assert actual.without(resume_function_names=True).events == expected.events
     assert (original.frames_skipped, original.graphs, original.breaks) == (1, 0, 1)
-    assert (mended.frames_skipped, mended.breaks) == (0, 2)
-    assert mended.cost < original.cost
+    assert (mended.frames_skipped, mended.graphs, mended.breaks) == (1, 0, 1)
+
+
+def test_rest_of_eager_frame_compiles_whole__the_loop_break_goes_when_the_frame_is_one_graph():
+    """The same loop without the later breaks: the mended frame compiles to its end in
+    one graph, which the claim's checks see whole, so the loop's break is removed."""
+    source = """
+        import torch
+
+        def f(x, y):
+            h = x * 1.0
+            for i in range(2):
+                if x.sum() > 0:
+                    h = h * 0.5
+                else:
+                    h = h - 0.5
+            return h + y
+    """
+    expected, actual, original, mended = run_counts(source, torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]))
+    assert actual.without(resume_function_names=True) == expected.without(resume_function_names=True)
+    assert (original.frames_skipped, original.graphs, original.breaks) == (1, 0, 1)
+    assert (mended.frames_skipped, mended.graphs, mended.breaks) == (0, 1, 0)

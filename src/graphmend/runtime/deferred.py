@@ -39,7 +39,7 @@ import warnings
 
 import torch
 
-from graphmend.runtime import traps
+from graphmend.runtime import claims
 
 _PRINT = "print"
 _LOG_RECORD = "log"
@@ -225,7 +225,7 @@ def _register(
         return -1
     if why_not_exact_in_graph(kind, target, detail, template, kwargs) is not None:
         return -1
-    if not traps.claim_break_at_user_site(traps.current_translator()):
+    if not claims.claim_break_at_user_site(claims.current_translator()):
         return -1
     with _registry_lock:
         key = next(_keys)

@@ -11,7 +11,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.comptime import comptime
 
-from graphmend.runtime import traps
+from graphmend.runtime import claims
 
 
 def select(predicate, value_if_true, value_if_false):
@@ -71,26 +71,6 @@ def _has_kind(value, kind: str) -> bool:
     return True
 
 
-# Parts of the names of torch functions and tensor methods that draw random numbers
-# (``rand_like``, ``dropout``, ``bernoulli_``, ``normal_``, ``multinomial`` ...).
-_RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "poisson", "uniform",
-                 "exponential", "geometric", "cauchy", "gumbel", "rrelu", "sample", "seed",
-                 "random", "shuffle", "choice")
-
-
-def _draws_random_numbers(node) -> bool:
-    target = node.target
-    name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
-    name = name.lower()
-    if not any(word in name for word in _RANDOM_WORDS):
-        return False
-    if "dropout" in name:
-        # ``F.dropout(x, p, training=False)`` draws nothing (a model in eval mode).
-        training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
-        return training is not False
-    return True
-
-
 def _note_graph_so_far(context) -> None:
     """Run by TorchDynamo while it traces ``graph_so_far_may_continue`` (``comptime``):
     bind that function's local ``may_continue`` to whether the graph captured so far
@@ -98,25 +78,17 @@ def _note_graph_so_far(context) -> None:
     unexpected leaves it False: the original branch is kept."""
     try:
         tracer = context._ComptimeContext__tx
-        computed = [
-            node for node in tracer.output.graph.nodes
-            if node.op in ("call_function", "call_method", "call_module")
-        ]
+        output = tracer.output
         may_continue = not any(
-            _draws_random_numbers(node) or _records_autograd(node) for node in computed
+            claims.draws_random_numbers(node, output) or claims.records_autograd(node)
+            for node in claims.computed_nodes(output)
         )
-        may_continue = may_continue and traps.claim_break_at_user_site(tracer)
+        may_continue = may_continue and claims.claim_break_at_user_site(tracer)
         tracer.symbolic_locals["may_continue"] = torch._dynamo.variables.ConstantVariable.create(
             may_continue
         )
     except Exception:
         pass
-
-
-def _records_autograd(node) -> bool:
-    value = node.meta.get("example_value")
-    values = value if isinstance(value, (tuple, list)) else [value]
-    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
 
 
 def graph_so_far_may_continue() -> bool:

@@ -13,11 +13,11 @@ Whether a guard may be lowered at all is decided while tracing, by
 static rule cannot see the callers of a function, nor what the traced region did
 before the guard. Each condition it checks is a function below returning the
 reason it fails; a refused guard keeps the original ``if`` (and its graph break).
-Two keep TorchDynamo's own fallbacks as the original had them: where TorchDynamo
-could not resume after the original's break (in a loop) it ran the frame eagerly
-(``original_break_keeps_frame_compiled``); and an op that fails while tracing after a
-lowered guard restarts the trace with that guard kept as the original ``if``
-(``no_later_op_failed_while_tracing``), as a failing trace runs none of the frame.
+Where TorchDynamo could not resume after the original's break (in a loop) it ran the
+frame eagerly, and the guard is not lowered (``original_break_keeps_frame_compiled``).
+A lowered guard is a claim on its break (``graphmend.runtime.claims``): facts found
+later in the same trace (an op that fails while traced, a graph that records
+autograd) make TorchDynamo trace the frame again with the original ``if`` kept.
 """
 
 from __future__ import annotations
@@ -31,6 +31,15 @@ import types
 from dataclasses import dataclass
 
 import torch
+
+from graphmend.runtime import claims
+from graphmend.runtime.claims import (
+    claim_break_at_user_site,
+    current_translator,
+    no_later_op_failed_while_tracing,
+    original_break_keeps_frame_compiled,
+    trace_time_declines,
+)
 
 TRAP_MARKER = "[graphmend-trap "
 _FIELD_SEPARATOR = "|"
@@ -198,10 +207,6 @@ class TrapSite:
 _sites_lock = threading.Lock()
 _sites: list[TrapSite] = []
 _site_numbers: dict[TrapSite, int] = {}
-# The latest reason a guard was refused while tracing, by (file, line of the raise):
-# `graphmend check` cannot report these statically, so tests and users look here. A
-# guard refused once may be lowered in another trace (e.g. as its own frame).
-trace_time_declines: dict[tuple[str, int], str] = {}
 
 
 def _register_site(site: TrapSite) -> int:
@@ -278,18 +283,6 @@ def _raise_at_site(exception: BaseException, site: TrapSite, context) -> None:
 # Legality while tracing. Each condition returns None when it holds, or the reason.
 
 
-def current_translator():
-    """TorchDynamo's innermost instruction translator, or None when not tracing."""
-    try:
-        from torch._dynamo.symbolic_convert import tls
-    except ImportError:  # pragma: no cover - another torch: never lower
-        return None
-    root = getattr(tls, "current_tx", None)
-    if root is None:
-        return None
-    return root.output.current_tx
-
-
 def raised_class_is_exception(exception_class) -> str | None:
     """`raise some_instance` re-raises that very object, and `raise factory(msg)` raises
     whatever the call returns: only an exception class can be rebuilt at the boundary."""
@@ -308,42 +301,6 @@ def no_handler_in_traced_frames(translator) -> str | None:
         if instruction is not None and getattr(instruction, "exn_tab_entry", None) is not None:
             return f"`{frame.f_code.co_name}` calls it inside a `try` or `with` block"
         frame = frame.parent
-    return None
-
-
-def original_break_keeps_frame_compiled(translator) -> str | None:
-    """The original ``if`` is a graph break. Where TorchDynamo cannot resume after a break
-    (in a loop, under a context manager it cannot break in), it gives up on the whole
-    frame and runs it eagerly, on every call. The original frame then ran eagerly: an op
-    that fails (an in-place write to a leaf that requires grad) raised the user's
-    RuntimeError, where a compiled frame fails while tracing with TorchDynamo's
-    TorchRuntimeError, before any output the frame made. Keeping the original ``if``
-    makes TorchDynamo give up on the mended frame in the same way.
-
-    TorchDynamo decides this where the break happens: in the innermost frame with nested
-    graph breaks, else in the outermost traced frame (at the call of the inlined one).
-    Under ``fullgraph=True`` the original break is an error, which lowering removes, as
-    every lowering does."""
-    from torch._dynamo import config
-
-    breaker = translator if config.nested_graph_breaks else translator.output.root_tx
-    if getattr(breaker, "one_graph", False) or getattr(breaker, "error_on_graph_break", False):
-        return None
-    try:
-        in_loop = breaker.maybe_has_backedge()
-        resumable = breaker.should_compile_partial_graph()
-    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: cannot tell, so decline
-        return "cannot tell whether TorchDynamo would have resumed after the original break"
-    if in_loop:
-        return (
-            f"`{breaker.f_code.co_name}` reaches it inside a loop: TorchDynamo would have run "
-            "the frame eagerly (it does not resume after a graph break in a loop)"
-        )
-    if not resumable:
-        return (
-            f"TorchDynamo could not resume after the original break in `{breaker.f_code.co_name}` "
-            "and would have run the frame eagerly"
-        )
     return None
 
 
@@ -430,92 +387,10 @@ def _source_name(source) -> str:
     return type(source).__name__
 
 
-# Sites whose lowering was undone because an op after them failed while tracing.
-_failed_tracing_after: set[tuple[str, int]] = set()
-_LOWERED_ATTRIBUTE = "_graphmend_lowered_trap_sites"
-
-
-def _lowered_in_trace(translator) -> set:
-    """The sites lowered so far in the trace that ``translator`` belongs to (kept on
-    its output graph, which TorchDynamo makes afresh for every attempt at a frame)."""
-    output = translator.output
-    sites = getattr(output, _LOWERED_ATTRIBUTE, None)
-    if sites is None:
-        sites = set()
-        setattr(output, _LOWERED_ATTRIBUTE, sites)
-    return sites
-
-
-_RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
-
-
-def claim_break_at_user_site(translator) -> bool:
-    """Whether the user's statement being traced (in the first frame outside
-    graphmend's runtime, from ``translator`` outwards) may lose its break in this
-    trace; if so, the site is recorded so that the trace restarts with it kept when an
-    op later in the trace fails while TorchDynamo traces it
-    (``no_later_op_failed_while_tracing``). Used by Defer's output and Where's
-    selections; Trap's guards record their own sites."""
-    while translator is not None:
-        code = translator.f_code
-        if os.path.dirname(os.path.abspath(code.co_filename)) != _RUNTIME_DIRECTORY:
-            site = (code.co_filename, translator.lineno)
-            if no_later_op_failed_while_tracing(site) is not None:
-                return False
-            _lowered_in_trace(translator).add(site)
-            return True
-        translator = getattr(translator, "parent", None)
-    return False
-
-
-def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
-    """An op TorchDynamo cannot run on fake tensors (an in-place write to a leaf that
-    requires grad, a shape mismatch) fails the whole traced region while tracing, before
-    any of it runs. The original's ``if`` was a graph break: the code before it ran
-    (compiled), a guard that fails raised the user's exception, and the op after it was
-    traced only when reached, in a frame of its own. A guard lowered in a trace that
-    failed so is kept as the original ``if`` when TorchDynamo traces the frame again
-    (``_restart_trace_without_lowered_guards``)."""
-    if site in _failed_tracing_after:
-        return "an op after it fails while TorchDynamo traces it; the original break keeps that apart"
-    return None
-
-
-def _restart_trace_without_lowered_guards(wrap_failure):
-    """Wrap TorchDynamo's conversion of a failed fake-tensor op into TorchRuntimeError:
-    when guards were lowered earlier in the same trace, trace the frame again with them
-    kept as the original ``if`` (a frame whose conversion fails has not run)."""
-
-    def wrapped(graph_break):
-        translator = current_translator()
-        lowered = getattr(translator.output, _LOWERED_ATTRIBUTE, None) if translator is not None else None
-        if lowered:
-            _failed_tracing_after.update(lowered)
-            for site in lowered:
-                trace_time_declines[site] = no_later_op_failed_while_tracing(site)
-            from torch._dynamo.exc import UnspecializeRestartAnalysis
-
-            raise UnspecializeRestartAnalysis(
-                restart_reason="graphmend: an op after a lowered guard failed while tracing"
-            )
-        return wrap_failure(graph_break)
-
-    wrapped._graphmend_wrapped = True
-    return wrapped
-
-
-def _install_trace_restart() -> None:
-    try:
-        from torch._dynamo import utils as dynamo_utils
-    except ImportError:  # pragma: no cover - another torch
-        return
-    wrap_failure = getattr(dynamo_utils, "_wrap_graph_break_with_torch_runtime_err", None)
-    if wrap_failure is None or getattr(wrap_failure, "_graphmend_wrapped", False):
-        return
-    dynamo_utils._wrap_graph_break_with_torch_runtime_err = _restart_trace_without_lowered_guards(wrap_failure)
-
-
-_install_trace_restart()
+# The original's ``raise``, traced once (when the guard first fails), has no handler in
+# the compiled region: TorchDynamo gives up on the frame it resumed at the guard and
+# runs it eagerly on every later call (long fuzz run seeds 2098, 7639).
+_AFTER_A_FAILED_GUARD = "once the guard fails, TorchDynamo runs the rest of the original frame eagerly"
 
 
 @torch.compiler.assume_constant_result
@@ -534,6 +409,8 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
     reason = (
         raised_class_is_exception(exception_class)
         or no_later_op_failed_while_tracing(site)
+        or claims.refused_reason(site)
+        or claims.trace_checks_unavailable()
         or no_handler_in_traced_frames(translator)
         or original_break_keeps_frame_compiled(translator)
         or no_handler_in_eager_callers()
@@ -541,7 +418,7 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
         or no_pending_side_effect_before_guard(translator)
     )
     if reason is None:
-        _lowered_in_trace(translator).add(site)
+        claims.record_claim(translator, site, rest_ran_eagerly=_AFTER_A_FAILED_GUARD)
         return True
     trace_time_declines[site] = reason
     return False

@@ -1,0 +1,414 @@
+"""Which user statements lose their graph break in the trace TorchDynamo is making, and
+tracing the frame again with their breaks kept when the rest of the trace shows that
+joining the graphs would change what the program does.
+
+Defer, Where and Trap decide while tracing, at the statement, whether the statement
+may stay in the graph (a *claim* on its break). Some facts that decide it come only
+later in the same trace:
+
+- an op after the statement fails while TorchDynamo traces it (``no_later_op_failed_while_tracing``);
+- the joined graph records autograd (``joined_graph_records_no_autograd``);
+- the joined graph draws random numbers on both sides of the statement, or drops an
+  unused draw (``random_draws_stay_on_their_side``, ``no_random_draw_is_dropped``);
+- TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
+  eagerly, and the mended frame does not compile to its end in one graph
+  (``rest_of_eager_frame_compiles_whole``).
+
+When one fails, TorchDynamo is made to trace the frame again
+(``UnspecializeRestartAnalysis``, which TorchDynamo raises itself for other reasons) and
+the claims it names are refused in that trace and later ones, so the original breaks
+come back exactly where the original had them. A refused trace has not run: nothing is
+done twice.
+
+The hooks wrap two private TorchDynamo functions; where a torch lacks them the later
+checks cannot be made, and every claim is refused (``trace_checks_unavailable``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+_RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
+_CLAIMS_ATTRIBUTE = "_graphmend_claims"
+
+# The latest reason a claim was refused while tracing, by (file, line): `graphmend check`
+# cannot report these statically, so tests and users look here.
+trace_time_declines: dict[tuple[str, int], str] = {}
+
+# Sites refused for good ("always") or only while grad mode is on ("grad").
+_refused: dict[tuple[str, int], set[str]] = {}
+_ALWAYS = "always"
+_UNDER_GRAD = "grad"
+
+# Called with TorchDynamo's output graph of a trace attempt that graphmend abandons (the
+# break records of that attempt are not breaks of the program: ``graphmend.dynamo_records``).
+abandoned_trace_listeners: list = []
+
+_hooks_installed = {
+    "restart_on_failed_op": False,
+    "check_before_compiling": False,
+    "check_the_compiled_graph": False,
+}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A user statement that lost its break in this trace."""
+
+    site: tuple[str, int]
+    # How many nodes TorchDynamo's graph had when the statement was traced.
+    position: int
+    # Why the rest of the original frame ran (or may later run) eagerly, where it did:
+    # the mended frame must then compile to its end in one graph.
+    rest_ran_eagerly: str | None
+
+
+def current_translator():
+    """TorchDynamo's innermost instruction translator, or None when not tracing."""
+    try:
+        from torch._dynamo.symbolic_convert import tls
+    except ImportError:  # pragma: no cover - another torch: never lower
+        return None
+    root = getattr(tls, "current_tx", None)
+    if root is None:
+        return None
+    return root.output.current_tx
+
+
+def original_break_keeps_frame_compiled(translator) -> str | None:
+    """The original statement is a graph break. Where TorchDynamo cannot resume after a
+    break (in a loop, under a context manager it cannot break in), it gives up on the
+    whole frame and runs it eagerly, on every call. Returns why, or None.
+
+    TorchDynamo decides this where the break happens: in the innermost frame with nested
+    graph breaks, else in the outermost traced frame (at the call of the inlined one).
+    Under ``fullgraph=True`` the original break is an error, which removing it fixes."""
+    from torch._dynamo import config
+
+    breaker = translator if config.nested_graph_breaks else translator.output.root_tx
+    if getattr(breaker, "one_graph", False) or getattr(breaker, "error_on_graph_break", False):
+        return None
+    try:
+        in_loop = breaker.maybe_has_backedge()
+        resumable = breaker.should_compile_partial_graph()
+    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: cannot tell, so decline
+        return "cannot tell whether TorchDynamo would have resumed after the original break"
+    if in_loop:
+        return (
+            f"`{breaker.f_code.co_name}` reaches it inside a loop: TorchDynamo would have run "
+            "the frame eagerly (it does not resume after a graph break in a loop)"
+        )
+    if not resumable:
+        return (
+            f"TorchDynamo could not resume after the original break in `{breaker.f_code.co_name}` "
+            "and would have run the frame eagerly"
+        )
+    return None
+
+
+def claims_in_trace(translator) -> dict[tuple[str, int], Claim]:
+    """The claims made so far in the trace ``translator`` belongs to (kept on its output
+    graph, which TorchDynamo makes afresh for every attempt at a frame)."""
+    output = translator.output
+    claims = getattr(output, _CLAIMS_ATTRIBUTE, None)
+    if claims is None:
+        claims = {}
+        setattr(output, _CLAIMS_ATTRIBUTE, claims)
+    return claims
+
+
+def refused_reason(site: tuple[str, int]) -> str | None:
+    """Why an earlier trace refused this site's claim, where that still holds."""
+    kinds = _refused.get(site)
+    if not kinds:
+        return None
+    if _ALWAYS in kinds or (_UNDER_GRAD in kinds and torch.is_grad_enabled()):
+        return trace_time_declines.get(site, "an earlier trace kept its break")
+    return None
+
+
+def trace_checks_unavailable() -> str | None:
+    """The checks made later in the trace need two hooks into TorchDynamo; a torch
+    without the functions they wrap gets no rewrite that needs them."""
+    missing = [name for name, installed in _hooks_installed.items() if not installed]
+    if missing:
+        return f"this torch lacks what graphmend checks the whole trace with ({', '.join(missing)})"
+    return None
+
+
+def record_claim(translator, site: tuple[str, int], rest_ran_eagerly: str | None) -> None:
+    position = len(translator.output.graph.nodes)
+    claims_in_trace(translator)[site] = Claim(site, position, rest_ran_eagerly)
+
+
+def claim_break_at_user_site(translator) -> bool:
+    """Whether the user's statement being traced (in the first frame outside
+    graphmend's runtime, from ``translator`` outwards) may lose its break in this
+    trace; if so, the claim is recorded so that the checks made later in the trace can
+    refuse it. Used by Defer's output and Where's selections; Trap records its own."""
+    while translator is not None:
+        code = translator.f_code
+        if os.path.dirname(os.path.abspath(code.co_filename)) != _RUNTIME_DIRECTORY:
+            site = (code.co_filename, translator.lineno)
+            if refused_reason(site) is not None:
+                return False
+            unavailable = trace_checks_unavailable()
+            if unavailable is not None:
+                trace_time_declines[site] = unavailable
+                return False
+            record_claim(translator, site, original_break_keeps_frame_compiled(translator))
+            return True
+        translator = getattr(translator, "parent", None)
+    return False
+
+
+def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
+    """An op TorchDynamo cannot run on fake tensors (an in-place write to a leaf that
+    requires grad, a shape mismatch) fails the whole traced region while tracing, before
+    any of it runs. The original statement was a graph break: the code before it ran
+    (compiled), and the op after it was traced only when reached, in a frame of its own.
+    A claim made in a trace that failed so is refused when TorchDynamo traces the frame
+    again (``_restart_trace_without_claims``)."""
+    if _ALWAYS in _refused.get(site, ()):
+        reason = trace_time_declines.get(site, "")
+        if reason.startswith(_FAILED_OP_REASON):
+            return reason
+    return None
+
+
+_FAILED_OP_REASON = "an op after it fails while TorchDynamo traces it"
+
+
+# Checks of the whole trace, made just before TorchDynamo compiles its graph.
+
+
+def computed_nodes(output):
+    return [
+        node for node in output.graph.nodes if node.op in ("call_function", "call_method", "call_module")
+    ]
+
+
+def records_autograd(node) -> bool:
+    value = node.meta.get("example_value")
+    values = value if isinstance(value, (tuple, list)) else [value]
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+def joined_graph_records_no_autograd(output) -> str | None:
+    """Where the original broke, each graph had its own backward, and the autograd engine
+    summed the gradients that reach a tensor from several graphs. Joined, one backward
+    graph sums them in its own order: floating-point sums of three or more terms then
+    differ in the last bit (long fuzz run seeds 7349, 7451). So no claim survives in a
+    graph that records autograd; under ``torch.no_grad`` nothing is recorded."""
+    for node in computed_nodes(output):
+        if records_autograd(node):
+            return (
+                "the joined graph records autograd: its backward would sum gradients in "
+                "another order than the original's separate graphs"
+            )
+    return None
+
+
+_SEEDED = torch.Tag.nondeterministic_seeded
+_DROPOUTS = ("dropout", "dropout_", "feature_dropout", "feature_dropout_", "alpha_dropout",
+             "alpha_dropout_", "feature_alpha_dropout", "feature_alpha_dropout_")
+
+
+def _aten_packet_is_seeded(name: str) -> bool:
+    packet = getattr(torch.ops.aten, name, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return False
+    return any(_SEEDED in getattr(packet, overload).tags for overload in packet.overloads())
+
+
+def draws_random_numbers(node, output=None) -> bool:
+    """Whether an FX node of TorchDynamo's graph draws from a random generator, by the
+    ``nondeterministic_seeded`` tag of the ATen operator of the same name (torch
+    functions and tensor methods keep ATen's names). Dropout in eval mode or with
+    ``p=0`` draws nothing."""
+    target = node.target
+    if node.op == "call_module":
+        module = getattr(output, "nn_modules", {}).get(target) if output is not None else None
+        if isinstance(module, (torch.nn.modules.dropout._DropoutNd, torch.nn.RReLU)):
+            return bool(module.training) and getattr(module, "p", 1) != 0
+        return module is None
+    if node.op == "call_function" and getattr(target, "_nondeterministic_seeded", False):
+        return True
+    name = target if isinstance(target, str) else getattr(target, "__name__", None)
+    if not isinstance(name, str) or not _aten_packet_is_seeded(name):
+        return False
+    if name in _DROPOUTS:
+        arguments = list(node.args[1:3])
+        probability = node.kwargs.get("p", arguments[0] if arguments else 0.5)
+        training = node.kwargs.get("training", node.kwargs.get("train", arguments[1] if len(arguments) > 1 else True))
+        return training is not False and probability != 0
+    return True
+
+
+def _draw_positions(output) -> list[int]:
+    return [
+        position
+        for position, node in enumerate(output.graph.nodes)
+        if node.op in ("call_function", "call_method", "call_module") and draws_random_numbers(node, output)
+    ]
+
+
+def random_draws_stay_on_their_side(output, claims) -> str | None:
+    """Where the original broke, its graphs drew random numbers apart: inductor takes
+    seeds from the generator once per graph that draws, so draws on both sides of a
+    claimed statement, joined in one graph, take one set of seeds where the original
+    took two. Where TorchDynamo ran the rest of the original frame eagerly, every draw
+    ran eagerly, with eager's generator (long fuzz run seeds 2233, 2247). Draws on one
+    side only, in a frame the original compiled, are compiled the same either way."""
+    positions = _draw_positions(output)
+    if not positions:
+        return None
+    if any(claim.rest_ran_eagerly for claim in claims.values()):
+        return "the original ran these random draws eagerly; compiled they would not advance the generator as eagerly"
+    for claim in claims.values():
+        if positions[0] < claim.position <= positions[-1]:
+            return "random draws on both sides of it would share one graph's seeds, where the original's graphs drew apart"
+    return None
+
+
+def no_random_draw_is_dropped(graph_module) -> str | None:
+    """AOTAutograd drops a random draw whose value the graph does not use, so the
+    generator does not advance. Whether the original's draw was dropped depended on
+    where its graphs ended, which differs from input to input (long fuzz run seed 7449:
+    on one input the original's draw sat alone in a resumed graph and ran). Checked on
+    the graph TorchDynamo hands the backend, whose outputs are known."""
+    for node in graph_module.graph.nodes:
+        if node.op in ("call_function", "call_method") and not node.users and draws_random_numbers(node):
+            return "a random draw in the joined graph is unused, and compiling drops it"
+    return None
+
+
+def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
+    """Where the rest of the original frame ran eagerly (TorchDynamo gave up on a frame
+    whose break was in a loop; or, after a guard's ``raise`` was traced once, on the
+    frame resumed at the guard), the mended frame may compile, but only as one graph to
+    its end: the graph's own checks then cover all of it. A break left after the claim
+    would compile the rest in resumed frames that no check sees, whose ops fail while
+    traced where the original raised the user's error eagerly (long fuzz run seed
+    2477), or whose random draws are dropped (seed 7639)."""
+    if graph_break:
+        return (
+            "the rest of the original frame ran eagerly, and the mended frame still breaks "
+            "later, so the rest would run compiled"
+        )
+    return None
+
+
+def _refusals(output, claims, graph_break: bool):
+    """(site, kind, reason) for each claim the whole trace refuses."""
+    for_all = random_draws_stay_on_their_side(output, claims)
+    kind = _ALWAYS
+    if for_all is None:
+        for_all, kind = joined_graph_records_no_autograd(output), _UNDER_GRAD
+    if for_all is not None:
+        return [(site, kind, for_all) for site in claims]
+    rest_compiled = rest_of_eager_frame_compiles_whole(graph_break)
+    if rest_compiled is None:
+        return []
+    return [(claim.site, _ALWAYS, rest_compiled) for claim in claims.values() if claim.rest_ran_eagerly]
+
+
+def _refuse(site, kind: str, reason: str) -> None:
+    _refused.setdefault(site, set()).add(kind)
+    trace_time_declines[site] = reason
+
+
+def _restart(output, reason: str):
+    from torch._dynamo.exc import UnspecializeRestartAnalysis
+
+    for listener in list(abandoned_trace_listeners):
+        try:
+            listener(output)
+        except Exception:  # noqa: BLE001 - a listener must never change what TorchDynamo does
+            pass
+    return UnspecializeRestartAnalysis(restart_reason=f"graphmend: {reason}")
+
+
+def _check_before_compiling(compile_subgraph):
+    """Wrap ``OutputGraph.compile_subgraph``: before TorchDynamo compiles a graph that
+    holds claims, refuse those the whole trace shows must keep their breaks, and trace
+    the frame again without them."""
+
+    def wrapped(self, tx, reason, *args, **kwargs):
+        claims = getattr(self, _CLAIMS_ATTRIBUTE, None)
+        if claims:
+            refusals = _refusals(self, claims, bool(getattr(reason, "graph_break", True)))
+            if refusals:
+                for site, kind, why in refusals:
+                    _refuse(site, kind, why)
+                raise _restart(self, refusals[0][2])
+        return compile_subgraph(self, tx, reason, *args, **kwargs)
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
+def _check_the_compiled_graph(call_user_compiler):
+    """Wrap ``OutputGraph.call_user_compiler`` (outside its own error handling): the
+    checks that need the graph's outputs (``no_random_draw_is_dropped``)."""
+
+    def wrapped(self, graph_module, *args, **kwargs):
+        claims = getattr(self, _CLAIMS_ATTRIBUTE, None)
+        if claims:
+            reason = no_random_draw_is_dropped(graph_module)
+            if reason is not None:
+                for site in claims:
+                    _refuse(site, _ALWAYS, reason)
+                raise _restart(self, reason)
+        return call_user_compiler(self, graph_module, *args, **kwargs)
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
+def _restart_trace_without_claims(wrap_failure):
+    """Wrap TorchDynamo's conversion of a failed fake-tensor op into TorchRuntimeError:
+    when statements lost their breaks earlier in the same trace, trace the frame again
+    with them kept (a frame whose conversion fails has not run)."""
+
+    def wrapped(graph_break):
+        translator = current_translator()
+        claims = getattr(translator.output, _CLAIMS_ATTRIBUTE, None) if translator is not None else None
+        if claims:
+            reason = f"{_FAILED_OP_REASON}; the original break keeps that apart"
+            for site in claims:
+                _refuse(site, _ALWAYS, reason)
+            raise _restart(translator.output, reason)
+        return wrap_failure(graph_break)
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
+def _install_hooks() -> None:
+    try:
+        from torch._dynamo import utils as dynamo_utils
+        from torch._dynamo.output_graph import OutputGraph
+    except ImportError:  # pragma: no cover - another torch
+        return
+    wrap_failure = getattr(dynamo_utils, "_wrap_graph_break_with_torch_runtime_err", None)
+    if wrap_failure is not None:
+        if not getattr(wrap_failure, "_graphmend_wrapped", False):
+            dynamo_utils._wrap_graph_break_with_torch_runtime_err = _restart_trace_without_claims(wrap_failure)
+        _hooks_installed["restart_on_failed_op"] = True
+    compile_subgraph = getattr(OutputGraph, "compile_subgraph", None)
+    if compile_subgraph is not None:
+        if not getattr(compile_subgraph, "_graphmend_wrapped", False):
+            OutputGraph.compile_subgraph = _check_before_compiling(compile_subgraph)
+        _hooks_installed["check_before_compiling"] = True
+    call_user_compiler = getattr(OutputGraph, "call_user_compiler", None)
+    if call_user_compiler is not None:
+        if not getattr(call_user_compiler, "_graphmend_wrapped", False):
+            OutputGraph.call_user_compiler = _check_the_compiled_graph(call_user_compiler)
+        _hooks_installed["check_the_compiled_graph"] = True
+
+
+_install_hooks()

@@ -1,0 +1,249 @@
+"""The checks of the whole trace (``graphmend.runtime.claims``): a statement that lost
+its break in a trace keeps it where the rest of the trace shows that joining the graphs
+would change what the program does. One must-not-rewrite test per condition, each with
+the case that is still rewritten beside it, compared with the original run eagerly and
+compiled (values, gradients, the generator's state, printed text)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import textwrap
+
+import pytest
+import torch
+import torch.fx
+
+from helpers import breaks, original_and_mended
+from graphmend.runtime import claims
+
+
+def _pair(body: str):
+    original, mended, _ = original_and_mended("import torch\n" + textwrap.dedent(body))
+    return original, mended
+
+
+def _run(function, make_args, backend=None):
+    """(value, gradients, generator state, printed text) of one call from a fixed seed."""
+    torch._dynamo.reset()
+    target = torch.compile(function, backend=backend, dynamic=False) if backend else function
+    torch.manual_seed(0)
+    args = make_args()
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        value = target(*args)
+    gradients = None
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    if leaves:
+        value.sum().backward()
+        gradients = [leaf.grad.clone() for leaf in leaves]
+    return value.detach(), gradients, torch.get_rng_state(), printed.getvalue()
+
+
+def _assert_bit_identical(first, second):
+    value, gradients, rng, text = first
+    other_value, other_gradients, other_rng, other_text = second
+    assert torch.equal(value, other_value) and text == other_text
+    assert torch.equal(rng, other_rng)
+    assert (gradients is None) == (other_gradients is None)
+    for mine, theirs in zip(gradients or (), other_gradients or ()):
+        assert torch.equal(mine.view(torch.int32), theirs.view(torch.int32))
+
+
+def _assert_same_as_original(original, mended, make_args, backends=("eager", "aot_eager")):
+    _assert_bit_identical(_run(mended.f, make_args), _run(original.f, make_args))
+    for backend in backends:
+        _assert_bit_identical(_run(mended.f, make_args, backend), _run(original.f, make_args, backend))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_declines():
+    claims.trace_time_declines.clear()
+    yield
+    claims.trace_time_declines.clear()
+
+
+# joined_graph_records_no_autograd ---------------------------------------------------------
+
+GRADIENT_SUMMED_FROM_THREE_GRAPHS = """
+    def f(x):
+        a = x * 1.1
+        b = a.sin() + a.cos()
+        print("between")
+        return b * a + a.exp() + a.tanh()
+"""
+
+
+def test_joined_graph_records_no_autograd__output_between_uses_of_a_tensor_that_requires_grad():
+    original, mended = _pair(GRADIENT_SUMMED_FROM_THREE_GRAPHS)
+    make_args = lambda: (torch.linspace(-1.0, 1.0, 7, requires_grad=True),)  # noqa: E731
+    assert breaks(mended.f, *make_args()) == breaks(original.f, *make_args()) == 1
+    assert any("records autograd" in reason for reason in claims.trace_time_declines.values())
+    _assert_same_as_original(original, mended, make_args)
+
+
+def test_joined_graph_records_no_autograd__the_same_code_without_autograd_is_one_graph():
+    original, mended = _pair(GRADIENT_SUMMED_FROM_THREE_GRAPHS)
+    make_args = lambda: (torch.linspace(-1.0, 1.0, 7),)  # noqa: E731
+    assert breaks(original.f, *make_args()) == 1
+    assert breaks(mended.f, *make_args()) == 0
+    _assert_same_as_original(original, mended, make_args)
+
+
+def test_joined_graph_records_no_autograd__a_refusal_under_grad_does_not_hold_under_no_grad():
+    original, mended = _pair(GRADIENT_SUMMED_FROM_THREE_GRAPHS)
+    assert breaks(mended.f, torch.ones(3, requires_grad=True)) == 1
+    with torch.no_grad():
+        assert breaks(mended.f, torch.ones(3, requires_grad=True)) == 0
+
+
+# random_draws_stay_on_their_side ------------------------------------------------------------
+
+
+def test_random_draws_stay_on_their_side__draws_before_and_after_an_output():
+    original, mended = _pair(
+        """
+        def f(x):
+            a = x + torch.rand_like(x)
+            print("between")
+            return a + torch.rand_like(x)
+        """
+    )
+    make_args = lambda: (torch.ones(5),)  # noqa: E731
+    assert breaks(mended.f, *make_args()) == breaks(original.f, *make_args()) == 1
+    assert any("both sides" in reason for reason in claims.trace_time_declines.values())
+    _assert_same_as_original(original, mended, make_args, backends=("eager", "aot_eager", "inductor"))
+
+
+def test_random_draws_stay_on_their_side__draws_after_the_output_only_are_joined():
+    original, mended = _pair(
+        """
+        def f(x):
+            a = x * 2.0
+            print("between")
+            return a + torch.rand_like(x)
+        """
+    )
+    make_args = lambda: (torch.ones(5),)  # noqa: E731
+    assert breaks(original.f, *make_args()) == 1
+    assert breaks(mended.f, *make_args()) == 0
+    _assert_same_as_original(original, mended, make_args)
+
+
+def test_random_draws_stay_on_their_side__any_draw_where_the_original_frame_ran_eagerly():
+    original, mended = _pair(
+        """
+        def f(x):
+            for step in range(2):
+                print("step", step)
+                x = x + torch.rand_like(x)
+            return x
+        """
+    )
+    make_args = lambda: (torch.ones(5),)  # noqa: E731
+    assert breaks(mended.f, *make_args()) == breaks(original.f, *make_args())
+    assert any("ran these random draws eagerly" in reason for reason in claims.trace_time_declines.values())
+    _assert_same_as_original(original, mended, make_args)
+
+
+# no_random_draw_is_dropped -------------------------------------------------------------------
+
+
+def test_no_random_draw_is_dropped__an_unused_draw_joined_to_an_output():
+    original, mended = _pair(
+        """
+        def f(x):
+            a = x * 2.0
+            print("between")
+            torch.rand(1)
+            return a
+        """
+    )
+    make_args = lambda: (torch.ones(5),)  # noqa: E731
+    assert breaks(mended.f, *make_args()) == breaks(original.f, *make_args()) == 1
+    assert any("unused" in reason for reason in claims.trace_time_declines.values())
+    _assert_same_as_original(original, mended, make_args)
+
+
+# rest_of_eager_frame_compiles_whole -----------------------------------------------------------
+
+GUARD_THEN_AN_ITEM = """
+    def f(x):
+        if (x < 0).any():
+            raise ValueError("negative")
+        y = x * 2.0
+        n = int(y.sum().item())
+        return y * n
+"""
+
+
+def test_rest_of_eager_frame_compiles_whole__guard_with_a_break_after_it():
+    """After the original's guard fails once, TorchDynamo runs the rest of the frame
+    eagerly on every call (long fuzz run seeds 2098, 7639); a break after the guard
+    would leave that rest compiled in resumed frames that no check of this trace sees."""
+    original, mended = _pair(GUARD_THEN_AN_ITEM)
+    assert breaks(mended.f, torch.ones(3)) == breaks(original.f, torch.ones(3)) == 2
+    assert any("rest of the original frame" in reason for reason in claims.trace_time_declines.values())
+
+
+def test_rest_of_eager_frame_compiles_whole__guard_in_a_frame_that_is_one_graph_is_lowered():
+    original, mended = _pair(
+        """
+        def f(x):
+            if (x < 0).any():
+                raise ValueError("negative")
+            return x * 2.0
+        """
+    )
+    assert breaks(original.f, torch.ones(3)) == 1
+    assert breaks(mended.f, torch.ones(3)) == 0
+    _assert_same_as_original(original, mended, lambda: (torch.ones(3),))
+
+
+# trace_checks_unavailable -----------------------------------------------------------------
+
+
+def test_trace_checks_unavailable__no_claim_without_the_hooks(monkeypatch):
+    original, mended = _pair(
+        """
+        def f(x):
+            a = x * 2.0
+            print("between")
+            return a + 1.0
+        """
+    )
+    assert breaks(mended.f, torch.ones(3)) == 0
+    monkeypatch.setitem(claims._hooks_installed, "check_before_compiling", False)
+    assert breaks(mended.f, torch.ones(3)) == breaks(original.f, torch.ones(3)) == 1
+    assert any("lacks" in reason for reason in claims.trace_time_declines.values())
+
+
+# draws_random_numbers: by the operators' ``nondeterministic_seeded`` tag -------------------
+
+
+class _Draws(torch.nn.Module):
+    def __init__(self, training_dropout: bool):
+        super().__init__()
+        self.training_dropout = training_dropout
+
+    def forward(self, x):
+        y = torch.nn.functional.dropout(x, 0.5, self.training_dropout)
+        z = torch.nn.functional.dropout(x, 0.0, True)
+        w = x.bernoulli_(0.5)
+        return y + z + w + torch.sigmoid(x) + torch.randn_like(x)
+
+
+@pytest.mark.parametrize(
+    "training, expected",
+    [
+        (True, {"dropout": True, "dropout_1": False, "bernoulli_": True, "sigmoid": False, "randn_like": True}),
+        (False, {"dropout": False, "dropout_1": False, "bernoulli_": True, "sigmoid": False, "randn_like": True}),
+    ],
+)
+def test_draws_random_numbers_reads_the_operator_tags(training, expected):
+    graph = torch.fx.symbolic_trace(_Draws(training)).graph
+    found = {
+        node.name: claims.draws_random_numbers(node)
+        for node in graph.nodes
+        if node.op in ("call_function", "call_method") and node.name in expected
+    }
+    assert found == expected
