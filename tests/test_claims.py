@@ -247,3 +247,30 @@ def test_draws_random_numbers_reads_the_operator_tags(training, expected):
         if node.op in ("call_function", "call_method") and node.name in expected
     }
     assert found == expected
+
+
+def test_joined_graph_records_no_autograd__parameters_read_under_no_grad_are_joined():
+    """TorchDynamo's example value of ``weight.t()`` traced under ``torch.no_grad`` is a
+    leaf that requires grad: it records nothing (layoutlmv3's relative position bias
+    was refused, and its frame traced a hundred times)."""
+    original, mended = _pair(
+        """
+        class Scale(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = torch.nn.Parameter(torch.ones(3, 3))
+
+            def forward(self, x):
+                w = self.weight.t()
+                print("between")
+                return x @ w
+
+        MODEL = Scale()
+
+        def f(x):
+            return MODEL(x)
+        """
+    )
+    with torch.no_grad():
+        assert breaks(original.f, torch.ones(2, 3)) >= 1
+        assert breaks(mended.f, torch.ones(2, 3)) == 0

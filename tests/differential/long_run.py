@@ -3,6 +3,9 @@
     PYTHONPATH=src python tests/differential/long_run.py --programs 5000 --inductor-every 25 \\
         --findings /tmp/fuzz_findings.md --time-limit 3600
 
+On N cores, run N of these with ``--shard 0/N`` ... ``--shard N-1/N`` (and a findings
+file each); each prints its own summary.
+
 Each program (``grammar.generate(seed)``) runs original vs mended eagerly, compiled with
 the ``eager`` and ``aot_eager`` backends, and, on every ``--inductor-every``-th program,
 with ``inductor``. Each behaviour difference is put in a class (mode, observable part,
@@ -73,6 +76,10 @@ def main(argv=None) -> int:
     parser.add_argument("--minimise-budget", type=float, default=120.0, help="seconds per reproducer")
     parser.add_argument("--findings", help="append each minimised finding to this markdown file")
     parser.add_argument("--time-limit", type=float, default=0, help="stop starting programs after this many seconds")
+    parser.add_argument(
+        "--shard", default="0/1",
+        help="K/N: run only every N-th seed from the K-th (run N processes with K = 0..N-1 to use N cores)",
+    )
     options = parser.parse_args(argv)
 
     # TorchDynamo logs each failed fake-tensor call with a traceback; the program's own
@@ -96,6 +103,8 @@ def main(argv=None) -> int:
         [int(seed) for seed in options.seeds.split(",")] if options.seeds
         else range(options.start, options.start + options.programs)
     )
+    shard, shards = (int(part) for part in options.shard.split("/"))
+    seeds = list(seeds)[shard::shards]
     for seed in seeds:
         if options.time_limit and time.monotonic() - started > options.time_limit:
             break
@@ -142,7 +151,7 @@ def main(argv=None) -> int:
     elapsed = time.monotonic() - started
     print("\n==== graphmend differential fuzzing: summary ====")
     asked = options.seeds or f"{options.start}..{options.start + options.programs - 1}"
-    print(f"seeds {asked}; programs run: {programs} in {elapsed:.0f} s")
+    print(f"seeds {asked} (shard {options.shard}); programs run: {programs} in {elapsed:.0f} s")
     for mode in ("eager", "compiled:eager", "compiled:aot_eager", "compiled:inductor"):
         print(f"  {mode:20s} {runs[mode]} programs")
     total = sum(len(v) for v in classes.values())

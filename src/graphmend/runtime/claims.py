@@ -192,9 +192,12 @@ def computed_nodes(output):
 
 
 def records_autograd(node) -> bool:
+    """Whether the node's value has a place in an autograd graph (a ``grad_fn``). A leaf
+    that requires grad records nothing: TorchDynamo's example value of ``weight.t()``
+    traced under ``torch.no_grad`` is such a leaf (layoutlmv3's relative position bias)."""
     value = node.meta.get("example_value")
     values = value if isinstance(value, (tuple, list)) else [value]
-    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+    return any(isinstance(v, torch.Tensor) and v.requires_grad and v.grad_fn is not None for v in values)
 
 
 def joined_graph_records_no_autograd(output) -> str | None:
@@ -317,7 +320,13 @@ def _refusals(output, claims, graph_break: bool):
 
 
 def _refuse(site, kind: str, reason: str) -> None:
-    _refused.setdefault(site, set()).add(kind)
+    kinds = _refused.setdefault(site, set())
+    if kind in kinds:
+        # Refused for this reason before, yet claimed again (the grad mode read at the
+        # claim was not the one the graph ran under): refuse for good, so that no frame
+        # is traced again and again.
+        kind = _ALWAYS
+    kinds.add(kind)
     trace_time_declines[site] = reason
 
 
