@@ -53,12 +53,12 @@ import torch   # torch itself
 def step(x):
     # comment before the print
     # graphmend: Defer removes a graph break (LC); eager path unchanged
-    if __graphmend__.is_compiling():
+    if not __graphmend__.is_compiling():
+        print('step', x.shape)
+    else:
         _gm_eager_2 = __graphmend__.print_in_graph(('step', x.shape), {})
         if _gm_eager_2:
             print(*_gm_eager_2[0], **_gm_eager_2[1])
-    else:
-        print('step', x.shape)
     y  =  x * 2     # spacing kept
     # graphmend: Where removes a graph break (DC); eager path unchanged
     if __graphmend__.is_compiling() and __graphmend__.operands_combine((y, 'number')):

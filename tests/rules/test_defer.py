@@ -220,3 +220,38 @@ def outer(x):
 """
     original, mended, _ = original_and_mended(source)
     assert_equivalent(original.outer, mended.outer, torch.ones(2))
+
+
+def test_a_call_handed_back_leaves_the_graph_outputs_as_the_original():
+    """A call the runtime hands back keeps its break. TorchDynamo takes every local read
+    after a jump as live at a break, so the compiled form comes last and falls through:
+    the graph before the break returns what the original's returns (fuzz seed 7349, where
+    an extra output changed inductor's random numbers)."""
+    source = PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            h1 = torch.sigmoid(x)
+            h2 = h1 + 1
+            y = h1 * 2
+            print("sum", y.sum())
+            h2 = torch.tanh(y)
+            return h2 + h1
+        """
+    )
+    original, mended, result = original_and_mended(source)
+    assert result.changed
+
+    def outputs_of_graphs(function):
+        counts = []
+
+        def backend(graph_module, example_inputs):
+            output = next(node for node in graph_module.graph.nodes if node.op == "output")
+            counts.append(len(output.args[0]))
+            return graph_module.forward
+
+        torch._dynamo.reset()
+        x = torch.ones(3, requires_grad=True)  # the printed sum has autograd history: handed back
+        torch.compile(function, backend=backend, dynamic=False)(x)
+        return counts
+
+    assert outputs_of_graphs(mended.f) == outputs_of_graphs(original.f)

@@ -66,19 +66,29 @@ def place(nodes, like: ast.AST):
 
 
 def compiled_or_original(
-    compiled: list[ast.stmt], original: list[ast.stmt], reason: str, also: ast.expr | None = None
+    compiled: list[ast.stmt],
+    original: list[ast.stmt],
+    reason: str,
+    also: ast.expr | None = None,
+    compiled_last: bool = False,
 ) -> ast.If:
     """``if is_compiling(): <compiled> else: <original>``: the eager path stays exact.
 
     ``also`` adds a condition that must hold (decided while tracing) for the compiled form.
+    ``compiled_last`` writes ``if not is_compiling(): <original> else: <compiled>`` for a
+    compiled form that may still break: its code then falls through to the statement
+    after it, with no jump between. TorchDynamo's liveness analysis takes every local
+    read after a jump as live, even one assigned first, so a jump after the break would
+    make the graph before it return values nothing reads (and, under inductor, draw
+    other random numbers: fuzz seed 7349).
     """
-    test = f"{RUNTIME_NAME}.is_compiling()" + (" and ALSO" if also is not None else "")
-    guard = statements(
-        f"if {test}:\n    COMPILED\nelse:\n    ORIGINAL",
-        COMPILED=compiled,
-        ORIGINAL=original,
-        ALSO=also,
-    )[0]
+    if compiled_last:
+        test = f"not ({RUNTIME_NAME}.is_compiling() and ALSO)" if also is not None else f"not {RUNTIME_NAME}.is_compiling()"
+        template = f"if {test}:\n    ORIGINAL\nelse:\n    COMPILED"
+    else:
+        test = f"{RUNTIME_NAME}.is_compiling()" + (" and ALSO" if also is not None else "")
+        template = f"if {test}:\n    COMPILED\nelse:\n    ORIGINAL"
+    guard = statements(template, COMPILED=compiled, ORIGINAL=original, ALSO=also)[0]
     setattr(guard, GUARD_MARK, reason)
     for statement in original:
         for node in ast.walk(statement):

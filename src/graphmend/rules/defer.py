@@ -2,12 +2,12 @@
 
     print(a, b, sep=s)
 becomes
-    if __graphmend__.is_compiling():
+    if not __graphmend__.is_compiling():
+        print(a, b, sep=s)
+    else:
         _gm_eager_1 = __graphmend__.print_in_graph((a, b), {"sep": s})
         if _gm_eager_1:
             print(*_gm_eager_1[0], **_gm_eager_1[1])
-    else:
-        print(a, b, sep=s)
 
 While tracing, ``print_in_graph`` puts an ordered effect operator into the graph where
 the call was; it prints when the graph runs, with tensors as they are at that point
@@ -15,7 +15,9 @@ the call was; it prints when the graph runs, with tensors as they are at that po
 tensor with autograd history, a mutable object, a user handler or Logger subclass,
 a warning a filter turns into an exception) it hands back, and the original callee
 is called with the same argument values in this frame, with the original call's
-graph break. The eager path is the original call.
+graph break. The eager path is the original call. The compiled form comes last, so
+that a call handed back falls through to the next statement with no jump between
+(TorchDynamo takes every local read after a jump as live at the break).
 
 Legality conditions: ``callee_is_real`` (the builtin ``print``, a logger bound once
 by ``getLogger``/``get_logger``, ``warnings.warn``; never shadowed or rebound),
@@ -374,6 +376,6 @@ def apply(context: FunctionContext) -> None:
         context.module.uses_runtime = True
         call = statement.value
         recording = place(_recording_call(context, call, kind), statement)
-        return [compiled_or_original(recording, [statement], f"{RULE}: original call")]
+        return [compiled_or_original(recording, [statement], f"{RULE}: original call", compiled_last=True)]
 
     rewrite_statements(context.facts.function, rewrite)
