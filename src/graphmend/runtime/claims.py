@@ -8,8 +8,9 @@ later in the same trace:
 
 - an op after the statement fails while TorchDynamo traces it (``no_later_op_failed_while_tracing``);
 - the joined graph records autograd (``joined_graph_records_no_autograd``);
-- the joined graph draws random numbers on both sides of the statement, or drops an
-  unused draw (``random_draws_stay_on_their_side``, ``no_random_draw_is_dropped``);
+- the joined graph draws random numbers on both sides of the statement
+  (``random_draws_stay_on_their_side``; an unused draw is kept, as eagerly:
+  ``_check_the_compiled_graph``);
 - TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
   eagerly, and the mended frame does not compile to its end in one graph
   (``rest_of_eager_frame_compiles_whole``).
@@ -64,6 +65,12 @@ class Claim:
     # Why the rest of the original frame ran (or may later run) eagerly, where it did:
     # the mended frame must then compile to its end in one graph.
     rest_ran_eagerly: str | None
+    # What stands in the graph for the statement: GUARD (Trap), OUTPUT (Defer), or
+    # SELECTION (Where).
+    kind: str = "selection"
+
+
+GUARD, OUTPUT, SELECTION = "guard", "output", "selection"
 
 
 def current_translator():
@@ -139,12 +146,12 @@ def trace_checks_unavailable() -> str | None:
     return None
 
 
-def record_claim(translator, site: tuple[str, int], rest_ran_eagerly: str | None) -> None:
+def record_claim(translator, site: tuple[str, int], rest_ran_eagerly: str | None, kind: str = SELECTION) -> None:
     position = len(translator.output.graph.nodes)
-    claims_in_trace(translator)[site] = Claim(site, position, rest_ran_eagerly)
+    claims_in_trace(translator)[site] = Claim(site, position, rest_ran_eagerly, kind)
 
 
-def claim_break_at_user_site(translator) -> bool:
+def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
     """Whether the user's statement being traced (in the first frame outside
     graphmend's runtime, from ``translator`` outwards) may lose its break in this
     trace; if so, the claim is recorded so that the checks made later in the trace can
@@ -159,7 +166,7 @@ def claim_break_at_user_site(translator) -> bool:
             if unavailable is not None:
                 trace_time_declines[site] = unavailable
                 return False
-            record_claim(translator, site, original_break_keeps_frame_compiled(translator))
+            record_claim(translator, site, original_break_keeps_frame_compiled(translator), kind)
             return True
         translator = getattr(translator, "parent", None)
     return False
@@ -277,16 +284,44 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     return None
 
 
-def no_random_draw_is_dropped(graph_module) -> str | None:
-    """AOTAutograd drops a random draw whose value the graph does not use, so the
-    generator does not advance. Whether the original's draw was dropped depended on
-    where its graphs ended, which differs from input to input (long fuzz run seed 7449:
-    on one input the original's draw sat alone in a resumed graph and ran). Checked on
-    the graph TorchDynamo hands the backend, whose outputs are known."""
-    for node in graph_module.graph.nodes:
-        if node.op in ("call_function", "call_method") and not node.users and draws_random_numbers(node):
-            return "a random draw in the joined graph is unused, and compiling drops it"
-    return None
+def has_unused_random_draw(graph_module) -> bool:
+    """Whether a random draw in the graph TorchDynamo hands the backend reaches neither
+    the graph's outputs nor an op with side effects. AOTAutograd drops such a draw (and
+    what only it feeds) unless inductor's ``fallback_random`` is set, so the generator
+    does not advance as it does eagerly."""
+    draws = [
+        node for node in graph_module.graph.nodes
+        if node.op in ("call_function", "call_method") and draws_random_numbers(node)
+    ]
+    if not draws:
+        return False
+    draw_set = set(draws)
+    needed = set()
+    pending = [
+        node for node in graph_module.graph.nodes
+        if node.op == "output" or (node.op != "placeholder" and node not in draw_set and _has_side_effect(node))
+    ]
+    while pending:
+        node = pending.pop()
+        if node in needed:
+            continue
+        needed.add(node)
+        pending.extend(node.all_input_nodes)
+    return any(draw not in needed for draw in draws)
+
+
+def _has_side_effect(node) -> bool:
+    try:
+        return node.is_impure(impure_random=False)
+    except Exception:  # noqa: BLE001 - cannot tell: count it as needed
+        return True
+
+
+def _compiled_from_mended_code(output) -> bool:
+    from graphmend.rewrite.templates import RUNTIME_NAME
+
+    root = getattr(output, "root_tx", None)
+    return root is not None and RUNTIME_NAME in getattr(root, "f_globals", {})
 
 
 def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
@@ -305,8 +340,24 @@ def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
     return None
 
 
+def outputs_share_no_graph_with_a_lowered_guard(claims) -> str | None:
+    """A lowered guard is an assertion, which inductor fuses into a kernel; graphmend's
+    output is an operator ordered only with other output. Inductor may then run the
+    output before a guard that comes first (the output is made although the original
+    raised first, and the kernels after it read freed buffers: fuzz seed 13150) or after
+    one that comes later (the output is lost). So output keeps its break in a graph
+    with a lowered guard."""
+    kinds = {claim.kind for claim in claims.values()}
+    if GUARD in kinds and OUTPUT in kinds:
+        return "a lowered guard shares the graph, and inductor does not keep output and guards in order"
+    return None
+
+
 def _refusals(output, claims, graph_break: bool):
     """(site, kind, reason) for each claim the whole trace refuses."""
+    with_guard = outputs_share_no_graph_with_a_lowered_guard(claims)
+    if with_guard is not None:
+        return [(claim.site, _ALWAYS, with_guard) for claim in claims.values() if claim.kind == OUTPUT]
     for_all = random_draws_stay_on_their_side(output, claims)
     kind = _ALWAYS
     if for_all is None:
@@ -361,17 +412,22 @@ def _check_before_compiling(compile_subgraph):
 
 
 def _check_the_compiled_graph(call_user_compiler):
-    """Wrap ``OutputGraph.call_user_compiler`` (outside its own error handling): the
-    checks that need the graph's outputs (``no_random_draw_is_dropped``)."""
+    """Wrap ``OutputGraph.call_user_compiler``: an unused random draw in a graph compiled
+    from mended code is kept, as eagerly (``fallback_random`` while the graph compiles).
+
+    Which draws end up unused depends on which locals TorchDynamo takes as live at a
+    break, and its liveness analysis takes every local read after a jump as live: the
+    rewritten code's jumps are not the original's, so a draw the original's graph
+    returned may be unused in the mended one, or the other way round (long fuzz run
+    seeds 7449, 13156). Kept, the draw advances the generator as the original does
+    eagerly."""
 
     def wrapped(self, graph_module, *args, **kwargs):
-        claims = getattr(self, _CLAIMS_ATTRIBUTE, None)
-        if claims:
-            reason = no_random_draw_is_dropped(graph_module)
-            if reason is not None:
-                for site in claims:
-                    _refuse(site, _ALWAYS, reason)
-                raise _restart(self, reason)
+        if _compiled_from_mended_code(self) and has_unused_random_draw(graph_module):
+            import torch._inductor.config as inductor_config
+
+            with inductor_config.patch(fallback_random=True):
+                return call_user_compiler(self, graph_module, *args, **kwargs)
         return call_user_compiler(self, graph_module, *args, **kwargs)
 
     wrapped._graphmend_wrapped = True

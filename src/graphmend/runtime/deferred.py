@@ -225,7 +225,7 @@ def _register(
         return -1
     if why_not_exact_in_graph(kind, target, detail, template, kwargs) is not None:
         return -1
-    if not claims.claim_break_at_user_site(claims.current_translator()):
+    if not claims.claim_break_at_user_site(claims.current_translator(), claims.OUTPUT):
         return -1
     with _registry_lock:
         key = next(_keys)

@@ -418,7 +418,7 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
         or no_pending_side_effect_before_guard(translator)
     )
     if reason is None:
-        claims.record_claim(translator, site, rest_ran_eagerly=_AFTER_A_FAILED_GUARD)
+        claims.record_claim(translator, site, rest_ran_eagerly=_AFTER_A_FAILED_GUARD, kind=claims.GUARD)
         return True
     trace_time_declines[site] = reason
     return False
