@@ -88,3 +88,35 @@ def test_help_says_what_standard_input_each_run_gets(cli):
     text = " ".join(result.out.split())
     assert "one run after the other" in text
     assert "Standard input goes to the first run only" in text
+
+
+TRAINING_SCRIPT = """\
+import torch
+
+
+@torch.compile(backend="eager", dynamic=False)
+def step(x):
+    y = x.sin()
+    print("step")
+    return (y * x).sum()
+
+
+step(torch.ones(3, requires_grad=True)).backward()
+"""
+
+
+def test_a_rewrite_kept_while_tracing_is_explained(tmp_path):
+    """Under autograd the print keeps its break (``graphmend.runtime.claims``): explain
+    says so, with the reason the trace gave."""
+    script = tmp_path / "training.py"
+    script.write_text(TRAINING_SCRIPT)
+    environment = dict(os.environ)
+    source_root = os.path.dirname(os.path.dirname(graphmend.__file__))
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [source_root, environment.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-m", "graphmend", "explain", str(script)],
+        capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "rewritten by Defer; kept its break while tracing: the joined graph records autograd" in result.stdout
+    assert "breaks: 1 -> 1" in result.stdout

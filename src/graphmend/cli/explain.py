@@ -87,10 +87,15 @@ class _RecordFile:
 
 
 def install_break_recorder(path: str) -> None:
-    """Record Dynamo's breaks and recompilations into ``path`` until the process ends."""
+    """Record Dynamo's breaks and recompilations into ``path`` until the process ends,
+    and at its end the rewrites that kept their breaks while tracing (with why)."""
+    import atexit
+
     import torch  # noqa: F401 - torch sets up its log handlers on import
 
-    start_recording(_RecordFile(path))
+    records = _RecordFile(path)
+    start_recording(records)
+    atexit.register(_record_trace_time_declines, records)
     torch_log = os.environ.get(TORCH_LOG_ENVIRONMENT_VARIABLE)
     if torch_log:
         # lives as long as the process
@@ -104,6 +109,17 @@ def install_break_recorder(path: str) -> None:
             for handler in logger.handlers:
                 if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
                     handler.setStream(stream)
+
+
+def _record_trace_time_declines(records: _RecordFile) -> None:
+    from graphmend.runtime import claims
+
+    for (file, line), reason in list(claims.trace_time_declines.items()):
+        try:
+            records.file.write(json.dumps({"declined": [file, line, reason]}) + "\n")
+            records.file.flush()
+        except Exception:  # noqa: BLE001 - recording must never break the user's script
+            pass
 
 
 def run_and_record_breaks(argv: list[str]) -> int:
@@ -170,10 +186,12 @@ class GraphBreak:
         return f"{self.reason}: {self.explanation}" if self.explanation else self.reason
 
 
-def read_records(path: str) -> tuple[list[GraphBreak], list[Recompilation]]:
-    """The breaks and recompilations a child wrote to ``path``."""
+def read_records(path: str) -> tuple[list[GraphBreak], list[Recompilation], dict[tuple[str, int], str]]:
+    """The breaks, recompilations and rewrites kept while tracing (by file and line,
+    with the reason) that a child wrote to ``path``."""
     breaks: list[GraphBreak] = []
     recompilations: list[Recompilation] = []
+    declines: dict[tuple[str, int], str] = {}
     try:
         with open(path, encoding="utf-8") as file:
             for text in file:
@@ -184,11 +202,14 @@ def read_records(path: str) -> tuple[list[GraphBreak], list[Recompilation]]:
                         breaks.append(GraphBreak.from_record(record))
                     elif "recompilation" in item:
                         recompilations.append(Recompilation.from_json(item["recompilation"]))
+                    elif "declined" in item:
+                        file, line, reason = item["declined"]
+                        declines[(file, int(line))] = str(reason)
                 except (ValueError, KeyError, TypeError):
                     continue  # a line cut short by a crash
     except OSError:
         pass
-    return breaks, recompilations
+    return breaks, recompilations, declines
 
 
 # --- classifying and explaining ---------------------------------------------------------
@@ -236,6 +257,7 @@ def what_graphmend_did(
     remaining: set,
     wider: Finding | None,
     not_a_package: bool = False,
+    declined_while_tracing: str | None = None,
 ) -> str:
     if finding is not None and finding.fixed and not_a_package:
         top = module_of(graph_break.file).split(".")[0]
@@ -255,6 +277,8 @@ def what_graphmend_did(
             return "no graphmend rule covers this break"
         return "no graphmend rule covers this line, yet the mended run does not break here"
     if finding.fixed:
+        if graph_break.location in remaining and declined_while_tracing:
+            return f"rewritten by {finding.rule}; kept its break while tracing: {declined_while_tracing}"
         if graph_break.location in remaining:
             return f"rewritten by {finding.rule}, but the mended run still breaks here"
         return f"fixed by {finding.rule}"
@@ -281,9 +305,11 @@ def explain_breaks(
     static: StaticView,
     packages: list[str] | None = None,
     recompilations: dict[str, list[Recompilation]] | None = None,
+    declines: dict[tuple[str, int], str] | None = None,
 ) -> list[str]:
     """``packages``: the mended run's ``--package`` names (None: not known, assume rewritten).
-    ``recompilations``: each run's (by ``ORIGINAL``/``MENDED``), when known."""
+    ``recompilations``: each run's (by ``ORIGINAL``/``MENDED``), when known.
+    ``declines``: the mended run's rewrites that kept their breaks while tracing."""
     lines = [f"original run: {_plural(len(original), 'graph break')}"]
     remaining = {graph_break.location for graph_break in mended}
     for (file, line), group in _count_by_location(original).items():
@@ -310,7 +336,9 @@ def explain_breaks(
         not_a_package = (
             packages is not None and file != static.script and not is_mended(file, packages)
         )
-        did = what_graphmend_did(graph_break, finding, remaining, wider, not_a_package)
+        did = what_graphmend_did(
+            graph_break, finding, remaining, wider, not_a_package, (declines or {}).get((file, line))
+        )
         lines.append(f"    graphmend: {did}")
     original_locations = {graph_break.location for graph_break in original}
     new = [b for b in mended if b.location not in original_locations]
@@ -391,6 +419,7 @@ class _ChildRun:
     status: int = 0
     breaks: list[GraphBreak] = field(default_factory=list)
     recompilations: list[Recompilation] = field(default_factory=list)
+    declines: dict = field(default_factory=dict)
     errors: str = ""
 
     def run(self, stdin) -> None:
@@ -424,7 +453,7 @@ class _ChildRun:
                         process.wait()
                 error_file.seek(0)
                 self.errors = error_file.read().decode("utf-8", "replace")
-            self.breaks, self.recompilations = read_records(log_path)
+            self.breaks, self.recompilations, self.declines = read_records(log_path)
 
 
 def run_both(original: _ChildRun, mended: _ChildRun) -> None:
@@ -489,6 +518,8 @@ def explain_command(argv: list[str]) -> int:
 
     static = StaticView(settings, script)
     recompilations = {ORIGINAL: original.recompilations, MENDED: mended.recompilations}
-    report = explain_breaks(original.breaks, mended.breaks, static, packages, recompilations)
+    report = explain_breaks(
+        original.breaks, mended.breaks, static, packages, recompilations, mended.declines
+    )
     print("\n".join(report))
     return SCRIPT_FAILED_EXIT_CODE if original.status or mended.status else 0

@@ -405,7 +405,9 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
     translator = current_translator()
     if translator is None:
         return False
-    site = (translator.f_code.co_filename, line)
+    # Keyed by the line of the guard's ``if``, where the original breaks (``line`` is
+    # the ``raise``'s, which names the trap site).
+    site = (translator.f_code.co_filename, translator.lineno)
     reason = (
         raised_class_is_exception(exception_class)
         or no_later_op_failed_while_tracing(site)
