@@ -4,6 +4,7 @@
     graphmend check    list graph-break candidates and what graphmend does about each
     graphmend fix      rewrite files in place (or show the diff)
     graphmend explain  run a script with and without graphmend and explain each break
+    graphmend rule     what a break category means and what graphmend does about it
     graphmend bench    benchmark harness (run from a checkout: benchmarks/)
 
 Each command parses its own arguments; this module only picks the command.
@@ -23,6 +24,7 @@ COMMANDS = {
     "check": "list graph-break candidates and what graphmend does about each",
     "fix": "rewrite files so their graph breaks are mended (shows a diff by default)",
     "explain": "run a script with and without graphmend and explain each graph break",
+    "rule": "explain a graph-break category (DC, LC, VG, ...) and what graphmend does about it",
     "bench": "run the benchmark suite (from a checkout of graphmend's repository)",
 }
 
@@ -70,6 +72,12 @@ def _fix(argv: list[str]) -> int:
     return fix_command(argv)
 
 
+def _rule(argv: list[str]) -> int:
+    from graphmend.cli.rule import rule_command
+
+    return rule_command(argv)
+
+
 def _explain(argv: list[str]) -> int:
     from graphmend.cli.explain import explain_command
 
@@ -77,7 +85,9 @@ def _explain(argv: list[str]) -> int:
 
 
 # Imported on use: ``graphmend check`` should not pay for what ``run`` imports.
-_HANDLERS = {"run": _run, "check": _check, "fix": _fix, "explain": _explain, "bench": _bench}
+_HANDLERS = {
+    "run": _run, "check": _check, "fix": _fix, "explain": _explain, "rule": _rule, "bench": _bench,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

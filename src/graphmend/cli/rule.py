@@ -1,0 +1,112 @@
+"""``graphmend rule``: what a break category means and what graphmend does about it.
+
+    graphmend rule          list the categories
+    graphmend rule CODE     explain one (DC, LC, VG, TI, DS, DO), as ``ruff rule`` does
+
+For a category a rule rewrites, the text is the rule's own documentation (its rewrite
+and its legality conditions, each a named predicate in the rule's file), then the
+checks every rule's rewrite passes while TorchDynamo traces.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+
+from graphmend.cli.config import ConfigError, OneLineErrorParser, usage_error
+from graphmend.rewrite.findings import (
+    CATEGORY_TITLES,
+    DATA_DEPENDENT_CONTROL_FLOW,
+    DATA_DEPENDENT_OPERATOR,
+    DYNAMIC_SHAPE_OPERATOR,
+    LOGGER_CALL,
+    TENSOR_ITEM,
+    VALIDATION_GUARD,
+)
+
+PROGRAM = "graphmend rule"
+
+# category -> the module of the rule that rewrites it
+_RULE_MODULES = {
+    DATA_DEPENDENT_CONTROL_FLOW: "graphmend.rules.where",
+    LOGGER_CALL: "graphmend.rules.defer",
+    VALIDATION_GUARD: "graphmend.rules.trap",
+}
+
+_UNFIXED = {
+    TENSOR_ITEM: (
+        "`tensor.item()` (and `.tolist()`) copies a tensor value into a Python number.\n"
+        "TorchDynamo breaks the graph there unless `torch._dynamo.config.capture_scalar_outputs`\n"
+        "is set, which changes other programs' behaviour. No graphmend rule rewrites it;\n"
+        "`graphmend check` reports it so that its cost is visible."
+    ),
+    DYNAMIC_SHAPE_OPERATOR: (
+        "An operator whose output shape depends on tensor values (`nonzero`, `unique`,\n"
+        "`masked_select`, boolean-mask indexing). TorchDynamo breaks the graph there unless\n"
+        "`torch._dynamo.config.capture_dynamic_output_shape_ops` is set. No graphmend rule\n"
+        "rewrites it; `graphmend check` reports it."
+    ),
+    DATA_DEPENDENT_OPERATOR: (
+        "An operator TorchDynamo reports as data dependent: its result (not only its shape)\n"
+        "cannot be traced from the shapes of its inputs. No graphmend rule rewrites it."
+    ),
+}
+
+_WHOLE_TRACE_CHECKS = """\
+Checked over the whole trace, for every rule (graphmend.runtime.claims): before
+TorchDynamo compiles a graph in which a statement lost its break, the break is kept
+and the frame traced again where
+  - an op after it fails while TorchDynamo traces it (no_later_op_failed_while_tracing);
+  - the joined graph records autograd (joined_graph_records_no_autograd);
+  - random draws sit on both sides of it (random_draws_stay_on_their_side);
+  - output shares the graph with a lowered guard (outputs_share_no_graph_with_a_lowered_guard);
+  - the rest of the original frame ran eagerly and the mended frame still breaks later
+    (rest_of_eager_frame_compiles_whole).
+`graphmend explain` names the check for a break kept this way."""
+
+
+def _category_list() -> str:
+    lines = []
+    for code, title in CATEGORY_TITLES.items():
+        module = _RULE_MODULES.get(code)
+        handled = f"rewritten by {module.rsplit('.', 1)[1].capitalize()}" if module else "reported, not rewritten"
+        lines.append(f"  {code}  {title:<36} {handled}")
+    return "\n".join(lines)
+
+
+def explain_category(code: str) -> str:
+    """The text ``graphmend rule CODE`` prints."""
+    title = CATEGORY_TITLES[code]
+    module_name = _RULE_MODULES.get(code)
+    if module_name is None:
+        return f"{code}: {title}\n\n{_UNFIXED[code]}"
+    module = importlib.import_module(module_name)
+    rule_name = module_name.rsplit(".", 1)[1].capitalize()
+    documentation = inspect.cleandoc(module.__doc__ or "")
+    return f"{code}: {title}, rewritten by {rule_name}\n\n{documentation}\n\n{_WHOLE_TRACE_CHECKS}"
+
+
+def build_parser() -> OneLineErrorParser:
+    parser = OneLineErrorParser(
+        prog=PROGRAM,
+        description="Explain a graph-break category and what graphmend does about it.",
+    )
+    parser.add_argument("code", nargs="?", help=f"one of {', '.join(CATEGORY_TITLES)}; none to list them")
+    return parser
+
+
+def rule_command(argv: list[str]) -> int:
+    try:
+        arguments = build_parser().parse_args(argv)
+    except ConfigError as error:
+        return usage_error(PROGRAM, str(error))
+    if arguments.code is None:
+        print("graph-break categories (graphmend rule CODE explains one):")
+        print(_category_list())
+        return 0
+    code = arguments.code.upper()
+    if code not in CATEGORY_TITLES:
+        return usage_error(PROGRAM, f"unknown category {arguments.code!r}; choose from {', '.join(CATEGORY_TITLES)}")
+    sys.stdout.write(explain_category(code) + "\n")
+    return 0
