@@ -152,3 +152,35 @@ def test_purity_with_empty_kwargs_allows_the_kwargs_validation_raise():
     assert purity.function_impurity(function) is not None
     assert purity.function_impurity(function, calling_keywords=("seq_len",)) is None
     assert purity.function_impurity(function, calling_keywords=("other",)) is not None
+
+
+ORDER_SOURCE = """
+import torch
+def f(x):
+    a = 0
+    b = 0
+    c = 0
+    for i in range(3):
+        a = b
+        b = a + c
+        c = x.sum()
+    if b > 0:
+        pass
+    if a > 0:
+        pass
+"""
+
+
+def test_dependence_does_not_depend_on_the_order_of_questions():
+    """Issue 17: a definition's answer computed while a cycle was cut (``a = b`` while
+    ``b = a + c`` was being asked about) was cached as not data-dependent, so whether
+    ``if a > 0`` was reported depended on which statement was asked first."""
+    tree, bindings = parse(ORDER_SOURCE)
+    facts = next(f for f in iter_functions(tree, bindings) if f.name == "f")
+    branches = [node for node in ast.walk(facts.function) if isinstance(node, ast.If)]
+    forward = DataDependence(facts)
+    in_order = [forward.is_data_dependent(node.test, facts.node_for(node)) for node in branches]
+    backward = DataDependence(facts)
+    reversed_order = [backward.is_data_dependent(node.test, facts.node_for(node)) for node in reversed(branches)]
+    assert in_order == [True, True]
+    assert reversed_order == [True, True]

@@ -68,9 +68,23 @@ class DataDependence:
         return False
 
     def is_data_dependent(self, expression: ast.AST | None, at: CfgNode | None) -> bool:
-        return self._depends(expression, at, frozenset())
+        """Whether a definition that directly applies a value operation reaches
+        ``expression`` at ``at`` through the definitions of the names it reads.
 
-    def _depends(self, expression, at, visiting: frozenset) -> bool:
+        That is reachability, so cycles (a loop's back edge) are cut by exploring each
+        definition once per question. An answer is kept for later questions only when
+        it is final: True for each definition on a path that found one; False, at the
+        end of a question answered False, for every definition it explored (all they
+        reach was explored too). A False met under a cut is never kept, so the answer
+        does not depend on which statement was asked about first."""
+        explored: set[Definition] = set()
+        found = self._depends(expression, at, explored)
+        if not found:
+            for definition in explored:
+                self._definition_cache[definition] = False
+        return found
+
+    def _depends(self, expression, at, explored: set) -> bool:
         if expression is None:
             return False
         if isinstance(expression, ast.Call):
@@ -86,27 +100,27 @@ class DataDependence:
         if isinstance(expression, ast.Name) and isinstance(expression.ctx, ast.Load):
             if at is None:
                 return False
-            for definition in self.facts.reaching.reaching(at, expression.id):
-                if definition in visiting:
-                    continue
-                if self._definition_depends(definition, visiting | {definition}):
-                    return True
-            return False
+            return any(
+                self._definition_depends(definition, explored)
+                for definition in self.facts.reaching.reaching(at, expression.id)
+            )
         if isinstance(expression, (ast.Lambda, ast.FunctionDef)):
             return False
-        for child in ast.iter_child_nodes(expression):
-            if self._depends(child, at, visiting):
-                return True
-        return False
+        return any(self._depends(child, at, explored) for child in ast.iter_child_nodes(expression))
 
-    def _definition_depends(self, definition: Definition, visiting: frozenset) -> bool:
+    def _definition_depends(self, definition: Definition, explored: set) -> bool:
         if definition.kind != ASSIGNED or definition.value is None:
             return False
-        if definition in self._definition_cache:
-            return self._definition_cache[definition]
-        result = self._depends(definition.value, definition.node, visiting)
-        self._definition_cache[definition] = result
-        return result
+        known = self._definition_cache.get(definition)
+        if known is not None:
+            return known
+        if definition in explored:
+            return False  # being explored, or explored in this question without a find
+        explored.add(definition)
+        if self._depends(definition.value, definition.node, explored):
+            self._definition_cache[definition] = True
+            return True
+        return False
 
     def first_item_call(self, expression: ast.AST) -> ast.Call | None:
         for node in ast.walk(expression):
