@@ -119,3 +119,38 @@ def test_select_uses_where_only_for_matching_tensors():
 
 def test_bare_decorator_is_wrapped_at_the_boundary(module):
     assert getattr(module.bare_decorator, "__graphmend_wrapped__", False)
+
+
+def test_decisions_made_while_tracing_write_no_global_into_the_users_module():
+    """The trace-time decisions (a guard lowered, an output kept in the graph, a
+    selection) are constants of the trace bound by ``comptime``; with
+    ``assume_constant_result`` TorchDynamo wrote each answer into the user's module as
+    a global (``trap_lowerable``, ``sub_register``). TorchDynamo's own globals (dunder
+    names, as for any compiled function) are all that may appear."""
+    from helpers import original_and_mended
+
+    source = """
+        import torch
+
+        def check(x):
+            if (x < 0).any():
+                raise ValueError("negative")
+            return x
+
+        def f(x):
+            print("shape", x.shape)
+            x = check(x)
+            if x.sum() > 0:
+                y = x * 2
+            else:
+                y = x * 3
+            return y
+    """
+    original, mended, result = original_and_mended(source)
+    assert result.changed
+    for module in (original, mended):
+        before = set(vars(module))
+        torch._dynamo.reset()
+        torch.compile(module.f, backend="eager", dynamic=False)(torch.ones(3))
+        added = {name for name in set(vars(module)) - before if not name.startswith("__")}
+        assert added == set(), (module.__name__, added)

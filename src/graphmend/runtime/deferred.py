@@ -38,6 +38,7 @@ import types
 import warnings
 
 import torch
+from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims
 
@@ -215,17 +216,30 @@ def _split_arguments(args: tuple, kwargs: dict):
     return tuple(template), tuple(slots), tensors, integers
 
 
-@torch._dynamo.assume_constant_result
 def _register(
     kind: str, target_id, detail: tuple, template: tuple, slots: tuple, kwargs: dict
 ) -> int:
-    """Record an effect found while tracing; its key, or -1 to perform it eagerly."""
+    """Record an effect found while tracing; its key, or -1 to perform it eagerly.
+    Decided while TorchDynamo traces this function, as a constant of the trace
+    (``claims.decide_in_trace``); not tracing, -1."""
+    key = -1
+    comptime(_decide_register)
+    return key
+
+
+def _decide_register(context) -> None:
+    claims.decide_in_trace(
+        context, "key", ("kind", "target_id", "detail", "template", "slots", "kwargs"), _registered_key
+    )
+
+
+def _registered_key(translator, kind, target_id, detail, template, slots, kwargs) -> int:
     target = _resolve_target(kind, target_id)
     if target_id is not None and target is None:
         return -1
     if why_not_exact_in_graph(kind, target, detail, template, kwargs) is not None:
         return -1
-    if not claims.claim_break_at_user_site(claims.current_translator(), claims.OUTPUT):
+    if not claims.claim_break_at_user_site(translator, claims.OUTPUT):
         return -1
     with _registry_lock:
         key = next(_keys)

@@ -31,6 +31,7 @@ import types
 from dataclasses import dataclass
 
 import torch
+from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims
 from graphmend.runtime.claims import (
@@ -190,6 +191,7 @@ def any_of(*values):
 
 SITE_MARKER = "[graphmend-trap-site "
 _TORCH_DIRECTORY = os.path.dirname(torch.__file__) + os.sep
+_RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 _BOUNDARY_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compiled_calls.py")
 _RAISED_NAME = "__graphmend_restored_exception__"
 
@@ -330,7 +332,7 @@ def no_handler_in_eager_callers() -> str | None:
         filename = frame.f_code.co_filename
         if filename == _BOUNDARY_FILE:
             return None
-        if not filename.startswith(_TORCH_DIRECTORY) and filename != __file__:
+        if not filename.startswith(_TORCH_DIRECTORY) and os.path.dirname(filename) != _RUNTIME_DIRECTORY:
             if _has_active_handler(frame):
                 return f"`{frame.f_code.co_name}` calls it eagerly inside a `try` or `with` block"
         frame = frame.f_back
@@ -393,16 +395,28 @@ def _source_name(source) -> str:
 _AFTER_A_FAILED_GUARD = "once the guard fails, TorchDynamo runs the rest of the original frame eagerly"
 
 
-@torch.compiler.assume_constant_result
 def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
     """Whether the guard being traced may become a graph assertion.
 
-    TorchDynamo calls this for real while tracing and folds the answer into the
-    graph as a constant; it adds no guard (the answer depends only on the code
-    traced, and on the eager callers checked by ``no_handler_in_eager_callers``).
-    Not tracing, the answer is False: the original ``if`` runs.
+    Decided while TorchDynamo traces this function (``claims.decide_in_trace``), as a
+    constant of the trace: no guard on it (the answer depends only on the code traced,
+    and on the eager callers checked by ``no_handler_in_eager_callers``). Not tracing,
+    the answer is False: the original ``if`` runs.
     """
-    translator = current_translator()
+    lowerable = False
+    comptime(_decide_lowerable)
+    return lowerable
+
+
+def _decide_lowerable(context) -> None:
+    claims.decide_in_trace(
+        context, "lowerable", ("exception_class", "line", "function_name"),
+        lambda tracer, *arguments: _lowerable(tracer.parent, *arguments),
+    )
+
+
+def _lowerable(translator, exception_class, line: int, function_name: str) -> bool:
+    """``trap_lowerable``'s answer; ``translator``: the frame of the guard's ``if``."""
     if translator is None:
         return False
     # Keyed by the line of the guard's ``if``, where the original breaks (``line`` is
@@ -426,9 +440,17 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
     return False
 
 
-@torch.compiler.assume_constant_result
 def trap_site(exception_class, line: int, function_name: str) -> int:
-    """The number of the trap site for the guard being traced (a constant)."""
-    translator = current_translator()
-    filename = translator.f_code.co_filename if translator is not None else "<unknown>"
-    return _register_site(TrapSite(exception_class, filename, line, function_name))
+    """The number of the trap site for the guard being traced (a constant of the trace)."""
+    number = -1
+    comptime(_decide_site)
+    return number
+
+
+def _decide_site(context) -> None:
+    def number_of(tracer, exception_class, line, function_name):
+        user = tracer.parent
+        filename = user.f_code.co_filename if user is not None else "<unknown>"
+        return _register_site(TrapSite(exception_class, filename, line, function_name))
+
+    claims.decide_in_trace(context, "number", ("exception_class", "line", "function_name"), number_of)
