@@ -333,3 +333,41 @@ def test_outputs_share_no_graph_with_a_lowered_guard__output_alone_is_joined():
     )
     assert breaks(original.f, torch.ones(4)) == 1
     assert breaks(mended.f, torch.ones(4)) == 0
+
+
+def test_no_input_written_in_place_before__output_after_an_input_is_updated():
+    """Defer (graphmend.runtime.deferred): inductor freed an input it writes in place
+    before the kernel that writes it ran, when an output operator without tensor
+    operands followed the write (UnboundLocalError; long fuzz run seeds 20150, 20325)."""
+    original, mended = _pair(
+        """
+        def scale(z):
+            z.mul_(10.0)
+            z = torch.tanh(z) * 3.0
+            print("scaled")
+            return z
+
+        def f(x):
+            return scale(x)
+        """
+    )
+    x = torch.tensor([0.5, 1.0, 1.5])
+    printed, value = _outcome(mended.f, "inductor", x)
+    expected_printed, expected_value = _outcome(original.f, None, x)
+    assert printed == expected_printed
+    assert torch.allclose(value, expected_value)
+    assert breaks(mended.f, x.clone()) == breaks(original.f, x.clone())
+
+
+def test_no_input_written_in_place_before__output_before_the_update_is_joined():
+    original, mended = _pair(
+        """
+        def f(x):
+            print("scaling")
+            x.mul_(10.0)
+            return torch.tanh(x) * 3.0
+        """
+    )
+    x = torch.tensor([0.5, 1.0, 1.5])
+    assert breaks(original.f, x.clone()) == 1
+    assert breaks(mended.f, x.clone()) == 0

@@ -103,6 +103,18 @@ def decide_in_trace(context, result_name: str, argument_names: tuple, decide) ->
         pass
 
 
+def input_written_in_place_so_far(translator) -> str | None:
+    """The name of a graph input written in place so far in the trace (the fake tensors
+    of the inputs count every in-place write, through any view), or None."""
+    for node in translator.output.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        example = node.meta.get("example_value")
+        if isinstance(example, torch.Tensor) and example._version > 0:
+            return node.name
+    return None
+
+
 def original_break_keeps_frame_compiled(translator) -> str | None:
     """The original statement is a graph break. Where TorchDynamo cannot resume after a
     break (in a loop, under a context manager it cannot break in), it gives up on the

@@ -20,9 +20,10 @@ output then and there, in the thread that runs the graph. So:
 Everything about an effect except its tensors, integers and sizes is fixed while
 tracing: it is put in a registry under an integer key that the graph passes to the
 operator, with those as operands (their values at the call). The registration runs at trace
-time (``torch._dynamo.assume_constant_result``) and decides whether the effect can
-happen inside the graph exactly as it would eagerly (``why_not_exact_in_graph``);
-when it cannot, the arguments go back to the rewritten code, which makes the
+time (``claims.decide_in_trace``, a constant of the trace) and decides whether the
+effect can happen inside the graph exactly as it would eagerly
+(``why_not_exact_in_graph``, ``no_input_written_in_place_before``, then the checks of
+the whole trace in ``graphmend.runtime.claims``); when it cannot, the arguments go back to the rewritten code, which makes the
 original call with them in the user's own frame, at the cost of the graph break
 the original call had.
 """
@@ -239,6 +240,8 @@ def _registered_key(translator, kind, target_id, detail, template, slots, kwargs
         return -1
     if why_not_exact_in_graph(kind, target, detail, template, kwargs) is not None:
         return -1
+    if no_input_written_in_place_before(translator) is not None:
+        return -1
     if not claims.claim_break_at_user_site(translator, claims.OUTPUT):
         return -1
     with _registry_lock:
@@ -259,6 +262,16 @@ def _resolve_target(kind: str, target_id):
     for candidate in candidates:
         if id(candidate) == target_id:
             return candidate
+    return None
+
+
+def no_input_written_in_place_before(translator) -> str | None:
+    """Inductor frees a graph input it writes in place too early when an output
+    operator without tensor operands follows the write: the kernel that writes it then
+    reads a deleted name (UnboundLocalError; long fuzz run seeds 20150, 20325)."""
+    written = claims.input_written_in_place_so_far(translator)
+    if written is not None:
+        return f"the input `{written}` is written in place before the output"
     return None
 
 

@@ -342,14 +342,10 @@ def no_handler_in_eager_callers() -> str | None:
 def no_input_mutated_before_guard(translator) -> str | None:
     """Under a functionalizing backend (aot_eager, inductor) in-place writes to a graph
     input are applied after the graph runs, so a failed assertion would lose a write
-    the original made before raising. The fake tensors of the inputs count every
-    in-place write (through any view) made so far in the traced region."""
-    for node in translator.output.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        example = node.meta.get("example_value")
-        if isinstance(example, torch.Tensor) and example._version > 0:
-            return f"the input `{node.name}` is written in place before the guard"
+    the original made before raising."""
+    written = claims.input_written_in_place_so_far(translator)
+    if written is not None:
+        return f"the input `{written}` is written in place before the guard"
     return None
 
 
