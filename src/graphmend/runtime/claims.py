@@ -314,37 +314,11 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     return None
 
 
-def has_unused_random_draw(graph_module) -> bool:
-    """Whether a random draw in the graph TorchDynamo hands the backend reaches neither
-    the graph's outputs nor an op with side effects. AOTAutograd drops such a draw (and
-    what only it feeds) unless inductor's ``fallback_random`` is set, so the generator
-    does not advance as it does eagerly."""
-    draws = [
-        node for node in graph_module.graph.nodes
-        if node.op in ("call_function", "call_method") and draws_random_numbers(node)
-    ]
-    if not draws:
-        return False
-    draw_set = set(draws)
-    needed = set()
-    pending = [
-        node for node in graph_module.graph.nodes
-        if node.op == "output" or (node.op != "placeholder" and node not in draw_set and _has_side_effect(node))
-    ]
-    while pending:
-        node = pending.pop()
-        if node in needed:
-            continue
-        needed.add(node)
-        pending.extend(node.all_input_nodes)
-    return any(draw not in needed for draw in draws)
-
-
-def _has_side_effect(node) -> bool:
-    try:
-        return node.is_impure(impure_random=False)
-    except Exception:  # noqa: BLE001 - cannot tell: count it as needed
-        return True
+def _draws_any(graph_module) -> bool:
+    return any(
+        node.op in ("call_function", "call_method") and draws_random_numbers(node)
+        for node in graph_module.graph.nodes
+    )
 
 
 def _compiled_from_mended_code(output) -> bool:
@@ -442,18 +416,21 @@ def _check_before_compiling(compile_subgraph):
 
 
 def _check_the_compiled_graph(call_user_compiler):
-    """Wrap ``OutputGraph.call_user_compiler``: an unused random draw in a graph compiled
-    from mended code is kept, as eagerly (``fallback_random`` while the graph compiles).
+    """Wrap ``OutputGraph.call_user_compiler``: a graph compiled from mended code that
+    draws random numbers compiles with inductor's ``fallback_random``, so its draws are
+    eager's, from eager's generator, and an unused one is kept (not dropped).
 
     Which draws end up unused depends on which locals TorchDynamo takes as live at a
     break, and its liveness analysis takes every local read after a jump as live: the
     rewritten code's jumps are not the original's, so a draw the original's graph
     returned may be unused in the mended one, or the other way round (long fuzz run
-    seeds 7449, 13156). Kept, the draw advances the generator as the original does
-    eagerly."""
+    seeds 7449, 13156). And inductor's own random numbers depend on the graph they are
+    compiled in (its seeds and offsets), which joining graphs changes (seeds 20100,
+    20325). With ``fallback_random`` the mended program draws the numbers the original
+    draws eagerly."""
 
     def wrapped(self, graph_module, *args, **kwargs):
-        if _compiled_from_mended_code(self) and has_unused_random_draw(graph_module):
+        if _compiled_from_mended_code(self) and _draws_any(graph_module):
             import torch._inductor.config as inductor_config
 
             with inductor_config.patch(fallback_random=True):
