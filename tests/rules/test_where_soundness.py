@@ -99,6 +99,33 @@ MUST_NOT_REWRITE = {
             return z is box.w
         """, "may be an existing object", lambda: (torch.ones(3), None),
     ),
+    "selected_value_is_fresh_inplace_call_returns_its_argument": (
+        # long fuzz run seed 20937: ``F.relu(x, inplace=True)`` returns ``x`` itself
+        """
+        def f(x, y):
+            y = F.relu(y, inplace=True)
+            x = F.relu(x, inplace=True)
+            if (x > 1).any():
+                return x
+            return y
+
+        def g(x, y):
+            return f(x, y) is x
+        """, "existed before the branch", lambda: (torch.tensor([0.5, 2.0, -1.0]), torch.ones(3)),
+    ),
+    "selected_value_is_fresh_inplace_positional": (
+        """
+        def f(x, y):
+            y = F.relu(y, True)
+            x = F.relu(x, True)
+            if (x > 1).any():
+                return x
+            return y
+
+        def g(x, y):
+            return f(x, y) is x
+        """, "existed before the branch", lambda: (torch.tensor([0.5, 2.0, -1.0]), torch.ones(3)),
+    ),
     "selected_value_is_fresh_earlier_alias": (
         """
         def f(x, y):

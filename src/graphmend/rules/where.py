@@ -83,7 +83,12 @@ from graphmend.rules.conditions import (
     split_static_prefix,
     why_not_tensorizable,
 )
-from graphmend.rules.safety import POINTWISE_TORCH, ExpressionSafety
+from graphmend.rules.safety import (
+    POINTWISE_TORCH,
+    ExpressionSafety,
+    updates_in_place,
+    writes_through_keyword,
+)
 from graphmend.rules.where_aliasing import (
     FRESH_METHODS,
     References,
@@ -450,10 +455,23 @@ class WhereRewrite:
             return self.earlier_value_is_unaliased(arm, expression.id, carried_into)
         if isinstance(expression, ast.Call):
             callee = expression.func
+            # ``F.relu(x, inplace=True)``, ``torch.exp(x, out=buf)`` and ``x.add_(1)``
+            # return the tensor they write: an existing object (fuzz seed 20937).
+            written = writes_through_keyword(expression) or updates_in_place(expression)
+            if written is not None:
+                return written
             qualified = facts.qualified_name_of(callee) if helper_locals is None else None
             if qualified in POINTWISE_TORCH:
+                if len(expression.args) > POINTWISE_TORCH[qualified][1][1]:
+                    # a positional argument past the operands may be ``inplace``
+                    return f"`{ast.unparse(expression)}` has arguments past its operands"
                 return None
-            if isinstance(callee, ast.Attribute) and callee.attr in FRESH_METHODS and qualified is None:
+            if (
+                isinstance(callee, ast.Attribute)
+                and callee.attr in FRESH_METHODS
+                and qualified is None
+                and len(expression.args) <= 1  # ``F.relu(x, True)`` is in place
+            ):
                 return None
             purity = self.context.module.purity
             function = None
