@@ -39,7 +39,8 @@ reason it fails (``graphmend check`` prints the reason):
 - ``bound_on_both_paths``: a name read after the branch is bound on both paths.
 - ``selected_value_is_fresh``: each value the selection picks between is computed
   by the arm (arithmetic, a pointwise function), never an existing object such as
-  a parameter or attribute: ``torch.where`` returns a new tensor, so ``z is x`` and
+  a parameter or attribute, or what a call writing in place returns (``F.relu(x,
+  inplace=True)`` is ``x``): ``torch.where`` returns a new tensor, so ``z is x`` and
   an in-place update through ``z`` would change meaning.
   An earlier value carried into another name (``z = y``) must also satisfy
   ``carried_value_is_the_only_reference``: ``y`` is not read after the branch and the
