@@ -75,10 +75,35 @@ def test_markdown_puts_ours_beside_the_papers():
     assert "Breaks removed: 13 / 24 over 2 models (paper: 107 / 147 over 27)" in text
     assert "Models fully fixed: 1 / 2 models with breaks (paper: 21 / 27)" in text
     assert "| t5 | 500 | 31 (30-32, n=3) | 10 (9-11, n=3) | 3.10x (2.73-3.56x) |" in text
-    assert "| 1.10x (1.00-1.33x) | - | 6.23x / 1.10x |" in text
+    assert "| 1.10x (1.00-1.33x) | - | - / - | - / - | 6.23x / 1.10x |" in text
     assert "6.23x / 1.10x" in text  # the paper's H100 figures for t5-small
     assert "- clap: quick/graphmend: error: RuntimeError: boom" in text
     assert "skipped: missing chronos" in text
+
+
+def test_timing_shows_graphs_compiled_over_all_calls_and_time_to_the_last_call():
+    """Issue 18: a recompilation can no longer hide inside a mean."""
+    run = synthetic_run()
+    entry = run["models"][0]
+    entry["timing"] = {
+        "original": [
+            {"cold_start_seconds": 3.0, "steady_state_seconds": 0.5, "call_seconds": [3.0, 0.5, 0.5],
+             "dynamo_stats": {"unique_graphs": 4}},
+        ],
+        "graphmend": [
+            {"cold_start_seconds": 2.0, "steady_state_seconds": 1.0, "call_seconds": [2.0, 1.5, 0.5],
+             "dynamo_stats": {"unique_graphs": 2}},
+            {"cold_start_seconds": 2.0, "steady_state_seconds": 1.0, "call_seconds": [2.0, 1.5, 0.5],
+             "dynamo_stats": {"unique_graphs": 1}},
+        ],
+    }
+    summary = report.summarize_model(entry)
+    assert summary["graphs_compiled_original"] == [4]
+    assert summary["graphs_compiled_graphmend"] == [1, 2]
+    assert summary["time_to_last_call_graphmend"]["median"] == 4.0
+    row = report.timing_rows([summary])[0]
+    assert "4 / 1/2" in row
+    assert "4 (4-4, n=1) / 4 (4-4, n=2) (3 calls)" in row
 
 
 def test_quick_run_markdown_has_no_timing_table():
