@@ -9,11 +9,14 @@ later in the same trace:
 - an op after the statement fails while TorchDynamo traces it (``no_later_op_failed_while_tracing``);
 - the joined graph records autograd (``joined_graph_records_no_autograd``);
 - the joined graph draws random numbers on both sides of the statement
-  (``random_draws_stay_on_their_side``; an unused draw is kept, as eagerly:
-  ``_check_the_compiled_graph``);
+  (``random_draws_stay_on_their_side``);
+- output shares the graph with a lowered guard (``outputs_share_no_graph_with_a_lowered_guard``);
 - TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
   eagerly, and the mended frame does not compile to its end in one graph
   (``rest_of_eager_frame_compiles_whole``).
+
+Separately, a graph compiled from mended code that draws random numbers compiles with
+inductor's ``fallback_random`` (``_check_the_compiled_graph``): its numbers are eager's.
 
 When one fails, TorchDynamo is made to trace the frame again
 (``UnspecializeRestartAnalysis``, which TorchDynamo raises itself for other reasons) and
@@ -21,7 +24,7 @@ the claims it names are refused in that trace and later ones, so the original br
 come back exactly where the original had them. A refused trace has not run: nothing is
 done twice.
 
-The hooks wrap two private TorchDynamo functions; where a torch lacks them the later
+The hooks wrap three private TorchDynamo functions; where a torch lacks them the later
 checks cannot be made, and every claim is refused (``trace_checks_unavailable``).
 """
 
@@ -55,6 +58,10 @@ _hooks_installed = {
 }
 
 
+# What stands in the graph for a claimed statement.
+GUARD, OUTPUT, SELECTION = "guard", "output", "selection"
+
+
 @dataclass(frozen=True)
 class Claim:
     """A user statement that lost its break in this trace."""
@@ -65,12 +72,8 @@ class Claim:
     # Why the rest of the original frame ran (or may later run) eagerly, where it did:
     # the mended frame must then compile to its end in one graph.
     rest_ran_eagerly: str | None
-    # What stands in the graph for the statement: GUARD (Trap), OUTPUT (Defer), or
-    # SELECTION (Where).
-    kind: str = "selection"
-
-
-GUARD, OUTPUT, SELECTION = "guard", "output", "selection"
+    # GUARD (Trap), OUTPUT (Defer) or SELECTION (Where).
+    kind: str = SELECTION
 
 
 def current_translator():
@@ -168,7 +171,7 @@ def refused_reason(site: tuple[str, int]) -> str | None:
 
 
 def trace_checks_unavailable() -> str | None:
-    """The checks made later in the trace need two hooks into TorchDynamo; a torch
+    """The checks made later in the trace need hooks into TorchDynamo; a torch
     without the functions they wrap gets no rewrite that needs them."""
     missing = [name for name, installed in _hooks_installed.items() if not installed]
     if missing:
