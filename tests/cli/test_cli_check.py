@@ -107,6 +107,7 @@ def test_json_document(cli, write, compiled_module):
         "errors": 1,
         "scope": "entry",
         "files_without_compiled_code": 0,
+        "suppressed": 0,
     }
 
 
@@ -263,3 +264,49 @@ def test_many_files_stream(cli, write, tmp_path, monkeypatch):
     # Streaming: later folders are listed only after earlier files were read.
     assert seen_before_listing[-1] > 0
     assert elapsed < 30
+
+
+SUPPRESSED = '''
+import torch
+
+@torch.compile
+def step(x):
+    if x.sum() > 0:
+        x = x + 1
+    print("step", x.shape)  # graphmend: ignore
+    return x
+'''
+
+
+def test_check_leaves_suppressed_findings_out_and_counts_them(cli, tmp_path):
+    path = tmp_path / "model.py"
+    path.write_text(SUPPRESSED)
+    outcome = cli("check", str(path))
+    assert " LC " not in outcome.out
+    assert " DC " in outcome.out
+    assert "1 suppressed by `# graphmend: ignore` comments." in outcome.out
+
+
+def test_exclude_in_pyproject_skips_walked_files_not_named_ones(cli, tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[tool.graphmend]\nexclude = ["generated", "legacy_*.py"]\n')
+    for relative in ("model.py", "generated/model.py", "legacy_model.py", "sub/legacy_model.py"):
+        target = tmp_path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(SUPPRESSED.replace("  # graphmend: ignore", ""))
+    monkeypatch.chdir(tmp_path)
+    walked = cli("check", ".")
+    assert "model.py:" in walked.out
+    assert "generated" not in walked.out and "legacy_model.py" not in walked.out.replace("sub/legacy_model.py", "")
+    assert "sub/legacy_model.py" in walked.out  # the pattern is relative to pyproject.toml's folder
+    assert "3 files checked" not in walked.out and "2 files checked" in walked.out
+    named = cli("check", "generated/model.py")
+    assert "generated/model.py:" in named.out
+
+
+def test_exclude_must_be_a_list_of_patterns(cli, tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[tool.graphmend]\nexclude = "generated"\n')
+    (tmp_path / "model.py").write_text(SUPPRESSED)
+    monkeypatch.chdir(tmp_path)
+    outcome = cli("check", ".")
+    assert outcome.code == 2
+    assert "exclude: expected a list of glob patterns" in outcome.err

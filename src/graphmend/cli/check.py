@@ -72,6 +72,7 @@ class FileReport:
     error: str | None = None
     result: MendResult | None = None
     source: SourceFile | None = None
+    suppressed: int = 0  # findings left out for a ``# graphmend: ignore`` comment
 
     @property
     def nothing_in_scope(self) -> bool:
@@ -89,8 +90,9 @@ def _is_skipped_directory(parent: str, name: str) -> bool:
     return os.path.isfile(os.path.join(parent, name, "pyvenv.cfg"))
 
 
-def iter_python_files(path: str, on_error) -> Iterator[str]:
-    """``path`` itself if it is a file, else the ``*.py`` files under it, in sorted order.
+def iter_python_files(path: str, on_error, excluded=lambda path: False) -> Iterator[str]:
+    """``path`` itself if it is a file, else the ``*.py`` files under it, in sorted order,
+    leaving out the files and folders ``excluded`` names (``exclude`` in the settings).
 
     Folders are listed one at a time as the walk reaches them, never all up front.
     """
@@ -103,11 +105,13 @@ def iter_python_files(path: str, on_error) -> Iterator[str]:
 
     for directory, subdirectories, files in os.walk(path, onerror=report_walk_error):
         subdirectories[:] = sorted(
-            name for name in subdirectories if not _is_skipped_directory(directory, name)
+            name for name in subdirectories
+            if not _is_skipped_directory(directory, name) and not excluded(os.path.join(directory, name))
         )
         for name in sorted(files):
-            if name.endswith(".py"):
-                yield os.path.normpath(os.path.join(directory, name))
+            file_path = os.path.normpath(os.path.join(directory, name))
+            if name.endswith(".py") and not excluded(file_path):
+                yield file_path
 
 
 def read_source(path: str) -> SourceFile:
@@ -181,7 +185,7 @@ def import_name_for(path: str) -> tuple[str | None, bool]:
 _COMPILATION_WORDS = (b"compile", b"optimize")
 
 
-def collect_project_entry_points(paths: list[str]) -> ProjectEntryPoints:
+def collect_project_entry_points(paths: list[str], excluded=lambda path: False) -> ProjectEntryPoints:
     """The first walk: compile calls and compiling helpers in every file given.
 
     Problems are ignored here: the second walk reports each file's own.
@@ -191,7 +195,7 @@ def collect_project_entry_points(paths: list[str]) -> ProjectEntryPoints:
     for path in paths:
         if not os.path.exists(path):
             continue
-        for file_path in iter_python_files(path, lambda *_: None):
+        for file_path in iter_python_files(path, lambda *_: None, excluded):
             parsed = _parse_if_it_may_compile(file_path)
             if parsed is None:
                 continue
@@ -257,7 +261,9 @@ def mend_file(
             f"graphmend failed on this file ({type(exc).__name__}: {exc}); please report it"
         )
     else:
-        report.findings = [f for f in report.result.findings if settings.reports(f.category)]
+        reported = [f for f in report.result.findings if settings.reports(f.category)]
+        report.findings = [f for f in reported if not f.suppressed]
+        report.suppressed = len(reported) - len(report.findings)
     return report
 
 
@@ -298,6 +304,7 @@ class Summary:
     missing_paths: int = 0
     scope: str = "entry"
     files_without_compiled_code: int = 0
+    suppressed: int = 0
 
     def add(self, report: FileReport) -> None:
         if report.error is not None:
@@ -306,6 +313,7 @@ class Summary:
         self.files_checked += 1
         if report.nothing_in_scope:
             self.files_without_compiled_code += 1
+        self.suppressed += report.suppressed
         if report.findings:
             self.files_with_findings += 1
         for finding in report.findings:
@@ -331,6 +339,8 @@ class Summary:
             )
         else:
             text = f"No break candidates found; {files} checked."
+        if self.suppressed:
+            text += f" {self.suppressed} suppressed by `# graphmend: ignore` comments."
         if self.errors:
             text += f" {_plural(self.errors, 'file')} could not be checked."
         return text
@@ -442,7 +452,9 @@ def check_command(argv: list[str]) -> int:
 
     output = _JsonOutput() if arguments.format == "json" else _TextOutput()
     summary = Summary(scope=settings.scope)
-    project = collect_project_entry_points(arguments.paths) if settings.scope == "entry" else None
+    project = (
+        collect_project_entry_points(arguments.paths, settings.excludes) if settings.scope == "entry" else None
+    )
 
     def report_error(path: str, message: str) -> None:
         summary.errors += 1
@@ -453,7 +465,7 @@ def check_command(argv: list[str]) -> int:
             summary.missing_paths += 1
             output.error(path, "no such file or directory")
             continue
-        for file_path in iter_python_files(path, report_error):
+        for file_path in iter_python_files(path, report_error, settings.excludes):
             report = mend_file(file_path, settings, project=project)
             summary.add(report)
             if report.error is not None:

@@ -15,6 +15,7 @@ project's settings apply from wherever it is run. Command-line flags override th
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -24,7 +25,7 @@ from graphmend.rewrite.findings import CATEGORY_TITLES
 from graphmend.rewrite.pipeline import ALL_RULES, SCOPES, parse_rules
 
 CONFIG_FILE_NAME = "pyproject.toml"
-KNOWN_KEYS = ("rules", "select", "ignore", "all", "scope", "packages")
+KNOWN_KEYS = ("rules", "select", "ignore", "all", "scope", "packages", "exclude")
 
 
 USAGE_ERROR_EXIT_CODE = 2
@@ -83,11 +84,28 @@ class Settings:
     packages: tuple[str, ...] = ()
     source: str | None = None  # the pyproject.toml these came from
     warnings: list[str] = field(default_factory=list)
+    # Glob patterns (relative to the pyproject.toml's folder) of files and folders that
+    # ``check`` and ``fix`` skip when they walk a folder; a file named on the command
+    # line is always looked at.
+    exclude: tuple[str, ...] = ()
 
     def reports(self, category: str) -> bool:
         if category in self.ignore:
             return False
         return self.select is None or category in self.select
+
+    def excludes(self, path: str) -> bool:
+        if not self.exclude:
+            return False
+        root = os.path.dirname(self.source) if self.source else os.getcwd()
+        relative = os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/")
+        if relative.startswith("../"):
+            return False
+        return any(
+            fnmatch.fnmatchcase(relative, pattern.rstrip("/"))
+            or fnmatch.fnmatchcase(relative, pattern.rstrip("/") + "/*")
+            for pattern in self.exclude
+        )
 
 
 def parse_codes(value: str | Sequence[str], where: str) -> frozenset[str]:
@@ -203,6 +221,11 @@ def load_settings(paths: Iterable[str]) -> Settings:
         if not isinstance(packages, list) or not all(isinstance(name, str) for name in packages):
             raise ConfigError(f"{where} packages: expected a list of package names")
         settings.packages = tuple(name.strip() for name in packages if name.strip())
+    if "exclude" in table:
+        exclude = table["exclude"]
+        if not isinstance(exclude, list) or not all(isinstance(pattern, str) for pattern in exclude):
+            raise ConfigError(f"{where} exclude: expected a list of glob patterns")
+        settings.exclude = tuple(pattern.strip() for pattern in exclude if pattern.strip())
     return settings
 
 

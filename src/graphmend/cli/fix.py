@@ -339,7 +339,7 @@ def fix_command(argv: list[str]) -> int:
             tally.missing_paths += 1
             print(f"{path}: no such file or directory", file=sys.stderr)
             continue
-        for file_path in iter_python_files(path, report_walk_error):
+        for file_path in iter_python_files(path, report_walk_error, settings.excludes):
             fix_file(file_path, settings, arguments.write, tally)
     sys.stdout.flush()
     print(tally.line(arguments.write), file=sys.stderr)

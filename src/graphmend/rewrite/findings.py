@@ -39,6 +39,9 @@ class Finding:
     fixed: bool = False
     reason: str | None = None
     path: str = "<string>"
+    # ``# graphmend: ignore`` (or ``ignore[CODE,...]`` naming this category) on the
+    # statement's lines: not rewritten, and ``check`` does not report it.
+    suppressed: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)

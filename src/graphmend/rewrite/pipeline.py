@@ -28,6 +28,7 @@ from graphmend.analysis.tensor_values import (
     DataDependence,
 )
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR, TENSOR_ITEM, Finding
+from graphmend.rewrite.suppressions import suppressions_in
 from graphmend.rewrite.templates import (
     RUNTIME_IMPORT,
     RUNTIME_NAME,
@@ -248,6 +249,7 @@ def mend_module_source(
         purity=PurityAnalysis(tree, bindings),
         filename=filename,
         module_name=module_name,
+        suppressions=suppressions_in(source),
     )
     in_scope = entry = None
     if scope == "entry":

@@ -16,6 +16,7 @@ from graphmend.analysis.purity import PurityAnalysis
 from graphmend.analysis.scopes import FunctionFacts
 from graphmend.analysis.tensor_values import DataDependence
 from graphmend.rewrite.findings import Finding
+from graphmend.rewrite.suppressions import is_suppressed
 from graphmend.rewrite.templates import is_original
 
 # A legality condition returns None when it holds, or the reason it fails.
@@ -31,6 +32,8 @@ class ModuleContext:
     module_name: str | None
     findings: list[Finding] = field(default_factory=list)
     uses_runtime: bool = False
+    # line -> category codes suppressed there (None: all), see rewrite/suppressions.py
+    suppressions: dict = field(default_factory=dict)
     _counter: int = 0
 
     def fresh_suffix(self) -> int:
@@ -39,6 +42,9 @@ class ModuleContext:
 
     def report(self, facts: FunctionFacts, node: ast.AST, category: str, message: str,
                rule: str | None, reason: str | None) -> Finding:
+        suppressed = is_suppressed(self.suppressions, node, category)
+        if suppressed and rule is not None and reason is None:
+            reason = "suppressed by a `# graphmend: ignore` comment"
         finding = Finding(
             line=node.lineno,
             col=node.col_offset + 1,
@@ -49,6 +55,7 @@ class ModuleContext:
             fixed=reason is None and rule is not None,
             reason=reason,
             path=self.filename,
+            suppressed=suppressed,
         )
         self.findings.append(finding)
         return finding

@@ -368,10 +368,10 @@ def apply(context: FunctionContext) -> None:
             return None
         kind, detail = details[id(statement)]
         reason = reasons[id(statement)]
-        context.module.report(
+        finding = context.module.report(
             context.facts, statement, LOGGER_CALL, f"`{detail}(...)` call", RULE, reason
         )
-        if reason:
+        if not finding.fixed:
             return None
         context.module.uses_runtime = True
         call = statement.value

@@ -311,10 +311,10 @@ def apply(context: FunctionContext) -> None:
         shown = f"assert {ast.unparse(statement.test)}" if isinstance(statement, ast.Assert) else (
             f"if {ast.unparse(statement.test)}: raise"
         )
-        context.module.report(
+        finding = context.module.report(
             context.facts, statement, VALIDATION_GUARD, f"validation guard `{shown}`", RULE, reason
         )
-        if reason:
+        if not finding.fixed:
             return None
         context.module.uses_runtime = True
         exception = raise_statement.exc

@@ -841,11 +841,11 @@ def apply(context: FunctionContext) -> None:
                 planned = rewrite_plan.plan()
             except Decline as decline:
                 reason = str(decline)
-        context.module.report(
+        finding = context.module.report(
             context.facts, statement, DATA_DEPENDENT_CONTROL_FLOW,
             f"data-dependent branch `if {ast.unparse(statement.test)}:`", RULE, reason,
         )
-        if reason:
+        if not finding.fixed:
             return None
         context.module.uses_runtime = True
         if static_prefix:
