@@ -92,3 +92,30 @@ def test_grammar_program_behaves_the_same_once_mended(seed: int) -> None:
     assert not report.differences, (
         f"{program.describe()}\n" + "\n".join(d.klass + "\n" + d.describe() for d in report.differences)
     )
+
+
+# Seeds the long runs found differing, with the modes they differed in; each is fixed
+# (docs/fuzzing-2026-11-30*.md). They run in the full tier.
+LONG_RUN_FINDINGS: dict[int, tuple[str, ...]] = {
+    2098: ("compiled:eager",), 2233: ("compiled:aot_eager",), 2247: ("compiled:aot_eager",),
+    2477: ("compiled:eager",), 2517: ("compiled:aot_eager", "compiled:inductor"),
+    7125: ("compiled:inductor",), 7349: ("compiled:aot_eager", "compiled:inductor"),
+    7388: ("compiled:aot_eager",), 7449: ("compiled:aot_eager",), 7451: ("compiled:aot_eager",),
+    7464: ("compiled:aot_eager",), 7481: ("compiled:aot_eager",), 7558: ("compiled:aot_eager",),
+    7639: ("compiled:aot_eager",), 7713: ("compiled:aot_eager",), 7821: ("compiled:aot_eager",),
+    12040: ("compiled:aot_eager",), 13150: ("compiled:inductor",),
+    13156: ("compiled:aot_eager", "compiled:inductor"), 20019: ("compiled:aot_eager",),
+    20086: ("compiled:aot_eager",), 20100: ("compiled:inductor",), 20150: ("compiled:inductor",),
+    20325: ("compiled:inductor",), 20937: ("compiled:eager", "compiled:aot_eager"),
+    21025: ("compiled:inductor",),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", sorted(LONG_RUN_FINDINGS))
+def test_long_run_finding_behaves_the_same_once_mended(seed: int) -> None:
+    program = generate(seed)
+    report = compare(program, modes=("eager",) + LONG_RUN_FINDINGS[seed])
+    assert not report.differences, (
+        f"{program.describe()}\n" + "\n".join(d.klass + "\n" + d.describe() for d in report.differences)
+    )
