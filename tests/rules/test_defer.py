@@ -77,6 +77,18 @@ MUST_REWRITE = {
             logger.warning(f"padded to a multiple of {window}")
             return x + 1
     """,
+    "fstring_of_names_and_joined_strings": """
+        class Layer:
+            def forward(self, x):
+                logger.warning(f"{self.__class__.__name__} of {type(x).__name__}")
+                logger.warning("path %s", "/".join(["encoder", "block"]))
+                return x * 2
+
+        layer = Layer()
+
+        def f(x):
+            return layer.forward(x)
+    """,
     "inside_static_branch_and_loop": """
         def f(x, verbose=True):
             for i in range(2):

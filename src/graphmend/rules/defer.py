@@ -175,13 +175,21 @@ def _reads_config(expression: ast.expr) -> bool:
     return isinstance(expression, ast.Name) and expression.id == "config"
 
 
+# Attributes that name things: ``self.__class__.__name__`` is a string, never tensor data.
+_NAME_ATTRIBUTES = frozenset({"__name__", "__qualname__", "__module__", "__class__"})
+
+
 def _is_static_value(context: FunctionContext, expression: ast.expr, node, seen=frozenset()) -> bool:
     """Not a tensor: constants, shapes, dtypes, sizes, lengths, ``range`` indices, and
     configuration values."""
     if isinstance(expression, ast.Constant):
         return True
     if isinstance(expression, ast.Attribute):
-        return expression.attr in STATIC_ATTRIBUTES or _reads_config(expression.value)
+        return (
+            expression.attr in STATIC_ATTRIBUTES
+            or expression.attr in _NAME_ATTRIBUTES
+            or _reads_config(expression.value)
+        )
     if isinstance(expression, ast.IfExp):
         return _is_static_value(context, expression.body, node, seen) and _is_static_value(
             context, expression.orelse, node, seen
@@ -200,6 +208,13 @@ def _is_static_value(context: FunctionContext, expression: ast.expr, node, seen=
         callee = expression.func
         if isinstance(callee, ast.Attribute) and callee.attr in STATIC_METHODS:
             return True
+        if (
+            isinstance(callee, ast.Attribute)
+            and callee.attr == "join"
+            and isinstance(callee.value, ast.Constant)
+            and isinstance(callee.value.value, str)
+        ):
+            return True  # ``"/".join(parts)`` is a string (a tensor part raises eagerly too)
         qualified = context.facts.qualified_name_of(callee)
         if qualified in ("builtins.len", "builtins.range", "builtins.type", "builtins.id"):
             return True
