@@ -66,3 +66,4 @@ def test_only_comments_count_not_text_in_strings():
         2: frozenset({"LC", "DC"})
     }
     assert suppressions_in("f()  # graphmend: ignore\n") == {1: ALL}
+

@@ -213,6 +213,17 @@ def _collect_edits(tree: ast.Module) -> list[Edit]:
     return edits
 
 
+_OTHER_FRAMEWORKS = ("tensorflow", "jax", "flax", "keras")
+
+
+def is_other_frameworks_code(bindings: ModuleBindings) -> bool:
+    """A module that imports TensorFlow, JAX, Flax or Keras and not torch is not torch
+    code: torch.compile never traces it, so it has no break candidates
+    (``modeling_tf_t5.py``, ``modeling_flax_t5.py``)."""
+    targets = [target.split(".", 1)[0] for target in bindings.imports.values()]
+    return "torch" not in targets and any(target in _OTHER_FRAMEWORKS for target in targets)
+
+
 def mend_module_source(
     source: str,
     *,
@@ -242,6 +253,8 @@ def mend_module_source(
     bindings = ModuleBindings(tree, module_name, is_package)
     if RUNTIME_NAME in bindings.binding_counts:
         # Already rewritten (or the name is taken): rewriting again could not be exact.
+        return MendResult(source=source, changed=False, tree=tree)
+    if is_other_frameworks_code(bindings):
         return MendResult(source=source, changed=False, tree=tree)
     context = ModuleContext(
         tree=tree,
