@@ -78,9 +78,9 @@ def _assert_same_as_original(original, mended, make_args, backends=("eager", "ao
 
 @pytest.fixture(autouse=True)
 def _fresh_declines():
-    claims.trace_time_declines.clear()
+    claims.forget_refusals()
     yield
-    claims.trace_time_declines.clear()
+    claims.forget_refusals()
 
 
 # joined_graph_records_no_autograd ---------------------------------------------------------

@@ -16,6 +16,8 @@ import textwrap
 import pytest
 import torch
 
+from graphmend.runtime import claims
+
 from .harness import build_variants, call_counting, call_observed, compile_counting, unload
 
 _numbers = itertools.count()
@@ -29,6 +31,7 @@ def run_both(source: str, x: torch.Tensor, y: torch.Tensor, log_level: int = 10)
 
 def run_counts(source: str, x: torch.Tensor, y: torch.Tensor, log_level: int = 10):
     """(original run eagerly, mended run compiled, original BreakCount, mended BreakCount)."""
+    claims.forget_refusals()  # every program here is compiled from the same file name
     variants = build_variants(
         textwrap.dedent(source), "/graphmend-differential/regression.py", f"gm_regression_{next(_numbers)}"
     )
@@ -149,15 +152,7 @@ def f(x, y):
     assert actual.events == expected.events
 
 
-def test_rest_of_eager_frame_compiles_whole__a_later_break_keeps_the_frame_skipped():
-    """Found by the generated programs (seeds 125, 158), then by the long run (seed
-    2477): a break inside a ``for`` loop makes TorchDynamo skip the whole frame (no
-    graph; the bare count says 1 break). Where could remove it, but the ``.item()`` and
-    logging breaks after the loop would then compile the rest of the frame in resumed
-    frames, which the original ran eagerly (an op that fails while traced, a dropped
-    random draw, would behave otherwise). So the trace keeps the loop's break and the
-    frame is skipped as in the original (``graphmend.runtime.claims``)."""
-    source = """
+LOOP_WITH_A_BRANCH = """
         import logging
         import torch
 
@@ -170,9 +165,19 @@ def test_rest_of_eager_frame_compiles_whole__a_later_break_keeps_the_frame_skipp
                     h = h * 0.5
                 else:
                     h = h - 0.5
-            logger.info("v %s", y.sum().item())
-            return h
-    """
+            {after}
+"""
+
+
+def test_rest_of_eager_frame_compiles_whole__a_later_break_keeps_the_frame_skipped():
+    """Found by the generated programs (seeds 125, 158), then by the long run (seed
+    2477): a break inside a ``for`` loop makes TorchDynamo skip the whole frame (no
+    graph; the bare count says 1 break). Where could remove it, but the ``.item()`` and
+    logging breaks after the loop would then compile the rest of the frame in resumed
+    frames, which the original ran eagerly (an op that fails while traced, a dropped
+    random draw, would behave otherwise). So the trace keeps the loop's break and the
+    frame is skipped as in the original (``graphmend.runtime.claims``)."""
+    source = LOOP_WITH_A_BRANCH.format(after='logger.info("v %s", y.sum().item())\n            return h')
     expected, actual, original, mended = run_counts(source, torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]))
     assert actual.without(resume_function_names=True).events == expected.events
     assert (original.frames_skipped, original.graphs, original.breaks) == (1, 0, 1)
@@ -182,18 +187,7 @@ def test_rest_of_eager_frame_compiles_whole__a_later_break_keeps_the_frame_skipp
 def test_rest_of_eager_frame_compiles_whole__the_loop_break_goes_when_the_frame_is_one_graph():
     """The same loop without the later breaks: the mended frame compiles to its end in
     one graph, which the claim's checks see whole, so the loop's break is removed."""
-    source = """
-        import torch
-
-        def f(x, y):
-            h = x * 1.0
-            for i in range(2):
-                if x.sum() > 0:
-                    h = h * 0.5
-                else:
-                    h = h - 0.5
-            return h + y
-    """
+    source = LOOP_WITH_A_BRANCH.format(after="return h + y")
     expected, actual, original, mended = run_counts(source, torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]))
     assert actual.without(resume_function_names=True) == expected.without(resume_function_names=True)
     assert (original.frames_skipped, original.graphs, original.breaks) == (1, 0, 1)

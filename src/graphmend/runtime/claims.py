@@ -170,6 +170,13 @@ def refused_reason(site: tuple[str, int]) -> str | None:
     return None
 
 
+def forget_refusals() -> None:
+    """Forget every refusal and its reason (tests that reuse a file name for another
+    program; a refusal is keyed by file and line)."""
+    _refused.clear()
+    trace_time_declines.clear()
+
+
 def trace_checks_unavailable() -> str | None:
     """The checks made later in the trace need hooks into TorchDynamo; a torch
     without the functions they wrap gets no rewrite that needs them."""
