@@ -45,6 +45,7 @@ import torch
 
 import graphmend.runtime  # noqa: F401 - wraps torch.compile: flushes deferred effects, restores traps
 from graphmend.rewrite.pipeline import mend_module_source
+from graphmend.runtime import claims
 
 from .grammar import BACKEND_LINE, STATE_NAMES, Program, other_module_source
 
@@ -503,6 +504,9 @@ def compare(
             torch._dynamo.reset()
             unload(cache[key])
 
+    # Refusals are keyed by file and line, and the minimiser's candidates share the
+    # program's file name: each comparison starts from none.
+    claims.forget_refusals()
     reference = observe("original", "eager")
     for mode in modes:
         report.modes_run.append(mode)
