@@ -393,7 +393,9 @@ def test_no_input_written_in_place_before__output_after_an_input_is_updated():
     expected_printed, expected_value = _outcome(original.f, None, x)
     assert printed == expected_printed
     assert torch.allclose(value, expected_value)
-    assert breaks(mended.f, x.clone()) == breaks(original.f, x.clone())
+    # a backend that runs the graph in order (the counting backend) frees nothing early
+    assert breaks(original.f, x.clone()) >= 1
+    assert breaks(mended.f, x.clone()) == 0
 
 
 def test_no_input_written_in_place_before__output_before_the_update_is_joined():

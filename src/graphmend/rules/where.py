@@ -445,7 +445,9 @@ class WhereRewrite:
         if isinstance(expression, ast.UnaryOp) and not isinstance(expression.op, ast.UAdd):
             return None
         if isinstance(expression, (ast.Tuple, ast.List)):
-            return None  # not a tensor: ``select`` makes the plain choice
+            # Not a tensor: ``select`` would make the plain choice, breaking inside
+            # graphmend's runtime where the original broke once at its ``if``.
+            return f"`{ast.unparse(expression)}` is a tuple or list, which no graph form selects"
         if isinstance(expression, ast.Name):
             if helper_locals is not None:
                 if expression.id in helper_locals:

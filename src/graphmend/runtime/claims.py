@@ -354,22 +354,44 @@ def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
     return None
 
 
-def outputs_share_no_graph_with_a_lowered_guard(claims) -> str | None:
+def outputs_share_no_graph_with_a_lowered_guard(output, claims) -> str | None:
     """A lowered guard is an assertion, which inductor fuses into a kernel; graphmend's
     output is an operator ordered only with other output. Inductor may then run the
     output before a guard that comes first (the output is made although the original
     raised first, and the kernels after it read freed buffers: fuzz seed 13150) or after
     one that comes later (the output is lost). So output keeps its break in a graph
-    with a lowered guard."""
+    with a lowered guard, unless the backend runs the graph's ops in order (TorchDynamo's
+    ``eager`` and ``aot_eager``, or one marked ``keeps_graph_order``)."""
     kinds = {claim.kind for claim in claims.values()}
-    if GUARD in kinds and OUTPUT in kinds:
-        return "a lowered guard shares the graph, and inductor does not keep output and guards in order"
+    if GUARD in kinds and OUTPUT in kinds and not backend_keeps_graph_order(output):
+        return "a lowered guard shares the graph, and the backend may not keep output and guards in order"
     return None
+
+
+def backend_keeps_graph_order(output) -> bool:
+    try:
+        from torch._dynamo.backends.registry import lookup_backend
+
+        in_order = (lookup_backend("eager"), lookup_backend("aot_eager"))
+    except Exception:  # noqa: BLE001 - another torch: assume it may reorder
+        return False
+    backend = getattr(output, "compiler_fn", None)
+    for _ in range(8):
+        if backend is None:
+            return False
+        if any(backend is known for known in in_order) or getattr(backend, "keeps_graph_order", False) is True:
+            return True
+        backend = (
+            getattr(backend, "_torchdynamo_orig_backend", None)
+            or getattr(backend, "compiler_fn", None)
+            or getattr(backend, "__wrapped__", None)
+        )
+    return False
 
 
 def _refusals(output, claims, graph_break: bool):
     """(site, kind, reason) for each claim the whole trace refuses."""
-    with_guard = outputs_share_no_graph_with_a_lowered_guard(claims)
+    with_guard = outputs_share_no_graph_with_a_lowered_guard(output, claims)
     if with_guard is not None:
         return [(claim.site, _ALWAYS, with_guard) for claim in claims.values() if claim.kind == OUTPUT]
     for_all = random_draws_stay_on_their_side(output, claims)
