@@ -23,9 +23,9 @@ operator, with those as operands (their values at the call). The registration ru
 time (``claims.decide_in_trace``, a constant of the trace) and decides whether the
 effect can happen inside the graph exactly as it would eagerly
 (``why_not_exact_in_graph``, ``no_input_written_in_place_before``, then the checks of
-the whole trace in ``graphmend.runtime.claims``); when it cannot, the arguments go back to the rewritten code, which makes the
-original call with them in the user's own frame, at the cost of the graph break
-the original call had.
+the whole trace in ``graphmend.runtime.claims``); when it cannot, the arguments go
+back to the rewritten code, which makes the original call with them in the user's own
+frame, at the cost of the graph break the original call had.
 """
 
 from __future__ import annotations

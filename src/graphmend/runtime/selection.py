@@ -76,19 +76,17 @@ def _note_graph_so_far(context) -> None:
     bind that function's local ``may_continue`` to whether the graph captured so far
     neither draws random numbers nor computes a value autograd records. Anything
     unexpected leaves it False: the original branch is kept."""
-    try:
-        tracer = context._ComptimeContext__tx
-        output = tracer.output
-        may_continue = not any(
-            claims.draws_random_numbers(node, output) or claims.records_autograd(node)
-            for node in claims.computed_nodes(output)
-        )
-        may_continue = may_continue and claims.claim_break_at_user_site(tracer)
-        tracer.symbolic_locals["may_continue"] = torch._dynamo.variables.ConstantVariable.create(
-            may_continue
-        )
-    except Exception:
-        pass
+    claims.decide_in_trace(context, "may_continue", (), _may_continue)
+
+
+def _may_continue(tracer) -> bool:
+    output = tracer.output
+    if any(
+        claims.draws_random_numbers(node, output) or claims.records_autograd(node)
+        for node in claims.computed_nodes(output)
+    ):
+        return False
+    return claims.claim_break_at_user_site(tracer)
 
 
 def graph_so_far_may_continue() -> bool:
