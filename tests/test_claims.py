@@ -410,3 +410,62 @@ def test_no_input_written_in_place_before__output_before_the_update_is_joined():
     x = torch.tensor([0.5, 1.0, 1.5])
     assert breaks(original.f, x.clone()) == 1
     assert breaks(mended.f, x.clone()) == 0
+
+
+STDOUT_SWAPPED_AROUND_A_PRINT = """
+    import sys
+
+    WRITTEN = []
+
+    class OwnStream:
+        def write(self, text):
+            WRITTEN.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    OWN_STREAM = OwnStream()
+
+    def f(x):
+        y = x * 2.0
+        saved = sys.stdout
+        sys.stdout = OWN_STREAM
+        print("swapped", y.sum())
+        sys.stdout = saved
+        return y + 1.0
+    """
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_no_output_state_changed_in_trace__print_after_stdout_is_swapped(backend):
+    """Defer (graphmend.runtime.deferred): TorchDynamo applies ``sys.stdout = stream``
+    only after the graph, so a print performed inside the graph went to the stream the
+    caller had, not the program's own (fuzz construct ``stdout-swapped``, seed 30017)."""
+    original, mended = _pair(STDOUT_SWAPPED_AROUND_A_PRINT)
+    x = torch.tensor([0.5, 1.0, 1.5])
+    expected_printed, expected_value = _outcome(original.f, None, x)
+    expected_written = list(original.WRITTEN)
+    printed, value = _outcome(mended.f, backend, x)
+    assert printed == expected_printed == ""
+    assert mended.WRITTEN == expected_written == ["swapped", " ", "tensor(6.)", "\n"]
+    assert torch.equal(value, expected_value)
+    assert breaks(mended.f, x.clone()) == breaks(original.f, x.clone()) == 1
+
+
+def test_no_output_state_changed_in_trace__print_before_the_swap_is_joined():
+    original, mended = _pair(
+        """
+        import sys
+
+        def f(x):
+            y = x * 2.0
+            print("first", y.sum())
+            sys.stdout = sys.stdout
+            return y + 1.0
+        """
+    )
+    x = torch.tensor([0.5, 1.0, 1.5])
+    assert _outcome(mended.f, "eager", x)[0] == _outcome(original.f, None, x)[0] == "first tensor(6.)\n"
+    assert breaks(original.f, x.clone()) == 1
+    assert breaks(mended.f, x.clone()) == 0

@@ -16,8 +16,11 @@ a rewrite must not change (see issue 15):
 * exceptions raised in helpers and callers, caught by ``try/except`` at each level,
   ``try/finally``, and expressions that raise (division by zero, shape mismatch);
 * output through every channel: ``print``, ``sys.stdout.write``, ``sys.stderr``,
-  logging (with a handler that records into a list the function reads back), and
-  warnings (with a filter turning them into errors);
+  logging (with a handler that records into a list the function reads back),
+  warnings (with a filter turning them into errors), and the program's own stream: an
+  object whose ``write`` is Python code appending to a global the function reads back,
+  written to by ``print(file=)``, ``.write``, ``redirect_stdout``, a ``sys.stdout``
+  swapped inside the function, and a logging handler;
 * nested helpers with guards or output, loops with ``break``/``continue``;
 * where ``torch.compile`` is called: by the test, by the module itself, or by another
   module that imports the program.
@@ -37,7 +40,7 @@ CONSTANTS = ("0.5", "2.0", "1.5", "0.25", "3.0")
 UNARY = ("torch.relu", "torch.sigmoid", "torch.tanh", "torch.abs")
 BINARY = ("+", "-", "*")
 COMPILE_SITES = ("test", "module", "other-module")
-STATE_NAMES = ("COUNT", "TOTAL", "HISTORY", "SEEN", "CACHE")
+STATE_NAMES = ("COUNT", "TOTAL", "HISTORY", "SEEN", "CACHE", "WRITTEN")
 BACKEND_LINE = 'BACKEND = "eager"'
 
 HEADER = '''\
@@ -69,6 +72,27 @@ class Box:
 class ListHandler(logging.Handler):
     def emit(self, record):
         SEEN.append(record.getMessage())
+'''
+
+
+OWN_STREAM_DEFINITIONS = '''\
+import contextlib
+
+WRITTEN = []
+
+
+class OwnStream:
+    def write(self, text):
+        WRITTEN.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+OWN_STREAM = OwnStream()
+stream_logger = logging.getLogger(__name__ + ".own")
+stream_logger.addHandler(logging.StreamHandler(OWN_STREAM))
 '''
 
 
@@ -110,6 +134,11 @@ class _Generator:
         self.requires_grad = self.rng.random() < 0.3
         self.list_handler = False
         self.closure = False
+        # The own-stream statements draw from their own stream of random numbers and are
+        # added after ordinary statements, so a seed's other statements stay what they
+        # were before this construct existed (the seeds earlier runs found still hold).
+        self.stream_rng = random.Random(f"own-stream-{seed}")
+        self.own_stream = False
 
     # small helpers ---------------------------------------------------------------
 
@@ -211,7 +240,47 @@ class _Generator:
         if in_loop:
             kinds.append(("break", 1.5))
         kind = self.rng.choices([k for k, _ in kinds], weights=[w for _, w in kinds])[0]
-        return getattr(self, "statement_" + kind.replace("-", "_"))(names, depth, in_loop)
+        lines = getattr(self, "statement_" + kind.replace("-", "_"))(names, depth, in_loop)
+        if self.stream_rng.random() < 0.07:
+            lines = lines + self.own_stream_statement(names)
+        return lines
+
+    def own_stream_statement(self, names: list[str]) -> list[str]:
+        """Output through the program's own stream (``OWN_STREAM``), whose ``write`` is
+        Python code appending to ``WRITTEN``, a global the function may read back."""
+        self.own_stream = True
+        name = self.stream_rng.choice(names)
+        forms = [
+            ("own-stream-print", [f'print("own", {name}.sum(), file=OWN_STREAM)']),
+            ("own-stream-print", ['print("own", file=OWN_STREAM)']),
+            ("own-stream-write", ['OWN_STREAM.write("own raw\\n")']),
+            ("own-stream-redirect", [
+                "with contextlib.redirect_stdout(OWN_STREAM):",
+                f'    print("redirected", {name}.sum())',
+            ]),
+            ("stdout-swapped", [
+                "saved_stdout = sys.stdout",
+                "sys.stdout = OWN_STREAM",
+                f'print("swapped", {name}.sum())',
+                "sys.stdout = saved_stdout",
+            ]),
+            ("stdout-swapped", [
+                "saved_stdout = sys.stdout",
+                "sys.stdout = OWN_STREAM",
+                "try:",
+                f'    print("swapped", {name}.sum())',
+                "finally:",
+                "    sys.stdout = saved_stdout",
+            ]),
+            ("own-stream-handler", [f'stream_logger.warning("own log %s", {name}.sum())']),
+            ("own-stream-read", ['print("written", len(WRITTEN))']),
+        ]
+        kind, lines = self.stream_rng.choice(forms)
+        self.feature(kind)
+        if self.stream_rng.random() < 0.3:
+            self.feature("own-stream-read")
+            lines = lines + ['print("written", len(WRITTEN))']
+        return lines
 
     def statement_assign(self, names, depth, in_loop):
         if depth == 0 and self.chance(0.6):
@@ -533,6 +602,8 @@ class _Generator:
         lines = [HEADER.format(shape=shape)]
         if self.list_handler:
             lines.append("logger.addHandler(ListHandler())\n")
+        if self.own_stream:
+            lines.append(OWN_STREAM_DEFINITIONS)
         lines += [helper + "\n\n" for helper in self.helpers]
         lines.append("def f(x, y, box, items, table):\n" + "\n".join(self.indent(body)) + "\n")
         if compile_site == "module":

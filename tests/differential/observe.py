@@ -544,17 +544,27 @@ def _each_call_is_the_originals(
     differs from eager (TorchDynamo's own difference: a dropped random draw, gradients
     summed in another order) the mended run may match either: graphmend keeps an unused
     draw as eagerly (``graphmend.runtime.claims``) while the gradients are compiled.
-    ``float_bits_aside``: tensors compare by dtype, shape and flags only (inductor's
+    Each global is a piece of its own (one may hold a draw kept as eagerly, another
+    the text of a tensor computed in a graph). ``float_bits_aside``: tensors compare by dtype, shape and flags only (inductor's
     fused kernels round otherwise than eager's)."""
 
-    def piece(observation, names):
+    def piece(observation, names, index=None):
         values = tuple(getattr(observation, name) for name in names)
+        if index is not None:  # one global of ``globals``: each is its own observable
+            values = values[0][index]
         return _strip_float_bits(values) if float_bits_aside else values
 
+    def pieces(observation):
+        for names in _OBSERVED_TOGETHER:
+            if names == ("globals",):
+                yield from ((names, index) for index in range(len(observation.globals)))
+            else:
+                yield names, None
+
     return all(
-        piece(observed, names) in (piece(reference, names), piece(original, names))
+        piece(observed, names, index) in (piece(reference, names, index), piece(original, names, index))
         for reference, original, observed in zip(eager, compiled, actual)
-        for names in _OBSERVED_TOGETHER
+        for names, index in pieces(observed)
     )
 
 

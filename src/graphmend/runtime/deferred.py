@@ -22,7 +22,8 @@ tracing: it is put in a registry under an integer key that the graph passes to t
 operator, with those as operands (their values at the call). The registration runs at trace
 time (``claims.decide_in_trace``, a constant of the trace) and decides whether the
 effect can happen inside the graph exactly as it would eagerly
-(``why_not_exact_in_graph``, ``no_input_written_in_place_before``, then the checks of
+(``why_not_exact_in_graph``, ``no_input_written_in_place_before``,
+``no_output_state_changed_in_trace``, then the checks of
 the whole trace in ``graphmend.runtime.claims``); when it cannot, the arguments go
 back to the rewritten code, which makes the original call with them in the user's own
 frame, at the cost of the graph break the original call had.
@@ -30,6 +31,7 @@ frame, at the cost of the graph break the original call had.
 
 from __future__ import annotations
 
+import builtins
 import io
 import itertools
 import logging
@@ -242,6 +244,8 @@ def _registered_key(translator, kind, target_id, detail, template, slots, kwargs
         return -1
     if no_input_written_in_place_before(translator) is not None:
         return -1
+    if no_output_state_changed_in_trace(translator, kind, target) is not None:
+        return -1
     if not claims.claim_break_at_user_site(translator, claims.OUTPUT):
         return -1
     with _registry_lock:
@@ -276,6 +280,44 @@ def no_input_written_in_place_before(translator) -> str | None:
     written = claims.input_written_in_place_so_far(translator)
     if written is not None:
         return f"the input `{written}` is written in place before the output"
+    return None
+
+
+def _objects_an_output_reads(kind: str, target) -> list:
+    """The objects whose state decides where an effect goes and whether it happens."""
+    objects = [sys, builtins, sys.stdout, sys.stderr]
+    if kind == _PRINT:
+        return objects + ([] if target is None else [target])
+    if kind == _WARNING:
+        return objects + [warnings, warnings.filters, getattr(warnings, "_filters_mutated", None)]
+    objects += [logging, logging.Logger.manager, logging.root]
+    current = target
+    while isinstance(current, logging.Logger):
+        objects += [current, current.handlers, current.filters]
+        for handler in current.handlers:
+            objects += [handler, handler.filters, getattr(handler, "stream", None)]
+        current = current.parent if current.propagate else None
+    return objects
+
+
+def no_output_state_changed_in_trace(translator, kind: str, target) -> str | None:
+    """Whether the code traced so far changed something this effect reads: TorchDynamo
+    applies such a change (``sys.stdout = stream``, ``logger.disabled = True``, a
+    handler added, a warnings filter inserted) only after the graph has run, so the
+    real objects the decision saw, and the graph's effect would use, are not the ones
+    the original call sees."""
+    side_effects = translator.output.side_effects
+    for thing in _objects_an_output_reads(kind, target):
+        if thing is None or thing not in side_effects:
+            continue
+        tracked = side_effects[thing]
+        try:
+            modified = side_effects.is_modified(tracked)
+        except Exception:  # noqa: BLE001 - an object Dynamo cannot say about: assume changed
+            modified = True
+        if modified:
+            return f"the traced code changed {type(thing).__name__} {getattr(thing, '__name__', '')}".rstrip() + \
+                ", which TorchDynamo applies only after the graph"
     return None
 
 
