@@ -1,6 +1,6 @@
 """``graphmend check``: list graph-break candidates and what graphmend would do, statically.
 
-    graphmend check PATH... [--all] [--format text|json] [--select CODES] [--ignore CODES]
+    graphmend check PATH... [--all] [--format text|json|github|sarif] [--select CODES] [--ignore CODES]
                             [--rules trap,where,defer]
 
 Each PATH is a file or a folder (searched for ``*.py``, skipping hidden folders,
@@ -25,7 +25,6 @@ batch goes on); 2 on usage errors (bad flags, a PATH that does not exist).
 from __future__ import annotations
 
 import ast
-import json
 import os
 import sys
 import tokenize
@@ -44,7 +43,8 @@ from graphmend.cli.config import (
     print_warnings,
     usage_error,
 )
-from graphmend.rewrite.findings import CATEGORY_TITLES, Finding
+from graphmend.cli.check_output import OUTPUT_FORMATS, plural
+from graphmend.rewrite.findings import Finding
 from graphmend.rewrite.pipeline import ALL_RULES, MendResult, mend_module_source
 
 PROGRAM = "graphmend check"
@@ -267,31 +267,6 @@ def mend_file(
     return report
 
 
-def outcome(finding: Finding) -> str:
-    """What graphmend does about it: the part of ``Finding.describe`` in parentheses."""
-    return finding.describe()[len(finding.message) + 2 : -1]
-
-
-def format_finding(finding: Finding) -> str:
-    return f"{finding.path}:{finding.line}:{finding.col}: {finding.category} {finding.describe()}"
-
-
-def finding_as_json(finding: Finding) -> dict:
-    return {
-        "path": finding.path,
-        "line": finding.line,
-        "col": finding.col,
-        "code": finding.category,
-        "title": CATEGORY_TITLES.get(finding.category, ""),
-        "message": finding.message,
-        "function": finding.function,
-        "rule": finding.rule,
-        "fixed": finding.fixed,
-        "reason": finding.reason,
-        "outcome": outcome(finding),
-    }
-
-
 @dataclass
 class Summary:
     files_checked: int = 0
@@ -326,15 +301,15 @@ class Summary:
                 self.not_fixable += 1
 
     def line(self) -> str:
-        files = _plural(self.files_checked, "file")
+        files = plural(self.files_checked, "file")
         if self.break_candidates:
             parts = [f"{self.fixable} fixable"]
             if self.declined:
                 parts.append(f"{self.declined} declined")
             parts.append(f"{self.not_fixable} not fixable")
             text = (
-                f"Found {_plural(self.break_candidates, 'break candidate')} in "
-                f"{_plural(self.files_with_findings, 'file')} ({', '.join(parts)}); "
+                f"Found {plural(self.break_candidates, 'break candidate')} in "
+                f"{plural(self.files_with_findings, 'file')} ({', '.join(parts)}); "
                 f"{files} checked."
             )
         else:
@@ -342,7 +317,7 @@ class Summary:
         if self.suppressed:
             text += f" {self.suppressed} suppressed by `# graphmend: ignore` comments."
         if self.errors:
-            text += f" {_plural(self.errors, 'file')} could not be checked."
+            text += f" {plural(self.errors, 'file')} could not be checked."
         return text
 
     def scope_line(self) -> str | None:
@@ -351,7 +326,7 @@ class Summary:
         if self.scope != "entry" or not self.files_without_compiled_code:
             return None
         count = self.files_without_compiled_code
-        files = _plural(count, "file")
+        files = plural(count, "file")
         verb = "has" if count == 1 else "have"
         return (
             f"Scope: code reachable from torch.compile calls in the files given, and nn.Module "
@@ -366,46 +341,6 @@ class Summary:
         return fields
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
-class _TextOutput:
-    def finding(self, finding: Finding) -> None:
-        print(format_finding(finding), flush=False)
-
-    def error(self, path: str, message: str) -> None:
-        sys.stdout.flush()
-        print(f"{path}: {message}", file=sys.stderr, flush=True)
-
-    def finish(self, summary: Summary) -> None:
-        print(summary.line())
-        scope = summary.scope_line()
-        if scope is not None:
-            print(scope)
-
-
-class _JsonOutput:
-    """One JSON document, written as the findings arrive."""
-
-    def __init__(self) -> None:
-        self.first = True
-        self.errors: list[dict] = []
-        sys.stdout.write('{"findings": [')
-
-    def finding(self, finding: Finding) -> None:
-        sys.stdout.write(("\n  " if self.first else ",\n  ") + json.dumps(finding_as_json(finding)))
-        self.first = False
-
-    def error(self, path: str, message: str) -> None:
-        self.errors.append({"path": path, "error": message})
-
-    def finish(self, summary: Summary) -> None:
-        sys.stdout.write("\n],\n" if not self.first else "],\n")
-        sys.stdout.write(f' "errors": {json.dumps(self.errors)},\n')
-        sys.stdout.write(f' "summary": {json.dumps(summary.as_json())}}}\n')
-
-
 def build_parser() -> OneLineErrorParser:
     parser = OneLineErrorParser(
         prog=PROGRAM,
@@ -413,7 +348,10 @@ def build_parser() -> OneLineErrorParser:
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to check")
     add_analysis_options(parser)
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--format", choices=tuple(OUTPUT_FORMATS), default="text",
+        help="text (default), json, github (workflow annotations) or sarif (code scanning)",
+    )
     parser.add_argument(
         "--select", metavar="CODES", help="report only these categories, e.g. DC,LC"
     )
@@ -450,7 +388,7 @@ def check_command(argv: list[str]) -> int:
         return int(exc.code or 0)
     print_warnings(settings, PROGRAM)
 
-    output = _JsonOutput() if arguments.format == "json" else _TextOutput()
+    output = OUTPUT_FORMATS[arguments.format]()
     summary = Summary(scope=settings.scope)
     project = (
         collect_project_entry_points(arguments.paths, settings.excludes) if settings.scope == "entry" else None
