@@ -114,8 +114,46 @@ def test_reachability_follows_calls_and_instantiated_classes():
         compiled = torch.compile(Model())
         """
     )
-    reached = {node.name for node in reachable_functions(tree, find_entry_points(tree, bindings))}
-    assert {"helper", "forward", "__init__"} <= reached and "unrelated" not in reached
+    reached = reachable_functions(tree, find_entry_points(tree, bindings))
+    assert {node.name for node in reached} == {"helper", "forward"}
+    # both forwards: Block's is reached through what Model's constructor builds
+    assert len([node for node in reached if node.name == "forward"]) == 2
+
+
+def test_reachability_leaves_out_what_runs_when_a_model_is_built():
+    """Issue 17 (check's precision): a compiled model's constructor and its classmethods
+    (``from_pretrained``) run when it is built or loaded, never under compile; a class
+    that compiled code builds by calling it brings its constructor."""
+    tree, bindings = parse(
+        """
+        import torch
+        class Output:
+            def __init__(self, value):
+                print("built")
+                self.value = value
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                print("constructing")
+            @classmethod
+            def from_pretrained(cls, path):
+                print("loading")
+                return cls()
+            def forward(self, x):
+                if isinstance(x, Output):
+                    x = x.value
+                return Output(x)
+        compiled = torch.compile(Model())
+        """
+    )
+    reached = reachable_functions(tree, find_entry_points(tree, bindings))
+    owners = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            owners.update({id(item): node.name for item in node.body})
+    assert sorted((owners[id(node)], node.name) for node in reached) == [
+        ("Model", "forward"), ("Output", "__init__"),
+    ]
 
 
 def test_unresolvable_compile_target_puts_everything_in_scope():

@@ -51,3 +51,42 @@ def test_compare_reports_the_changed_part(name, part, original, changed, require
     assert same.differences == []
     report = compare(program, modes=("eager",), mended_source=program_of(changed))
     assert [d.part for d in report.differences] == [part], [d.describe() for d in report.differences]
+
+
+def _observation(error=None, globals_=(("A", 1), ("B", 1)), gradients=None):
+    from .observe import Observation
+
+    return Observation(error=error, value=("v",), gradients=gradients, arguments=(), globals=globals_, rng="r")
+
+
+def test_each_global_and_each_gradient_may_be_either_originals_but_not_neither() -> None:
+    """A compiled run may match the original eager run in one global (a draw kept as
+    eagerly) and the original compiled run in another (a tensor's text): each is an
+    observable of its own. So is each input's gradient (seed 40497)."""
+    from .observe import _each_call_is_the_originals as each_call
+
+    eager = [_observation(globals_=(("A", 1), ("B", 1)), gradients=(None, "g"))]
+    compiled = [_observation(globals_=(("A", 2), ("B", 2)), gradients=("zeros", "h"))]
+    mixed = [_observation(globals_=(("A", 1), ("B", 2)), gradients=("zeros", "g"))]
+    assert each_call(eager, compiled, mixed)
+    assert not each_call(eager, compiled, [_observation(globals_=(("A", 1), ("B", 3)), gradients=(None, "g"))])
+    assert not each_call(eager, compiled, [_observation(globals_=(("A", 1), ("B", 1)), gradients=("x", "g"))])
+    failed = ("backward raised", "RuntimeError", "m")
+    assert not each_call(
+        [_observation(gradients=failed)], [_observation(gradients=("backward raised", "E", "n"))],
+        [_observation(gradients=("backward raised", "RuntimeError", "n"))],
+    )
+
+
+def test_globals_are_not_compared_after_a_call_that_failed_as_torch_did() -> None:
+    """Seed 40225: inductor failed to compile the first call, as it does for the
+    original; the globals of later calls sum calls that went two ways."""
+    from .observe import _each_call_is_the_originals as each_call
+
+    eager = [_observation(globals_=(("W", "printed"),)), _observation(globals_=(("W", "printed"),))]
+    compiled = [_observation(error="BackendCompilerFailed", globals_=(("W", ""),)),
+                _observation(error="ValueError", globals_=(("W", "printed"),))]
+    mended = [_observation(error="BackendCompilerFailed", globals_=(("W", ""),)), _observation(globals_=(("W", ""),))]
+    assert each_call(eager, compiled, mended)
+    # before any such call, the globals count
+    assert not each_call(eager[1:], compiled[1:], mended[1:])

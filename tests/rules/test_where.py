@@ -266,6 +266,23 @@ def test_must_not_rewrite_leaves_source_untouched(name):
     assert reasons and any(expected_reason in r for r in reasons), reasons
 
 
+def test_a_static_and_part_is_named_as_the_condition_of_the_break():
+    """Issue 17 (check's precision): ``if h.dtype == torch.float16 and (...).any():``
+    breaks only in half precision; the finding says so instead of claiming a break."""
+    source = PRELUDE + textwrap.dedent(
+        """
+        def f(h):
+            if h.dtype == torch.float16 and (torch.isinf(h).any() or torch.isnan(h).any()):
+                h = torch.clamp(h, min=-1.0, max=1.0)
+            return h
+        """
+    )
+    (finding,) = mend(source).findings
+    assert finding.message.endswith(", a break only when `h.dtype == torch.float16`")
+    unconditional = mend(PRELUDE + "def f(h):\n    if h.sum() > 0:\n        h = h + 1.0\n    return h\n")
+    assert "only when" not in unconditional.findings[0].message
+
+
 def test_static_conditions_are_not_candidates():
     source = PRELUDE + textwrap.dedent(
         """

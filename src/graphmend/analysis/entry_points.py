@@ -317,42 +317,86 @@ def model_classes(tree: ast.Module, bindings: ModuleBindings) -> set[str]:
     return models
 
 
+# Run when an object is built, copied or loaded, not when a compiled model is called:
+# a class in scope as a model (or a compiled target) leaves them out unless code in
+# scope builds the class by name or names the method.
+CONSTRUCTION_METHODS = frozenset({
+    "__init__", "__new__", "__init_subclass__", "__post_init__", "__set_name__", "__class_getitem__",
+    "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__",
+})
+
+
+def runs_when_built(method: ast.AST) -> bool:
+    """A constructor-like method or a classmethod (``from_pretrained``, ``from_config``):
+    code that builds or loads a model rather than code its call runs."""
+    if method.name in CONSTRUCTION_METHODS:
+        return True
+    return any(
+        isinstance(decorator, ast.Name) and decorator.id == "classmethod" for decorator in method.decorator_list
+    )
+
+
 def reachable_functions(tree: ast.Module, entry: EntryPoints) -> set[ast.AST]:
-    """Function nodes the entry points can reach through the module's own names."""
+    """Function nodes the entry points can reach through the module's own names.
+
+    A class in scope brings its methods, except those that run when it is built
+    (``runs_when_built``), unless reached code builds the class by name (then its
+    constructor runs under compile too: ``C(...)``) or names the method (``self.method``,
+    ``cls.from_config``)."""
     all_functions = [n for n in ast.walk(tree) if isinstance(n, _FUNCTION_NODES)]
     if entry.everything:
         return set(all_functions)
     classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    methods_by_name: dict[str, list[ast.AST]] = {}
+    for class_node in classes.values():
+        for item in class_node.body:
+            if isinstance(item, _FUNCTION_NODES):
+                methods_by_name.setdefault(item.name, []).append(item)
     module_functions = {n.name: n for n in tree.body if isinstance(n, _FUNCTION_NODES)}
     reached: set[ast.AST] = set()
-    pending: list[ast.AST] = [module_functions[name] for name in entry.functions if name in module_functions]
+    pending: list = [module_functions[name] for name in entry.functions if name in module_functions]
     pending += [n for n in all_functions if n.name in entry.functions and n not in pending]
     for class_name in entry.classes:
         if class_name in classes:
-            pending.append(classes[class_name])
-    seen_classes: set[str] = set()
+            pending.append((classes[class_name], False))
+    seen_classes: set[tuple[str, bool]] = set()
     while pending:
         node = pending.pop()
-        if isinstance(node, ast.ClassDef):
-            if node.name in seen_classes:
+        if isinstance(node, tuple):
+            class_node, built = node
+            if (class_node.name, built) in seen_classes:
                 continue
-            seen_classes.add(node.name)
-            for base in node.bases:
+            seen_classes.add((class_node.name, built))
+            for base in class_node.bases:
                 if isinstance(base, ast.Name) and base.id in classes:
-                    pending.append(classes[base.id])
-            pending += [n for n in ast.walk(node) if isinstance(n, _FUNCTION_NODES)]
+                    pending.append((classes[base.id], built))
+            for item in class_node.body:
+                if isinstance(item, _FUNCTION_NODES) and (built or not runs_when_built(item)):
+                    pending.append(item)
+                elif isinstance(item, _FUNCTION_NODES):
+                    # What a constructor builds (``self.block = Block()``) is what the
+                    # object's calls use: those classes, but not the constructor.
+                    pending += [
+                        (classes[name.id], False) for name in ast.walk(item)
+                        if isinstance(name, ast.Name) and name.id in classes
+                    ]
+                elif isinstance(item, ast.ClassDef):
+                    pending.append((item, built))
             continue
         if node in reached:
             continue
         reached.add(node)
+        called = {id(call.func) for call in ast.walk(node) if isinstance(call, ast.Call)}
         for inner in ast.walk(node):
             if inner is not node and isinstance(inner, _FUNCTION_NODES):
                 pending.append(inner)
             if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Load):
                 if inner.id in module_functions:
                     pending.append(module_functions[inner.id])
-                if inner.id in classes:
-                    pending.append(classes[inner.id])
+                if inner.id in classes:  # built here only when called (not ``isinstance(m, C)``)
+                    pending.append((classes[inner.id], id(inner) in called))
+            elif isinstance(inner, ast.Attribute) and isinstance(inner.ctx, ast.Load):
+                pending += methods_by_name.get(inner.attr, ())
     return reached
 
 

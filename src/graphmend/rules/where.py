@@ -843,9 +843,12 @@ def apply(context: FunctionContext) -> None:
                 planned = rewrite_plan.plan()
             except Decline as decline:
                 reason = str(decline)
+        message = f"data-dependent branch `if {ast.unparse(statement.test)}:`"
+        if static_prefix:
+            # ``if x.dtype == torch.float16 and (...).any():`` breaks only in half precision.
+            message += f", a break only when `{ast.unparse(conjunction(static_prefix))}`"
         finding = context.module.report(
-            context.facts, statement, DATA_DEPENDENT_CONTROL_FLOW,
-            f"data-dependent branch `if {ast.unparse(statement.test)}:`", RULE, reason,
+            context.facts, statement, DATA_DEPENDENT_CONTROL_FLOW, message, RULE, reason,
         )
         if not finding.fixed:
             return None
