@@ -52,13 +52,7 @@ import torch   # torch itself
 @torch.compile
 def step(x):
     # comment before the print
-    # graphmend: Defer removes a graph break (LC); eager path unchanged
-    if not __graphmend__.is_compiling():
-        print('step', x.shape)
-    else:
-        _gm_eager_2 = __graphmend__.print_in_graph(('step', x.shape), {})
-        if _gm_eager_2:
-            print(*_gm_eager_2[0], **_gm_eager_2[1])
+    __graphmend__.print("step", x.shape)
     y  =  x * 2     # spacing kept
     # graphmend: Where removes a graph break (DC); eager path unchanged
     if __graphmend__.is_compiling() and __graphmend__.operands_combine((y, 'number')):
@@ -144,7 +138,7 @@ def test_encoding_cookie_shebang_and_latin1_bytes_are_kept(cli, write):
         "import graphmend.runtime as __graphmend__",
         "import torch",
     ]
-    assert "        print('caf\xe9')" in lines
+    assert "    __graphmend__.print('caf\xe9')" in lines
 
 
 def test_a_utf8_bom_is_kept(cli, write):
@@ -231,8 +225,21 @@ def test_a_result_that_is_not_the_plan_is_never_written(
     assert other.read_text(encoding="utf-8") == FORMATTED
 
 
-def test_a_statement_sharing_its_line_is_refused_not_mangled(cli, write):
-    # Edits replace whole lines, so ``y = 1`` would be lost: the check catches it.
+def test_an_output_call_sharing_its_line_changes_in_place(cli, write):
+    # Only the callee's columns change (counted as ast counts them, in UTF-8 bytes, so a
+    # non-ASCII character before the call on the line is no trouble).
+    source = "import torch\n\n@torch.compile\ndef f(x):\n    y = '\xe9'; print('hi', y)\n    return x\n"
+    path = write("semicolon.py", source)
+    result = cli("fix", "--write", "semicolon.py")
+    assert result.code == 0
+    assert path.read_text(encoding="utf-8").splitlines()[5] == "    y = '\xe9'; __graphmend__.print('hi', y)"
+
+
+def test_a_text_that_would_not_be_the_plan_is_refused_not_written(cli, write, monkeypatch):
+    # The written text is parsed again and compared with what the rules planned.
+    import graphmend.cli.fix as fix
+
+    monkeypatch.setattr(fix, "_splice", lambda line, edit: line)
     source = "import torch\n\n@torch.compile\ndef f(x):\n    y = 1; print('hi')\n    return x + y\n"
     path = write("semicolon.py", source)
     result = cli("fix", "--write", "semicolon.py")

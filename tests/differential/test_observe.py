@@ -90,3 +90,21 @@ def test_globals_are_not_compared_after_a_call_that_failed_as_torch_did() -> Non
     assert each_call(eager, compiled, mended)
     # before any such call, the globals count
     assert not each_call(eager[1:], compiled[1:], mended[1:])
+
+
+def test_printed_autograd_node_names_are_set_aside_but_not_their_presence() -> None:
+    """Seed 40850: the same tensor prints ``grad_fn=<AbsBackward0>`` made eagerly and
+    ``grad_fn=<CompiledFunctionBackward>`` made in a graph (with the line wrapped
+    otherwise); a tensor printed without one is still a difference."""
+    from .observe import _each_call_is_the_originals as each_call
+
+    def printed(text):
+        from .observe import Observation
+
+        return Observation(value=("v",), events=[("stdout", text)], globals=(), rng="r")
+
+    eager = [printed("t tensor([0.5000], grad_fn=<AbsBackward0>)\n")]
+    compiled = [printed("t tensor([0.5000],\n       grad_fn=<CompiledFunctionBackward>)\n")]
+    assert each_call(eager, compiled, [printed("t tensor([0.5000], grad_fn=<MulBackward0>)\n")])
+    assert not each_call(eager, compiled, [printed("t tensor([0.5000])\n")])
+    assert not each_call(eager, compiled, [printed("t tensor([0.6000], grad_fn=<AbsBackward0>)\n")])

@@ -226,11 +226,13 @@ def _parse_if_it_may_compile(path: str):
 
 
 def mend_file(
-    path: str, settings: Settings, scope: str | None = None, project: ProjectEntryPoints | None = None
+    path: str, settings: Settings, scope: str | None = None, project: ProjectEntryPoints | None = None,
+    output_calls_in_place: bool = False,
 ) -> FileReport:
     """Read and analyse one file; every problem becomes ``FileReport.error``, never a raise.
 
     ``project``: entry points found across the files being checked (scope "entry").
+    ``output_calls_in_place``: the form ``graphmend fix`` writes (``mend_module_source``).
     """
     report = FileReport(path)
     try:
@@ -246,6 +248,7 @@ def mend_file(
             scope=scope or settings.scope,
             compiled_elsewhere=project.compiled_in(import_name) if project else (),
             known_helpers=project.helpers if project else None,
+            output_calls_in_place=output_calls_in_place,
         )
     except SourceError as exc:
         report.error = str(exc)

@@ -45,6 +45,7 @@ from graphmend.cli.config import (
     usage_error,
 )
 from graphmend.rewrite.findings import Finding
+from graphmend.rewrite.edits import CalleeEdit
 from graphmend.rewrite.pipeline import Edit, MendResult
 
 PROGRAM = "graphmend fix"
@@ -124,6 +125,17 @@ def _import_position(tree: ast.Module, lines: list[str]) -> int:
     return position
 
 
+def _splice(line: str, edit: CalleeEdit) -> str:
+    """The line with the edit's columns (UTF-8 bytes, as ``ast`` counts them) changed."""
+    encoded = line.encode("utf-8")
+    head = encoded[: edit.start].decode("utf-8")
+    middle = encoded[edit.start : edit.end].decode("utf-8")
+    tail = encoded[edit.end :].decode("utf-8")
+    if edit.replacement is not None:
+        middle = edit.replacement
+    return head + edit.before + middle + edit.after + tail
+
+
 def comments_by_line(text: str) -> dict[int, list[str]]:
     """Every comment of ``text``, by the line it is on."""
     comments: dict[int, list[str]] = {}
@@ -143,6 +155,9 @@ def rewrite_text(source: SourceFile, result: MendResult) -> str:
     default_newline = _line_ending(lines[0], "\n") if lines else "\n"
     original_tree = ast.parse(source.text, filename=source.path)
     planned = ast.parse(result.source)
+
+    for callee_edit in result.callee_edits:
+        lines[callee_edit.line - 1] = _splice(lines[callee_edit.line - 1], callee_edit)
 
     replaced_until = len(lines) + 1
     for edit in sorted(result.edits, key=lambda e: e.first_line, reverse=True):
@@ -256,7 +271,7 @@ def _files(count: int) -> str:
 
 
 def fix_file(path: str, settings, write: bool, tally: Tally) -> None:
-    report = mend_file(path, settings)
+    report = mend_file(path, settings, output_calls_in_place=True)
     if report.error is not None:
         tally.failed += 1
         print(f"{path}: {report.error}", file=sys.stderr)

@@ -27,6 +27,7 @@ from graphmend.analysis.tensor_values import (
     VALUE_METHODS,
     DataDependence,
 )
+from graphmend.rewrite.edits import CalleeEdit
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR, TENSOR_ITEM, Finding
 from graphmend.rewrite.suppressions import suppressions_in
 from graphmend.rewrite.templates import (
@@ -72,8 +73,10 @@ class MendResult:
         runtime_import: str | None = None,
         tree: ast.Module | None = None,
         entry_points: EntryPoints | None = None,
+        callee_edits: list[CalleeEdit] | None = None,
     ) -> None:
         self._source = source
+        self.callee_edits = callee_edits if callee_edits is not None else []
         # With scope="entry": the entry points found (model classes included), else None.
         self.entry_points = entry_points
         self.changed = changed
@@ -234,8 +237,14 @@ def mend_module_source(
     is_package: bool = False,
     compiled_elsewhere: Iterable[str] = (),
     known_helpers: Mapping[str, int] | None = None,
+    output_calls_in_place: bool = False,
 ) -> MendResult:
     """Rewrite one module's source. Raises SyntaxError for text that does not parse.
+
+    ``output_calls_in_place``: Defer writes each output call as a call of graphmend's
+    runtime in place of the callee (``__graphmend__.print(...)``), the form ``graphmend
+    fix`` writes into files (``graphmend.runtime.fixed_calls``), and lists the text
+    changes in ``MendResult.callee_edits``.
 
     ``scope="all"`` (the default) rewrites every function: any of them may run under
     ``torch.compile``, compiled from this module or from any other, and every rewrite
@@ -263,6 +272,7 @@ def mend_module_source(
         filename=filename,
         module_name=module_name,
         suppressions=suppressions_in(source),
+        output_calls_in_place=output_calls_in_place,
     )
     in_scope = entry = None
     if scope == "entry":
@@ -292,4 +302,5 @@ def mend_module_source(
         runtime_import=RUNTIME_IMPORT if context.uses_runtime else None,
         tree=tree,
         entry_points=entry,
+        callee_edits=context.callee_edits,
     )

@@ -34,6 +34,9 @@ class ModuleContext:
     uses_runtime: bool = False
     # line -> category codes suppressed there (None: all), see rewrite/suppressions.py
     suppressions: dict = field(default_factory=dict)
+    # Defer's calls as ``graphmend fix`` writes them (see mend_module_source)
+    output_calls_in_place: bool = False
+    callee_edits: list = field(default_factory=list)
     _counter: int = 0
 
     def fresh_suffix(self) -> int:

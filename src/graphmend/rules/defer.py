@@ -40,6 +40,7 @@ import logging
 
 from graphmend.analysis.reaching import ASSIGNED
 from graphmend.analysis.tensor_values import STATIC_ATTRIBUTES, STATIC_METHODS
+from graphmend.rewrite.edits import CalleeEdit
 from graphmend.rewrite.findings import LOGGER_CALL
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, enclosing_statements, first_failure, rewrite_statements
@@ -346,6 +347,29 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
     ) + fallback
 
 
+def _runtime_attribute(name: str) -> ast.Attribute:
+    return ast.Attribute(value=ast.Name(id=RUNTIME_NAME, ctx=ast.Load()), attr=name, ctx=ast.Load())
+
+
+def _call_in_place(context: FunctionContext, statement: ast.Expr, kind: str) -> ast.Expr:
+    """The statement with only its callee changed (``graphmend.runtime.fixed_calls``):
+    ``print`` / ``warnings.warn`` become ``__graphmend__.print`` / ``.warn``, and a
+    logger ``L.method`` becomes ``__graphmend__.log(L).method``."""
+    written = copy.deepcopy(statement)
+    callee = statement.value.func
+    if kind == "log":
+        receiver = callee.value
+        written.value.func.value = ast.Call(func=_runtime_attribute("log"), args=[copy.deepcopy(receiver)], keywords=[])
+        edit = CalleeEdit(receiver.lineno, receiver.col_offset, receiver.end_col_offset,
+                          before=f"{RUNTIME_NAME}.log(", after=")")
+    else:
+        name = "print" if kind == "print" else "warn"
+        written.value.func = _runtime_attribute(name)
+        edit = CalleeEdit(callee.lineno, callee.col_offset, callee.end_col_offset, replacement=f"{RUNTIME_NAME}.{name}")
+    context.module.callee_edits.append(edit)
+    return place([written], statement)[0]
+
+
 def _output_calls(context: FunctionContext) -> list[tuple[ast.Expr, str, str]]:
     calls = []
     for node in context.facts.nodes:
@@ -390,6 +414,8 @@ def apply(context: FunctionContext) -> None:
             return None
         context.module.uses_runtime = True
         call = statement.value
+        if context.module.output_calls_in_place:
+            return [_call_in_place(context, statement, kind)]
         recording = place(_recording_call(context, call, kind), statement)
         return [compiled_or_original(recording, [statement], f"{RULE}: original call", compiled_last=True)]
 

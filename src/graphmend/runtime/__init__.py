@@ -41,6 +41,10 @@ from graphmend.runtime.traps import (
     trap_message,
 )
 
+# What ``graphmend fix`` writes in place of an output call's callee. ``print`` here is
+# that wrapper: this module itself never prints.
+from graphmend.runtime.fixed_calls import log, print, warn  # noqa: A004, E402
+
 # TorchDynamo treats this exact function object as a constant ``True`` while
 # tracing, so branching on it costs no graph break and keeps the eager path exact.
 is_compiling = torch.compiler.is_compiling
@@ -62,6 +66,9 @@ __all__ = [
     "equal_as_tensor",
     "flush_pending_effects",
     "install_compile_wrappers",
+    "log",
+    "print",
+    "warn",
     "is_compiling",
     "moves_nothing",
     "operands_combine",
