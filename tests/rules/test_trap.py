@@ -106,7 +106,8 @@ def test_torch_equal_keeps_meaning_for_broadcastable_shapes():
 MUST_NOT_REWRITE = {
     # condition_tensorizable
     "static_condition": ("def f(x):\n    if x.shape[0] > 3:\n        raise ValueError('big')\n    return x", None),
-    "item_condition": ("def f(x):\n    if x.sum().item() > 0:\n        raise ValueError('p')\n    return x", ".item()"),
+    # a condition on ``.item()`` is a Python value: the break is at the call (TI), no guard
+    "item_condition": ("def f(x):\n    if x.sum().item() > 0:\n        raise ValueError('p')\n    return x", None),
     "or_operand_may_raise": (
         "def f(x, y):\n    if (x > 0).all() or (x / y).any():\n        raise ValueError('p')\n    return x",
         "short-circuits",
@@ -153,6 +154,14 @@ def test_must_not_rewrite_leaves_source_untouched(name):
     if expected_reason:
         reasons = finding_reasons(result, "Trap")
         assert reasons and any(expected_reason in r for r in reasons), reasons
+
+
+def test_a_guard_on_an_item_value_is_not_a_candidate():
+    """Issue 17 (check's precision): phi3's ``is_padding_right = ....sum().item() !=
+    batch_size`` then ``if is_padding_right: raise``: the break is at ``.item()``."""
+    source = PRELUDE + "def f(x):\n    flag = x.sum().item() > 0\n    if flag:\n        raise ValueError('p')\n    return x"
+    result = mend(source)
+    assert [finding.category for finding in result.findings] == ["TI"] and not result.changed
 
 
 def test_trap_failure_message_reaches_inductor_assertion():

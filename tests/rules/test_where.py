@@ -233,7 +233,10 @@ MUST_NOT_REWRITE = {
     "bound_on_one_path_only": (
         "def f(x, y):\n    if x.sum() > 0:\n        z = x + 1\n    return z", "one path only",
     ),
-    "item_condition": ("def f(x):\n    if x.sum().item() > 0:\n        x = x + 1\n    return x", ".item()"),
+    # (a condition on ``.item()`` alone is no candidate: test_a_branch_on_an_item_value...)
+    "item_condition": (
+        "def f(x):\n    if x.sum().item() > 0 and (x > 1).any():\n        x = x + 1\n    return x", ".item()",
+    ),
     "short_circuit_operand_may_raise": (
         "def f(x):\n    if (x > 0).all() and (x.sum() / x.max()) > 0:\n        x = x + 1\n    return x", "short-circuits",
     ),
@@ -281,6 +284,26 @@ def test_a_static_and_part_is_named_as_the_condition_of_the_break():
     assert finding.message.endswith(", a break only when `h.dtype == torch.float16`")
     unconditional = mend(PRELUDE + "def f(h):\n    if h.sum() > 0:\n        h = h + 1.0\n    return h\n")
     assert "only when" not in unconditional.findings[0].message
+
+
+def test_a_branch_on_an_item_value_is_not_a_candidate():
+    """Issue 17 (check's precision): ``flag = x.any().item()`` breaks at ``.item()``
+    (reported there, TI); ``if flag:`` branches on a Python bool and does not break."""
+    source = PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            flag = x.any().item()
+            if flag:
+                x = x + 1.0
+            if x.sum().item() > 0 and (x > 1).any():
+                x = x * 2.0
+            return x
+        """
+    )
+    result = mend(source)
+    assert [(f.line - PRELUDE.count("\n"), f.category) for f in result.findings] == [
+        (3, "TI"), (6, "DC"), (6, "TI"),
+    ]
 
 
 def test_static_conditions_are_not_candidates():

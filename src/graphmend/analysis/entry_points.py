@@ -336,13 +336,34 @@ def runs_when_built(method: ast.AST) -> bool:
     )
 
 
+# What calling a model runs first; its other methods run when this code names them.
+CALL_METHODS = frozenset({"forward", "__call__"})
+
+
+def _call_methods(class_node: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> set[str]:
+    """``forward`` / ``__call__`` when the class or one of its bases in this module
+    defines one: then calling an instance starts there, and a method nothing reached
+    names (``parallelize``, ``resize_position_embeddings``: called by users) is not in
+    scope. Empty for other classes, whose methods are all in."""
+    seen, pending, found = set(), [class_node], set()
+    while pending:
+        node = pending.pop()
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        found |= {item.name for item in node.body if isinstance(item, _FUNCTION_NODES) and item.name in CALL_METHODS}
+        pending += [classes[base.id] for base in node.bases if isinstance(base, ast.Name) and base.id in classes]
+    return found
+
+
 def reachable_functions(tree: ast.Module, entry: EntryPoints) -> set[ast.AST]:
     """Function nodes the entry points can reach through the module's own names.
 
     A class in scope brings its methods, except those that run when it is built
     (``runs_when_built``), unless reached code builds the class by name (then its
     constructor runs under compile too: ``C(...)``) or names the method (``self.method``,
-    ``cls.from_config``)."""
+    ``cls.from_config``). A class that is called (``forward``, ``__call__``: see
+    ``_call_methods``) brings those, and the methods reached code names."""
     all_functions = [n for n in ast.walk(tree) if isinstance(n, _FUNCTION_NODES)]
     if entry.everything:
         return set(all_functions)
@@ -370,9 +391,13 @@ def reachable_functions(tree: ast.Module, entry: EntryPoints) -> set[ast.AST]:
             for base in class_node.bases:
                 if isinstance(base, ast.Name) and base.id in classes:
                     pending.append((classes[base.id], built))
+            calls_first = _call_methods(class_node, classes)
             for item in class_node.body:
-                if isinstance(item, _FUNCTION_NODES) and (built or not runs_when_built(item)):
+                if isinstance(item, _FUNCTION_NODES) and built and runs_when_built(item):
                     pending.append(item)
+                elif isinstance(item, _FUNCTION_NODES) and not runs_when_built(item):
+                    if not calls_first or item.name in calls_first:
+                        pending.append(item)
                 elif isinstance(item, _FUNCTION_NODES):
                     # What a constructor builds (``self.block = Block()``) is what the
                     # object's calls use: those classes, but not the constructor.

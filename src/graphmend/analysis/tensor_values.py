@@ -50,8 +50,11 @@ DYNAMIC_SHAPE_FUNCTIONS = frozenset(
 class DataDependence:
     """Answers ``is_data_dependent(expression, at_node)`` for one function."""
 
-    def __init__(self, facts: FunctionFacts):
+    def __init__(self, facts: FunctionFacts, items_are_python: bool = False):
         self.facts = facts
+        # ``.item()`` / ``.tolist()`` results are Python values: TorchDynamo breaks at
+        # the call (under its default config), not where the value is used later.
+        self.items_are_python = items_are_python
         self._definition_cache: dict[Definition, bool] = {}
 
     def is_value_operation(self, node: ast.AST) -> bool:
@@ -88,6 +91,8 @@ class DataDependence:
         if expression is None:
             return False
         if isinstance(expression, ast.Call):
+            if self.items_are_python and self.first_item_call(expression) is expression:
+                return False
             if self.is_value_operation(expression):
                 return True
             qualified = self.facts.qualified_name_of(expression.func)

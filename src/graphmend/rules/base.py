@@ -71,6 +71,14 @@ class FunctionContext:
 
     def __post_init__(self) -> None:
         self.data = DataDependence(self.facts)
+        self._data_past_items: DataDependence | None = None
+
+    def depends_only_through_items(self, expression: ast.AST, node) -> bool:
+        """Data-dependent only through ``.item()`` / ``.tolist()`` results: Python
+        values, whose break is at that call (reported there), not at this use."""
+        if self._data_past_items is None:
+            self._data_past_items = DataDependence(self.facts, items_are_python=True)
+        return not self._data_past_items.is_data_dependent(expression, node)
 
     def may_depend_on_tensor_values(self) -> bool:
         """Parameters are static, so no predicate is data-dependent unless the function

@@ -295,6 +295,8 @@ def apply(context: FunctionContext) -> None:
         node = context.facts.node_for(statement)
         if not context.data.is_data_dependent(guard.test, node):
             return None
+        if context.depends_only_through_items(guard.test, node):
+            return None  # a Python value from ``.item()``: the break is at that call
         if guard_body_only_raises(guard) is not None:
             return None  # not a validation guard: [Where] considers it
         raise_statement = guard.body[0]

@@ -831,6 +831,8 @@ def apply(context: FunctionContext) -> None:
         node = context.facts.node_for(statement)
         if not context.data.is_data_dependent(statement.test, node):
             return None
+        if context.depends_only_through_items(statement.test, node):
+            return None  # a Python value from ``.item()``: the break is at that call
         false_arm, consumed_next = false_arm_of(statement, enclosing)
         static_prefix, dynamic = split_static_prefix(context, statement.test, node)
         condition_safety = ExpressionSafety(context, node)
