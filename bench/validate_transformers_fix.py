@@ -16,8 +16,9 @@ this checkout's ``src`` (put it on PYTHONPATH, or install graphmend). Steps:
    of the statement at that line.
 2. **fix.** Run ``graphmend fix --write --all`` on the copy. Every finding check marked
    fixable must lie in a rewritten statement that changed; every changed hunk of
-   ``git diff`` must be a rewritten statement (with its ``# graphmend:`` comment), the
-   runtime import, or the module's appended registrations. Then, with the copy first
+   ``git diff`` must be a rewritten statement (a block with its ``# graphmend:``
+   comment, or an output call whose callee changed in place), the runtime import, or
+   the module's appended registrations. Then, with the copy first
    on PYTHONPATH, each model is built (same seed), run eagerly and compiled: 0 breaks
    (one graph) and outputs bit-identical (``torch.equal``) to the original
    transformers' eager outputs, saved to ``WORK/reference/<model>.pt``.
@@ -310,7 +311,8 @@ def planned_edits(path: str, text: str):
 
     module_name, is_package = module_name_for(path)
     return mend_module_source(
-        text, filename=path, module_name=module_name, is_package=is_package, scope="all"
+        text, filename=path, module_name=module_name, is_package=is_package, scope="all",
+        output_calls_in_place=True,
     )
 
 
@@ -340,7 +342,9 @@ def classify_hunks(work: str, hunks: dict, fixable: list[dict]) -> dict:
         path = os.path.join(work, relative)
         text = original_text(work, relative)
         result = planned_edits(path, text)
+        # A statement written as a block, or an output call whose callee changed in place
         edits = [(edit.first_line, edit.last_line) for edit in result.edits]
+        edits += [(edit.line, edit.line) for edit in result.callee_edits]
         starts, ends = statements.boundaries(path, text)
         summary["edits"] += len(edits)
         summary["edits_on_statement_boundaries"] += sum(
