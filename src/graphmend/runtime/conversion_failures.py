@@ -1,0 +1,66 @@
+"""A rewritten frame TorchDynamo fails to convert runs eagerly, as its original would.
+
+TorchDynamo sometimes fails on the bytecode of rewritten code where it does not on the
+original: building the resume function after a graph break, it raised
+``AssertionError: exception table entry start instruction has no offset`` for a
+branch break followed by loops and ``try`` blocks holding rewritten statements (long
+fuzz run seed 41568). Without graphmend the program compiled; with it, the call raised
+TorchDynamo's internal error.
+
+TorchDynamo converts a frame before any of it runs (a resume function, before the rest
+of its frame runs), so running the frame eagerly instead is exact: the rewritten code's
+eager path is the original code. That is what TorchDynamo itself does for every frame
+under ``torch._dynamo.config.suppress_errors``; here only for frames of rewritten
+modules, only for internal errors (not a graph break, not an error of the user's own
+code that tracing surfaces), and never under ``fullgraph=True``, where the user asked
+for errors. Each such frame is listed in ``frames_run_eagerly``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from graphmend.rewrite.templates import RUNTIME_NAME
+
+log = logging.getLogger(__name__)
+
+# (file, first line, function name) -> TorchDynamo's error, for explain and tests
+frames_run_eagerly: dict[tuple[str, int, str], str] = {}
+
+
+def _is_rewritten(frame) -> bool:
+    return RUNTIME_NAME in getattr(frame, "f_globals", {})
+
+
+def _run_eagerly_on_internal_error(convert):
+    from torch._dynamo.exc import InternalTorchDynamoError
+    from torch._dynamo.types import ConvertFrameReturn
+
+    def wrapped(self, frame, *args, **kwargs):
+        try:
+            return convert(self, frame, *args, **kwargs)
+        except (AssertionError, InternalTorchDynamoError) as error:
+            inner = getattr(self, "_inner_convert", None)
+            box = getattr(inner, "_box", None)
+            if not _is_rewritten(frame) or getattr(box, "error_on_graph_break", True) is not False:
+                raise
+            code = frame.f_code
+            frames_run_eagerly[(code.co_filename, code.co_firstlineno, code.co_name)] = f"{type(error).__name__}: {error}"
+            log.debug("graphmend: TorchDynamo failed on rewritten %s; it runs eagerly", code.co_name, exc_info=True)
+            return ConvertFrameReturn(skip_reason="graphmend: TorchDynamo failed on the rewritten frame")
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
+def install() -> bool:
+    try:
+        from torch._dynamo.convert_frame import ConvertFrame
+    except ImportError:  # pragma: no cover - another torch
+        return False
+    if not getattr(ConvertFrame.__call__, "_graphmend_wrapped", False):
+        ConvertFrame.__call__ = _run_eagerly_on_internal_error(ConvertFrame.__call__)
+    return True
+
+
+install()
