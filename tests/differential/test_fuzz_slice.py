@@ -112,7 +112,7 @@ LONG_RUN_FINDINGS: dict[int, tuple[str, ...]] = {
     20325: ("compiled:inductor",), 20937: ("compiled:eager", "compiled:aot_eager"),
     21025: ("compiled:inductor",), 30017: ("compiled:eager", "compiled:aot_eager"),
     40225: ("compiled:inductor",), 40497: ("compiled:aot_eager",), 40850: ("compiled:aot_eager",),
-    41568: ("compiled:eager", "compiled:aot_eager"),
+    41568: ("compiled:eager", "compiled:aot_eager"), 42375: ("compiled:inductor",),
 }
 
 
