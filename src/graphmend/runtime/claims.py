@@ -331,19 +331,6 @@ def _draws_any(graph_module) -> bool:
     )
 
 
-def _emits(graph_module) -> bool:
-    from graphmend.runtime.deferred import emit_effect
-
-    return any(node.op == "call_function" and node.target in (emit_effect, torch.ops.graphmend.emit_effect,
-               torch.ops.graphmend.emit_effect.default) for node in graph_module.graph.nodes)
-
-
-# Inductor's scheduler reorders its kernels for locality and peak memory; output
-# operators lose their program order there (long fuzz run seed 42375: a loop's
-# ``finally`` prints ran before the prints above them). Draws keep eager's numbers.
-_IN_PROGRAM_ORDER = {"fallback_random": True, "reorder_for_locality": False, "reorder_for_peak_memory": False}
-
-
 def _compiled_from_mended_code(output) -> bool:
     from graphmend.rewrite.templates import RUNTIME_NAME
 
@@ -462,10 +449,8 @@ def _check_before_compiling(compile_subgraph):
 
 def _check_the_compiled_graph(call_user_compiler):
     """Wrap ``OutputGraph.call_user_compiler``: a graph compiled from mended code that
-    draws random numbers or holds outputs compiles with inductor's ``fallback_random``
-    and without its reordering passes (``_IN_PROGRAM_ORDER``): its draws are eager's,
-    from eager's generator, an unused one is kept (not dropped), and its outputs happen
-    in program order.
+    draws random numbers compiles with inductor's ``fallback_random``, so its draws are
+    eager's, from eager's generator, and an unused one is kept (not dropped).
 
     Which draws end up unused depends on which locals TorchDynamo takes as live at a
     break, and its liveness analysis takes every local read after a jump as live: the
@@ -477,10 +462,10 @@ def _check_the_compiled_graph(call_user_compiler):
     draws eagerly."""
 
     def wrapped(self, graph_module, *args, **kwargs):
-        if _compiled_from_mended_code(self) and (_draws_any(graph_module) or _emits(graph_module)):
+        if _compiled_from_mended_code(self) and _draws_any(graph_module):
             import torch._inductor.config as inductor_config
 
-            with inductor_config.patch(**_IN_PROGRAM_ORDER):
+            with inductor_config.patch(fallback_random=True):
                 return call_user_compiler(self, graph_module, *args, **kwargs)
         return call_user_compiler(self, graph_module, *args, **kwargs)
 

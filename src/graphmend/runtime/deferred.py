@@ -23,7 +23,7 @@ operator, with those as operands (their values at the call). The registration ru
 time (``claims.decide_in_trace``, a constant of the trace) and decides whether the
 effect can happen inside the graph exactly as it would eagerly
 (``why_not_exact_in_graph``, ``no_input_written_in_place_before``,
-``no_output_state_changed_in_trace``, then the checks of
+``no_output_state_changed_in_trace``, ``no_earlier_output_in_graph``, then the checks of
 the whole trace in ``graphmend.runtime.claims``); when it cannot, the arguments go
 back to the rewritten code, which makes the original call with them in the user's own
 frame, at the cost of the graph break the original call had.
@@ -246,6 +246,8 @@ def _registered_key(translator, kind, target_id, detail, template, slots, kwargs
         return -1
     if no_output_state_changed_in_trace(translator, kind, target) is not None:
         return -1
+    if no_earlier_output_in_graph(translator) is not None:
+        return -1
     if not claims.claim_break_at_user_site(translator, claims.OUTPUT):
         return -1
     with _registry_lock:
@@ -280,6 +282,22 @@ def no_input_written_in_place_before(translator) -> str | None:
     written = claims.input_written_in_place_so_far(translator)
     if written is not None:
         return f"the input `{written}` is written in place before the output"
+    return None
+
+
+def no_earlier_output_in_graph(translator) -> str | None:
+    """Inductor does not keep two output operators of one graph in their order: it
+    runs each when its operands are ready (long fuzz run seed 42375: the prints of a
+    loop's ``finally`` came before the prints above them). A backend that runs the
+    graph's ops in order (``claims.backend_keeps_graph_order``) keeps them; elsewhere a
+    graph holds at most one output, and a later one keeps its break."""
+    if claims.backend_keeps_graph_order(translator.output):
+        return None
+    for node in translator.output.graph.nodes:
+        if node.op == "call_function" and node.target in (
+            torch.ops.graphmend.emit_effect, torch.ops.graphmend.emit_effect.default
+        ):
+            return "an earlier output is in this graph, and the backend may reorder the two"
     return None
 
 
