@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.fx
 
+from differential.grammar import OWN_STREAM_DEFINITIONS
 from helpers import breaks, original_and_mended
 from graphmend.runtime import claims
 
@@ -412,29 +413,16 @@ def test_no_input_written_in_place_before__output_before_the_update_is_joined():
     assert breaks(mended.f, x.clone()) == 0
 
 
-STDOUT_SWAPPED_AROUND_A_PRINT = """
-    import sys
-
-    WRITTEN = []
-
-    class OwnStream:
-        def write(self, text):
-            WRITTEN.append(text)
-            return len(text)
-
-        def flush(self):
-            pass
-
-    OWN_STREAM = OwnStream()
-
-    def f(x):
-        y = x * 2.0
-        saved = sys.stdout
-        sys.stdout = OWN_STREAM
-        print("swapped", y.sum())
-        sys.stdout = saved
-        return y + 1.0
-    """
+# The fuzz grammar's own stream (a ``write`` in Python appending to ``WRITTEN``).
+STDOUT_SWAPPED_AROUND_A_PRINT = "import logging\nimport sys\n" + OWN_STREAM_DEFINITIONS + """
+def f(x):
+    y = x * 2.0
+    saved = sys.stdout
+    sys.stdout = OWN_STREAM
+    print("swapped", y.sum())
+    sys.stdout = saved
+    return y + 1.0
+"""
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])

@@ -196,20 +196,28 @@ def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
     graphmend's runtime, from ``translator`` outwards) may lose its break in this
     trace; if so, the claim is recorded so that the checks made later in the trace can
     refuse it. Used by Defer's output and Where's selections; Trap records its own."""
+    translator = user_translator(translator)
+    if translator is None:
+        return False
+    site = (translator.f_code.co_filename, translator.lineno)
+    if refused_reason(site) is not None:
+        return False
+    unavailable = trace_checks_unavailable()
+    if unavailable is not None:
+        trace_time_declines[site] = unavailable
+        return False
+    record_claim(translator, site, original_break_keeps_frame_compiled(translator), kind)
+    return True
+
+
+def user_translator(translator):
+    """The translator of the first traced frame outside graphmend's runtime, from
+    ``translator`` outwards (the user's statement that called into the runtime)."""
     while translator is not None:
-        code = translator.f_code
-        if os.path.dirname(os.path.abspath(code.co_filename)) != _RUNTIME_DIRECTORY:
-            site = (code.co_filename, translator.lineno)
-            if refused_reason(site) is not None:
-                return False
-            unavailable = trace_checks_unavailable()
-            if unavailable is not None:
-                trace_time_declines[site] = unavailable
-                return False
-            record_claim(translator, site, original_break_keeps_frame_compiled(translator), kind)
-            return True
+        if os.path.dirname(os.path.abspath(translator.f_code.co_filename)) != _RUNTIME_DIRECTORY:
+            return translator
         translator = getattr(translator, "parent", None)
-    return False
+    return None
 
 
 def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:

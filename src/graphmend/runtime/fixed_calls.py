@@ -20,7 +20,6 @@ from __future__ import annotations
 import builtins
 import functools
 import logging
-import os
 import re
 import warnings
 
@@ -29,7 +28,6 @@ from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims, deferred
 
-_RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 _RESUMED = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
 _STANDARD_LEVELS = {
     "debug": logging.DEBUG,
@@ -45,14 +43,13 @@ is_compiling = torch.compiler.is_compiling
 
 def _caller_site(translator):
     """(module, line, function, file) of the first traced frame outside this package."""
-    while translator is not None:
-        code = translator.f_code
-        if os.path.dirname(os.path.abspath(code.co_filename)) != _RUNTIME_DIRECTORY:
-            resumed = _RESUMED.match(code.co_name)
-            function = resumed.group(1) if resumed else code.co_name
-            return (translator.f_globals.get("__name__"), translator.lineno, function, code.co_filename)
-        translator = getattr(translator, "parent", None)
-    return None
+    translator = claims.user_translator(translator)
+    if translator is None:
+        return None
+    code = translator.f_code
+    resumed = _RESUMED.match(code.co_name)
+    function = resumed.group(1) if resumed else code.co_name
+    return (translator.f_globals.get("__name__"), translator.lineno, function, code.co_filename)
 
 
 def _caller_location():
