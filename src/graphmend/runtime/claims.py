@@ -210,6 +210,13 @@ def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
     return True
 
 
+def decline_at_user_site(translator, reason: str) -> None:
+    """Record why the user's statement keeps its break in this trace (``explain``)."""
+    translator = user_translator(translator)
+    if translator is not None:
+        trace_time_declines[(translator.f_code.co_filename, translator.lineno)] = reason
+
+
 def user_translator(translator):
     """The translator of the first traced frame outside graphmend's runtime, from
     ``translator`` outwards (the user's statement that called into the runtime)."""

@@ -242,11 +242,13 @@ def _registered_key(translator, kind, target_id, detail, template, slots, kwargs
         return -1
     if why_not_exact_in_graph(kind, target, detail, template, kwargs) is not None:
         return -1
-    if no_input_written_in_place_before(translator) is not None:
-        return -1
-    if no_output_state_changed_in_trace(translator, kind, target) is not None:
-        return -1
-    if no_earlier_output_in_graph(translator) is not None:
+    reason = (
+        no_input_written_in_place_before(translator)
+        or no_output_state_changed_in_trace(translator, kind, target)
+        or no_earlier_output_in_graph(translator)
+    )
+    if reason is not None:
+        claims.decline_at_user_site(translator, reason)
         return -1
     if not claims.claim_break_at_user_site(translator, claims.OUTPUT):
         return -1
