@@ -273,14 +273,29 @@ class _Draws(torch.nn.Module):
         y = torch.nn.functional.dropout(x, 0.5, self.training_dropout)
         z = torch.nn.functional.dropout(x, 0.0, True)
         w = x.bernoulli_(0.5)
-        return y + z + w + torch.sigmoid(x) + torch.randn_like(x)
+        q = x.reshape(1, 1, -1, 1)
+        a = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        b = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+        c = torch.nn.functional.scaled_dot_product_attention(q, q, q, None, 0.0)
+        attended = (a + b + c).reshape(x.shape)
+        return y + z + w + torch.sigmoid(x) + torch.randn_like(x) + attended
+
+
+# Attention is seeded for its dropout: without ``dropout_p`` (or at 0) it draws nothing.
+_ATTENTION_DRAWS = {
+    "scaled_dot_product_attention": False,
+    "scaled_dot_product_attention_1": True,
+    "scaled_dot_product_attention_2": False,
+}
 
 
 @pytest.mark.parametrize(
     "training, expected",
     [
-        (True, {"dropout": True, "dropout_1": False, "bernoulli_": True, "sigmoid": False, "randn_like": True}),
-        (False, {"dropout": False, "dropout_1": False, "bernoulli_": True, "sigmoid": False, "randn_like": True}),
+        (True, {"dropout": True, "dropout_1": False, "bernoulli_": True, "sigmoid": False, "randn_like": True}
+         | _ATTENTION_DRAWS),
+        (False, {"dropout": False, "dropout_1": False, "bernoulli_": True, "sigmoid": False, "randn_like": True}
+         | _ATTENTION_DRAWS),
     ],
 )
 def test_draws_random_numbers_reads_the_operator_tags(training, expected):

@@ -389,6 +389,50 @@ def test_no_pending_side_effect_before_guard__record_appended():
     assert_same_everywhere(source, x)
 
 
+SET_THEN_RESET = """
+class Collector:
+    def __init__(self):
+        self.active = None
+        self.compiling = False
+
+COLLECTOR = Collector()
+
+def helper(x):
+    if (x < 0).any():
+        raise ValueError("negative")
+    return x
+
+def main(x):
+    COLLECTOR.active = "collecting"
+    COLLECTOR.compiling = True
+    y = x * 2
+    COLLECTOR.active = None
+    COLLECTOR.compiling = False
+    return helper(y){tail}
+"""
+
+
+def test_no_pending_side_effect_before_guard__attributes_set_and_put_back_are_no_change():
+    """transformers' output collector sets a flag and resets it before the guard: the
+    pending writes store what the object holds already, so losing them changes nothing."""
+    source = SET_THEN_RESET.format(tail="")
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(source))
+    x = torch.arange(4.0)
+    assert breaks(original.main, x) > 0
+    assert breaks(mended.main, x) == 0
+    assert_same_everywhere(source, x)
+    assert_same_everywhere(source, x - 10)
+
+
+def test_no_pending_side_effect_before_guard__attribute_left_changed():
+    source = SET_THEN_RESET.format(tail="").replace('COLLECTOR.active = None', 'COLLECTOR.active = "done"')
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(source))
+    traps.trace_time_declines.clear()
+    x = torch.arange(4.0)
+    assert breaks(mended.main, x) > 0
+    assert any("COLLECTOR" in reason for reason in declined_reasons()), declined_reasons()
+
+
 CLOSURE_CELL_WRITTEN = """
 def main(x):
     torch._dynamo.graph_break()
@@ -724,11 +768,12 @@ def main(x):
     "source", [GUARD_IN_A_LOOP, GUARD_IN_A_HELPER_CALLED_IN_A_LOOP], ids=["in_the_loop", "helper_called_in_the_loop"]
 )
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_original_break_keeps_frame_compiled__guard_in_a_loop(source, backend):
+def test_frame_the_original_ran_eagerly__op_failing_while_traced_keeps_the_guard(source, backend):
     """A graph break in a loop makes TorchDynamo run the whole frame eagerly: the
     original's in-place write to a leaf that requires grad raised the user's RuntimeError
-    (fuzz class "exposed TorchDynamo trace-time error"); a lowered guard compiled the
-    frame, and the write failed while tracing with TorchDynamo's TorchRuntimeError."""
+    (fuzz class "exposed TorchDynamo trace-time error"). A lowered guard compiles the
+    frame, the write fails while tracing, and the trace restarts with the guard kept
+    (``no_later_op_failed_while_tracing``), so the frame runs eagerly as the original's."""
     original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
     assert result.changed, result.findings
     traps.trace_time_declines.clear()
@@ -741,7 +786,55 @@ def test_original_break_keeps_frame_compiled__guard_in_a_loop(source, backend):
             target(x)
         observed.append((type(raised.value).__qualname__, str(raised.value)))
     assert observed[0][0] == "RuntimeError" and observed[0] == observed[1] == observed[2], observed
-    assert any("inside a loop" in reason for reason in declined_reasons()), declined_reasons()
+    assert any("fails while TorchDynamo traces it" in reason for reason in declined_reasons()), declined_reasons()
+
+
+GUARD_IN_A_LOOP_THAT_COMPILES = """
+def main(x):
+    for step in range(3):
+        if (x < -100).any():
+            raise ValueError("too small")
+        x = x * 2
+    return x + 1
+"""
+
+
+def test_frame_the_original_ran_eagerly__guard_in_a_loop_is_lowered():
+    """The original broke in the loop, so TorchDynamo ran the whole frame eagerly; the
+    mended frame compiles to its end in one graph, with no random draw and no autograd,
+    so the whole-trace checks keep the claim: one graph, the same results and error."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(GUARD_IN_A_LOOP_THAT_COMPILES))
+    x = torch.arange(4.0)
+    assert breaks(original.main, x) > 0
+    assert breaks(mended.main, x) == 0
+    assert_same_everywhere(GUARD_IN_A_LOOP_THAT_COMPILES, x)
+    assert_same_everywhere(GUARD_IN_A_LOOP_THAT_COMPILES, x - 200)
+
+
+GUARD_IN_A_LOOP_WITH_A_DRAW = """
+def main(x):
+    for step in range(2):
+        if (x < -100).any():
+            raise ValueError("too small")
+        x = x + torch.rand(4)
+    return x
+"""
+
+
+def test_frame_the_original_ran_eagerly__random_draws_keep_the_guard():
+    """Eagerly, the original's draws advanced the generator as eager does; a claim in a
+    graph that draws is refused (``random_draws_stay_on_their_side``)."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(GUARD_IN_A_LOOP_WITH_A_DRAW))
+    traps.trace_time_declines.clear()
+    x = torch.arange(4.0)
+    assert breaks(mended.main, x) == breaks(original.main, x)
+    assert any("random draws" in reason for reason in declined_reasons()), declined_reasons()
+    torch.manual_seed(0)
+    expected = original.main(x)
+    for backend in ("eager", "aot_eager"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        assert torch.equal(torch.compile(mended.main, backend=backend)(x), expected), backend
 
 
 def test_original_break_keeps_frame_compiled__guard_after_a_loop_is_still_lowered():

@@ -293,7 +293,7 @@ def draws_random_numbers(node, output=None) -> bool:
     """Whether an FX node of TorchDynamo's graph draws from a random generator, by the
     ``nondeterministic_seeded`` tag of the ATen operator of the same name (torch
     functions and tensor methods keep ATen's names). Dropout in eval mode or with
-    ``p=0`` draws nothing."""
+    ``p=0`` draws nothing, nor does attention with ``dropout_p=0``."""
     target = node.target
     if node.op == "call_module":
         module = getattr(output, "nn_modules", {}).get(target) if output is not None else None
@@ -305,6 +305,11 @@ def draws_random_numbers(node, output=None) -> bool:
     name = target if isinstance(target, str) else getattr(target, "__name__", None)
     if not isinstance(name, str) or not _aten_packet_is_seeded(name):
         return False
+    if name == "scaled_dot_product_attention":
+        # Seeded for its dropout, which draws nothing at p=0 (its default).
+        arguments = list(node.args)
+        probability = node.kwargs.get("dropout_p", arguments[4] if len(arguments) > 4 else 0.0)
+        return not (isinstance(probability, (int, float)) and probability == 0)
     if name in _DROPOUTS:
         arguments = list(node.args[1:3])
         probability = node.kwargs.get("p", arguments[0] if arguments else 0.5)

@@ -14,7 +14,9 @@ static rule cannot see the callers of a function, nor what the traced region did
 before the guard. Each condition it checks is a function below returning the
 reason it fails; a refused guard keeps the original ``if`` (and its graph break).
 Where TorchDynamo could not resume after the original's break (in a loop) it ran the
-frame eagerly, and the guard is not lowered (``original_break_keeps_frame_compiled``).
+frame eagerly (``original_break_keeps_frame_compiled``): the claim is then one whose
+frame ran eagerly, as every guard's is (after a failed guard, TorchDynamo runs the
+rest of the frame eagerly), and the whole-trace checks decide it (``claims``).
 A lowered guard is a claim on its break (``graphmend.runtime.claims``): facts found
 later in the same trace (an op that fails while traced, a graph that records
 autograd) make TorchDynamo trace the frame again with the original ``if`` kept.
@@ -361,8 +363,41 @@ def no_pending_side_effect_before_guard(translator) -> str | None:
         name = _source_name(source)
         if "PENDING_EFFECTS" in name:
             continue
+        if _stores_put_back_what_is_there(side_effects, variable):
+            continue
         return f"`{name}` is changed before the guard"
     return None
+
+
+_MISSING = object()
+
+
+def _stores_put_back_what_is_there(side_effects, variable) -> bool:
+    """Whether every pending write to an existing object's attributes stores the very
+    constant the attribute holds now (set, then reset in a ``finally``: transformers'
+    output collector). Dropping such writes leaves the object as the original left it."""
+    from torch._dynamo.variables import UserDefinedObjectVariable
+
+    if not isinstance(variable, UserDefinedObjectVariable):
+        return False
+    try:
+        if variable.is_base_vt_modified(side_effects):
+            return False
+        stores = side_effects.store_attr_mutations.get(variable)
+        if not stores:
+            return False
+        for attribute, stored in stores.items():
+            if not stored.is_python_constant():
+                return False
+            value = stored.as_python_constant()
+            current = getattr(variable.value, attribute, _MISSING)
+            if type(current) is not type(value) or not (current is value or current == value):
+                return False
+            if not isinstance(value, (type(None), bool, int, float, str)):
+                return False
+    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: count it as a change
+        return False
+    return True
 
 
 def _source_name(source) -> str:
@@ -424,13 +459,16 @@ def _lowerable(translator, exception_class, line: int, function_name: str) -> bo
         or claims.refused_reason(site)
         or claims.trace_checks_unavailable()
         or no_handler_in_traced_frames(translator)
-        or original_break_keeps_frame_compiled(translator)
         or no_handler_in_eager_callers()
         or no_input_mutated_before_guard(translator)
         or no_pending_side_effect_before_guard(translator)
     )
     if reason is None:
-        claims.record_claim(translator, site, rest_ran_eagerly=_AFTER_A_FAILED_GUARD, kind=claims.GUARD)
+        # Where the original's break was in a loop, TorchDynamo ran the whole frame
+        # eagerly; after a failed guard it runs the rest so. Either way the claim is
+        # checked against the whole trace as one whose rest ran eagerly.
+        rest_ran_eagerly = original_break_keeps_frame_compiled(translator) or _AFTER_A_FAILED_GUARD
+        claims.record_claim(translator, site, rest_ran_eagerly=rest_ran_eagerly, kind=claims.GUARD)
         return True
     trace_time_declines[site] = reason
     return False
