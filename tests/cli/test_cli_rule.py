@@ -18,7 +18,8 @@ def test_without_a_code_the_categories_are_listed(cli):
 
 @pytest.mark.parametrize(
     "code, rule, condition",
-    [("DC", "Where", "selected_value_is_fresh"), ("lc", "Defer", "callee_is_real"), ("VG", "Trap", "guard_body_only_raises")],
+    [("DC", "Where", "selected_value_is_fresh"), ("lc", "Defer", "callee_is_real"), ("VG", "Trap", "guard_body_only_raises"),
+     ("VG", "Trap", "message_is_text")],
 )
 def test_a_rewritten_category_shows_its_rule_and_legality_conditions(cli, code, rule, condition):
     outcome = cli("rule", code)

@@ -33,6 +33,8 @@ _RULE_MODULES = {
     LOGGER_CALL: "graphmend.rules.defer",
     VALIDATION_GUARD: "graphmend.rules.trap",
 }
+# Further files of the same rule, documented after its main one.
+_MORE_RULE_MODULES = {VALIDATION_GUARD: ("graphmend.rules.trap_checks",)}
 
 _UNFIXED = {
     TENSOR_ITEM: (
@@ -83,7 +85,10 @@ def explain_category(code: str) -> str:
         return f"{code}: {title}\n\n{_UNFIXED[code]}"
     module = importlib.import_module(module_name)
     rule_name = module_name.rsplit(".", 1)[1].capitalize()
-    documentation = inspect.cleandoc(module.__doc__ or "")
+    parts = [inspect.cleandoc(module.__doc__ or "")]
+    for more in _MORE_RULE_MODULES.get(code, ()):
+        parts.append(inspect.cleandoc(importlib.import_module(more).__doc__ or ""))
+    documentation = "\n\n".join(parts)
     return f"{code}: {title}, rewritten by {rule_name}\n\n{documentation}\n\n{_WHOLE_TRACE_CHECKS}"
 
 

@@ -37,11 +37,16 @@ from graphmend.rewrite.templates import (
     is_original,
     statements,
 )
-from graphmend.rules import defer, trap, where
+from graphmend.rules import defer, trap, trap_checks, where
 from graphmend.rules.base import FunctionContext, ModuleContext
 
 ALL_RULES = ("trap", "where", "defer")
-RULES = {"trap": trap.apply, "where": where.apply, "defer": defer.apply}
+# Each rule's passes, in order; facts are recomputed before each pass.
+RULES = {
+    "trap": (trap.apply, trap_checks.apply),
+    "where": (where.apply,),
+    "defer": (defer.apply,),
+}
 SCOPES = ("entry", "all")
 
 
@@ -280,15 +285,16 @@ def mend_module_source(
     summaries = _summarise_functions(tree)
     _report_unfixable(context, in_scope, summaries)
     for rule_name in selected:
-        for facts in iter_functions(tree, bindings):
-            if in_scope is not None and id(facts.function) not in in_scope:
-                continue
-            summary = summaries.get(id(facts.function))
-            needed = summary is not None and (
-                summary.calls_output_function if rule_name == "defer" else summary.applies_value_operation
-            )
-            if needed:
-                RULES[rule_name](FunctionContext(facts, context))
+        for rule_pass in RULES[rule_name]:
+            for facts in iter_functions(tree, bindings):
+                if in_scope is not None and id(facts.function) not in in_scope:
+                    continue
+                summary = summaries.get(id(facts.function))
+                needed = summary is not None and (
+                    summary.calls_output_function if rule_name == "defer" else summary.applies_value_operation
+                )
+                if needed:
+                    rule_pass(FunctionContext(facts, context))
     context.findings.sort(key=lambda f: (f.line, f.col))
     edits = _collect_edits(tree)
     if not context.uses_runtime:

@@ -1,0 +1,181 @@
+"""Validation helpers whose contract graphmend knows, lowered like guards (``traps``).
+
+A library's check helper (transformers' ``torch_compilable_check(cond, msg,
+error_type)``) raises ``error_type(msg)`` when ``cond`` is false, eagerly; traced by
+TorchDynamo it breaks the graph (``torch._check_tensor_all`` reads the value on the
+host) or, under ``fullgraph=True``, fails, and a failing check then raises
+TorchDynamo's RuntimeError instead of ``error_type``. A lowered call asserts the
+condition inside the graph with a trap site naming ``error_type`` and ``msg``, so the
+compiled-call boundary raises exactly what the eager helper raises.
+
+The rewrite recognises a call by the helper's name; whether the callee really is a
+known helper is decided while tracing, by identity with the function its module
+holds and by its signature (``check_lowerable``). An unknown callee keeps the
+original call (and its break).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch._dynamo.comptime import comptime
+
+from graphmend.runtime import claims, traps
+
+
+@dataclass(frozen=True)
+class CheckFunction:
+    """A helper ``name(cond, msg, error_type=default_error_type)`` of ``module`` that
+    raises ``error_type(str(msg))`` when ``cond`` (a bool tensor: all of it) is false,
+    and checks nothing while ``disabled()``."""
+
+    module: str
+    name: str
+    parameters: tuple[str, ...]
+    default_error_type: type
+    disabled: Callable[[], bool]
+
+
+def _transformers_checks_disabled() -> bool:
+    return os.getenv("TRANSFORMERS_DISABLE_TORCH_CHECK", "0") == "1"
+
+
+KNOWN_CHECK_FUNCTIONS: tuple[CheckFunction, ...] = (
+    CheckFunction(
+        module="transformers.utils.import_utils",
+        name="torch_compilable_check",
+        parameters=("cond", "msg", "error_type"),
+        default_error_type=ValueError,
+        disabled=_transformers_checks_disabled,
+    ),
+)
+
+# The names the rewrite looks for; the runtime then checks identity.
+KNOWN_CHECK_NAMES = frozenset(check.name for check in KNOWN_CHECK_FUNCTIONS)
+
+
+def known_check_function(callee) -> CheckFunction | None:
+    """The known helper ``callee`` is (the very function its module holds, with the
+    expected signature), or None. Never imports a module."""
+    for check in KNOWN_CHECK_FUNCTIONS:
+        module = sys.modules.get(check.module)
+        if module is None or getattr(module, check.name, None) is not callee:
+            continue
+        try:
+            parameters = inspect.signature(callee).parameters
+        except (TypeError, ValueError):
+            continue
+        names = tuple(parameters)
+        if names != check.parameters:
+            continue
+        if parameters[check.parameters[-1]].default is not check.default_error_type:
+            continue
+        return check
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Legality while tracing. Each condition returns None when it holds, or the reason.
+
+
+def callee_is_known_check(callee) -> str | None:
+    """The rewrite saw only a name: the function called must be the known helper."""
+    if known_check_function(callee) is None:
+        name = getattr(callee, "__qualname__", type(callee).__name__)
+        return f"`{name}` is not a validation helper graphmend knows the contract of"
+    return None
+
+
+def checks_enabled(callee) -> str | None:
+    """A disabled helper checks nothing (transformers: TRANSFORMERS_DISABLE_TORCH_CHECK=1)."""
+    if known_check_function(callee).disabled():
+        return "the helper's checks are disabled in this process"
+    return None
+
+
+def error_type_raisable(error_type) -> str | None:
+    """``torch._check_with`` raises an AssertionError of its own for an ``error_type``
+    that is not an Exception class, or that is a Warning."""
+    if not (isinstance(error_type, type) and issubclass(error_type, Exception)) or issubclass(
+        error_type, Warning
+    ):
+        return f"`{error_type!r}` is not an Exception class the helper can raise"
+    return None
+
+
+def _resolved_error_type(callee, error_type):
+    if error_type is None:
+        check = known_check_function(callee)
+        return check.default_error_type if check is not None else None
+    return error_type
+
+
+def check_lowerable(callee, error_type, line: int, function_name: str) -> bool:
+    """Whether the check call being traced may become a graph assertion (``error_type``
+    None: the helper's default). A constant of the trace; not tracing, False."""
+    lowerable = False
+    comptime(_decide_lowerable)
+    return lowerable
+
+
+def _decide_lowerable(context) -> None:
+    claims.decide_in_trace(
+        context, "lowerable", ("callee", "error_type", "line", "function_name"),
+        lambda tracer, *arguments: _lowerable(tracer.parent, *arguments),
+    )
+
+
+def _lowerable(translator, callee, error_type, line: int, function_name: str) -> bool:
+    if translator is None:
+        return False
+    site = (translator.f_code.co_filename, translator.lineno)
+    reason = callee_is_known_check(callee) or checks_enabled(callee)
+    error_type = _resolved_error_type(callee, error_type)
+    reason = reason or error_type_raisable(error_type)
+    if reason is not None:
+        claims.trace_time_declines[site] = reason
+        return False
+    return traps._lowerable(translator, error_type, line, function_name)
+
+
+def check_site(callee, error_type, line: int, function_name: str) -> int:
+    """The trap site of the check call being traced (a constant of the trace)."""
+    number = -1
+    comptime(_decide_site)
+    return number
+
+
+def _decide_site(context) -> None:
+    def number_of(tracer, callee, error_type, line, function_name):
+        user = tracer.parent
+        filename = user.f_code.co_filename if user is not None else "<unknown>"
+        site = traps.TrapSite(_resolved_error_type(callee, error_type), filename, line, function_name)
+        return traps._register_site(site)
+
+    claims.decide_in_trace(
+        context, "number", ("callee", "error_type", "line", "function_name"), number_of
+    )
+
+
+def check_holds(cond):
+    """The truth the helper checks, as a 0-d bool tensor for a tensor condition.
+
+    As ``torch._check_tensor_all_with`` and ``torch._check_with`` do eagerly: a tensor
+    must have dtype bool and holds when all of it is true (an empty one holds); any
+    other condition must be a bool. The TypeErrors are theirs, word for word. A
+    callable condition is called first, as the helper does (the message it was given
+    is free of effects, so calling it before the message is built changes nothing)."""
+    if callable(cond) and not isinstance(cond, torch.Tensor):
+        cond = cond()
+    if isinstance(cond, torch.Tensor):
+        if cond.dtype != torch.bool:
+            raise TypeError(f"cond tensor must have dtype torch.bool, but got {cond.dtype}")
+        return cond.all()
+    if not isinstance(cond, (bool, torch.SymBool)):
+        raise TypeError(f"cond must be a bool, but got {type(cond)}")
+    return cond

@@ -1,0 +1,373 @@
+"""[Trap] calls to a known validation helper: must-rewrite calls with break counts, one
+named must-not case per legality condition (source and trace time), differential runs.
+
+The helper below keeps the contract of transformers' ``torch_compilable_check`` (5.x):
+eagerly it raises ``error_type(msg)`` when the condition fails; traced, it checks with
+``torch._check_tensor_all`` (a graph break). The tests register it as a known helper.
+With transformers 5.x installed, the last test uses the real one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from graphmend.runtime import checks, claims
+from helpers import assert_equivalent, breaks, finding_reasons, observe, original_and_mended
+
+
+def torch_compilable_check(cond, msg, error_type=ValueError):
+    if os.getenv("GRAPHMEND_TEST_DISABLE_CHECKS", "0") == "1":
+        return
+    if torch.compiler.is_compiling():
+        if isinstance(cond, torch.Tensor):
+            torch._check_tensor_all(cond)
+        else:
+            torch._check(cond)
+        return
+    message = msg if callable(msg) else (lambda: msg)
+    if callable(cond):
+        cond = cond()
+    if isinstance(cond, torch.Tensor):
+        torch._check_tensor_all_with(error_type, cond, message)
+    else:
+        torch._check_with(error_type, cond, message)
+
+
+def _not_a_known_helper(cond, msg, error_type=ValueError):
+    return torch_compilable_check(cond, msg, error_type)
+
+
+TEST_HELPER = checks.CheckFunction(
+    module=__name__,
+    name="torch_compilable_check",
+    parameters=("cond", "msg", "error_type"),
+    default_error_type=ValueError,
+    disabled=lambda: os.getenv("GRAPHMEND_TEST_DISABLE_CHECKS", "0") == "1",
+)
+
+
+@pytest.fixture(autouse=True)
+def known_test_helper(monkeypatch):
+    monkeypatch.setattr(checks, "KNOWN_CHECK_FUNCTIONS", checks.KNOWN_CHECK_FUNCTIONS + (TEST_HELPER,))
+    claims.forget_refusals()
+    claims.trace_time_declines.clear()
+    yield
+    claims.forget_refusals()
+
+
+PRELUDE = f"""
+import sys
+import torch
+
+torch_compilable_check = sys.modules[{__name__!r}].torch_compilable_check
+
+class ShapeError(Exception):
+    pass
+"""
+
+
+def program(body: str) -> str:
+    return PRELUDE + textwrap.dedent(body)
+
+
+def declined_while_tracing() -> list[str]:
+    return list(claims.trace_time_declines.values())
+
+
+MUST_REWRITE = {
+    "default_error_type": """
+        def main(x, n):
+            torch_compilable_check(x.sum() == n, "the sizes do not match")
+            return x * 2
+    """,
+    "error_type_keyword": """
+        def main(x, n):
+            torch_compilable_check((x >= 0).all(), "negative entries", error_type=IndexError)
+            return x + n
+    """,
+    "user_error_type_positional": """
+        def main(x, n):
+            y = x * 3
+            torch_compilable_check(y.sum() != n, f"expected a sum other than {n}", ShapeError)
+            return y - 1
+    """,
+    "tensor_condition_checks_every_element": """
+        def main(x, n):
+            torch_compilable_check(x.cumsum(0) < n, "a running sum is too large")
+            return x.exp()
+    """,
+    "message_with_static_parts": """
+        def main(x, n):
+            torch_compilable_check((x.abs() < 100).all(), f"entries of a {tuple(x.shape)} tensor are too large")
+            return x - n
+    """,
+    "in_a_loop": """
+        def main(x, n):
+            for step in range(3):
+                torch_compilable_check((x < 1000).all(), "overflow")
+                x = x * 2
+            return x + n
+    """,
+}
+
+PASSING = (torch.arange(4.0), 6.0)
+PASSING_FOR = {
+    "user_error_type_positional": (torch.arange(4.0), 5.0),
+    "tensor_condition_checks_every_element": (torch.arange(4.0), 7.0),
+}
+FAILING = {
+    "default_error_type": (torch.arange(4.0), 5.0),
+    "error_type_keyword": (torch.arange(4.0) - 2, 1.0),
+    "user_error_type_positional": (torch.arange(4.0), 18.0),
+    "tensor_condition_checks_every_element": (torch.arange(4.0), 5.0),
+    "message_with_static_parts": (torch.arange(4.0) * 100, 1.0),
+    "in_a_loop": (torch.arange(4.0) * 200, 1.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REWRITE))
+def test_must_rewrite(name):
+    original, mended, result = original_and_mended(program(MUST_REWRITE[name]))
+    assert result.changed and not finding_reasons(result, "Trap"), result.findings
+    passing = PASSING_FOR.get(name, PASSING)
+    assert breaks(original.main, *passing) >= 1
+    assert breaks(mended.main, *passing) == 0
+    assert declined_while_tracing() == []
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REWRITE))
+@pytest.mark.parametrize("case", ["passing", "failing"])
+def test_differential(name, case):
+    """Original eagerly against mended eagerly and compiled: the value, or the helper's
+    own exception type and message where the check fails (TorchDynamo's RuntimeError
+    or a graph break before)."""
+    original, mended, _ = original_and_mended(program(MUST_REWRITE[name]))
+    if case == "passing":
+        arguments = PASSING_FOR.get(name, PASSING)
+    else:
+        arguments = FAILING[name]
+    assert_equivalent(original.main, mended.main, *arguments, backends=("eager", "aot_eager"))
+
+
+def test_failing_check_raises_the_helpers_error_under_fullgraph():
+    original, mended, _ = original_and_mended(program(MUST_REWRITE["error_type_keyword"]))
+    x = torch.arange(4.0) - 2
+    torch._dynamo.reset()
+    with pytest.raises(IndexError, match="^negative entries$"):
+        torch.compile(mended.main, backend="aot_eager", fullgraph=True)(x, 1.0)
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as raised:
+        torch.compile(original.main, backend="aot_eager", fullgraph=True)(x, 1.0)
+    assert not isinstance(raised.value, IndexError)
+
+
+def test_a_condition_that_is_not_a_bool_tensor_is_left_to_the_helper():
+    """Eagerly the helper raises its TypeError; traced, ``check_holds`` raises it, the
+    claim falls, and the call fails as the original's compiled call does (TorchDynamo's
+    TorchRuntimeError, whose user-code stack may name fewer frames)."""
+    source = """
+        def main(x, n):
+            torch_compilable_check((x * n).sum(), "not a bool")
+            return x
+    """
+    original, mended, _ = original_and_mended(program(source))
+    arguments = (torch.arange(4.0), 2.0)
+    observe(mended.main, *arguments).assert_same_as(observe(original.main, *arguments))
+    for backend in ("eager", "aot_eager"):
+        errors = [
+            observe(module.main, *arguments, compiled=True, backend=backend).error for module in (original, mended)
+        ]
+        assert [type(e) for e in errors] == [type(errors[0])] * 2
+        assert str(errors[1]).splitlines()[:3] == str(errors[0]).splitlines()[:3]
+
+
+# --------------------------------------------------------------------------------------
+# Must not rewrite: one case per legality condition of the rule's file and of Trap's.
+
+MUST_NOT_REWRITE = {
+    "arguments_bind": (
+        """
+        def main(x, n):
+            arguments = ((x > 0).all(), "positive")
+            torch_compilable_check(*arguments)
+            return x
+        """,
+        "do not bind plainly",
+    ),
+    "message_is_text": (
+        """
+        def main(x, n):
+            torch_compilable_check((x > 0).all(), lambda: "positive")
+            return x
+        """,
+        "the message is a function",
+    ),
+    "why_not_tensorizable": (
+        """
+        def main(x, n):
+            torch_compilable_check((s := x.sum()) > n, "small")
+            return x + s
+        """,
+        "binds a name",
+    ),
+    "exception_restorable": (
+        """
+        def main(x, n):
+            error = ShapeError
+            torch_compilable_check((x > 0).all(), "positive", error)
+            return x
+        """,
+        "is a local name",
+    ),
+    "raised_name_may_be_a_class": (
+        """
+        def make_error(message):
+            return ShapeError(message)
+
+        def main(x, n):
+            torch_compilable_check((x > 0).all(), "positive", make_error)
+            return x
+        """,
+        "is a function",
+    ),
+    "message_restorable": (
+        """
+        def main(x, n):
+            total = x.sum()
+            torch_compilable_check(total > n, f"the sum is {total}")
+            return x
+        """,
+        "depends on tensor values",
+    ),
+    "message_free_of_effects": (
+        """
+        def describe(t):
+            return "shape " + str(tuple(t.shape))
+
+        def main(x, n):
+            torch_compilable_check((x > 0).all(), "{}".format(describe(x)))
+            return x
+        """,
+        "which would run even when the guard holds",
+    ),
+    "not_caught_in_function": (
+        """
+        def main(x, n):
+            try:
+                torch_compilable_check((x > 0).all(), "positive")
+            except ValueError:
+                return x * 0
+            return x
+        """,
+        "enclosing `try`",
+    ),
+    "no_in_place_write_before_guard": (
+        """
+        def main(x, n):
+            x = x.clone()
+            x.add_(n)
+            torch_compilable_check((x > 0).all(), "positive")
+            return x
+        """,
+        "written in place before the guard",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUST_NOT_REWRITE))
+def test_must_not_rewrite(name):
+    source, reason = MUST_NOT_REWRITE[name]
+    original, mended, result = original_and_mended(program(source))
+    reasons = finding_reasons(result, "Trap")
+    assert any(reason in r for r in reasons), reasons
+    assert_same_as_the_original(original, mended, torch.arange(4.0) - 1, 1.0)
+
+
+def assert_same_as_the_original(original, mended, *arguments):
+    """A call kept as it was: eagerly as the original eagerly, compiled as the original
+    compiled (where the helper's own traced path raises TorchDynamo's RuntimeError)."""
+    observe(mended.main, *arguments).assert_same_as(observe(original.main, *arguments))
+    for backend in ("eager", "aot_eager"):
+        compiled = observe(mended.main, *arguments, compiled=True, backend=backend)
+        compiled.assert_same_as(observe(original.main, *arguments, compiled=True, backend=backend))
+
+
+# Decided while tracing ----------------------------------------------------------------
+
+
+def test_callee_is_known_check__a_function_of_the_same_name_keeps_its_break():
+    source = f"""
+        torch_compilable_check = sys.modules[{__name__!r}]._not_a_known_helper
+
+        def main(x, n):
+            torch_compilable_check(x.sum() == n, "the sizes do not match")
+            return x * 2
+    """
+    original, mended, result = original_and_mended(program(source))
+    assert result.changed
+    assert breaks(mended.main, *PASSING) == breaks(original.main, *PASSING) >= 1
+    assert any("not a validation helper graphmend knows" in r for r in declined_while_tracing())
+    assert_same_as_the_original(original, mended, torch.arange(4.0), 5.0)
+
+
+def test_checks_enabled__a_disabled_helper_checks_nothing(monkeypatch):
+    monkeypatch.setenv("GRAPHMEND_TEST_DISABLE_CHECKS", "1")
+    original, mended, _ = original_and_mended(program(MUST_REWRITE["default_error_type"]))
+    assert breaks(mended.main, *PASSING) == breaks(original.main, *PASSING) == 0
+    assert any("disabled" in r for r in declined_while_tracing())
+    assert_equivalent(original.main, mended.main, torch.arange(4.0), 5.0, backends=("eager", "aot_eager"))
+
+
+def test_error_type_raisable__a_warning_class_keeps_the_call():
+    source = """
+        def main(x, n):
+            torch_compilable_check(x.sum() == n, "sizes", UserWarning)
+            return x * 2
+    """
+    original, mended, _ = original_and_mended(program(source))
+    assert breaks(mended.main, *PASSING) == breaks(original.main, *PASSING) >= 1
+    assert any("not an Exception class" in r for r in declined_while_tracing())
+    assert_same_as_the_original(original, mended, torch.arange(4.0), 5.0)
+
+
+def test_a_check_in_a_helper_whose_caller_catches_keeps_its_break():
+    """Trap's trace-time conditions apply to check calls: the caller's ``try`` around
+    the inlined helper would have caught the helper's ValueError."""
+    source = """
+        def helper(x, n):
+            torch_compilable_check(x.sum() == n, "the sizes do not match")
+            return x
+
+        def main(x, n):
+            try:
+                return helper(x, n)
+            except ValueError:
+                return x * 0
+    """
+    original, mended, _ = original_and_mended(program(source))
+    assert breaks(mended.main, *PASSING) >= 1
+    assert any("inside a `try`" in r for r in declined_while_tracing())
+    assert_same_as_the_original(original, mended, torch.arange(4.0), 5.0)
+
+
+def test_transformers_own_helper():
+    import_utils = pytest.importorskip("transformers.utils.import_utils")
+    if not hasattr(import_utils, "torch_compilable_check"):
+        pytest.skip("this transformers has no torch_compilable_check (it came with 5.x)")
+    source = """
+        from transformers.utils.import_utils import torch_compilable_check
+
+        def main(x, n):
+            torch_compilable_check(x.sum() == n, "the sizes do not match")
+            return x * 2
+    """
+    original, mended, _ = original_and_mended(textwrap.dedent(source).replace("\n", "\nimport torch\n", 1))
+    assert breaks(original.main, *PASSING) >= 1
+    assert breaks(mended.main, *PASSING) == 0
+    assert_equivalent(original.main, mended.main, torch.arange(4.0), 5.0, backends=("eager", "aot_eager"))
+    assert sys.modules["transformers.utils.import_utils"] is import_utils
