@@ -4,6 +4,7 @@
 #
 #   bash bench/gpu_h200.sh            # results land in $OUT (or docs/gpu/ without $OUT)
 #
+# 0. a lowered guard that fails on the device (bench/gpu_guard_check.py, into versions.txt);
 # 1. quick pass (break counts, bit-identical outputs, fullgraph) for every model on cuda,
 #    four model groups in parallel (each arm still in its own fresh process);
 # 2. TorchInductor timings with --device cuda --mode reduce-overhead (CUDA graphs, as in
@@ -39,6 +40,8 @@ print("torch", torch.__version__, "cuda", torch.version.cuda,
 print("transformers", transformers.__version__)
 PY
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >> "$RESULTS/versions.txt" 2>&1
+# 0. a lowered guard failing on the device raises the user's error, and the process lives on.
+"$PYTHON" bench/gpu_guard_check.py "$DEVICE" >> "$RESULTS/versions.txt" 2>> "$RESULTS/logs.txt"
 
 bench() { "$PYTHON" -m benchmarks "$@"; }
 

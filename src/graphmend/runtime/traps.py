@@ -153,8 +153,15 @@ def guard_holds(value, expected_truth: bool):
 
 
 def assert_guard(holds, message: str) -> None:
-    """Fail with ``message`` unless ``holds``: inside the graph when ``holds`` is a tensor."""
+    """Fail with ``message`` unless ``holds``: inside the graph when ``holds`` is a tensor.
+
+    The assertion always runs on the CPU: on CUDA a failed device-side assertion is
+    fatal to the process (every later CUDA call fails), where the original raised an
+    exception the program could catch. Copying the truth value to the host is the
+    synchronisation the original's ``if`` paid too."""
     if isinstance(holds, torch.Tensor):
+        if holds.device.type != "cpu":
+            holds = holds.cpu()
         torch._assert_async(holds, message)
     elif not holds:
         raise RuntimeError(message)
