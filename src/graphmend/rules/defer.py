@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import logging
 
 from graphmend.analysis.reaching import ASSIGNED
 from graphmend.analysis.tensor_values import STATIC_ATTRIBUTES, STATIC_METHODS
@@ -44,17 +43,10 @@ from graphmend.rewrite.edits import CalleeEdit
 from graphmend.rewrite.findings import LOGGER_CALL
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, enclosing_statements, first_failure, rewrite_statements
+from graphmend.runtime.deferred import LOGGER_METHOD_LEVELS
 
 RULE = "Defer"
-STANDARD_LOG_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "fatal": logging.CRITICAL,
-}
+STANDARD_LOG_LEVELS = LOGGER_METHOD_LEVELS
 # transformers adds these to logging.Logger; replaying the method keeps its
 # once-only cache and the caller location the original record had.
 ONCE_METHODS = frozenset({"warning_once", "info_once"})

@@ -45,6 +45,18 @@ from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims
 
+# The standard Logger methods and the level each logs at (``log`` takes the level as its
+# first argument); shared by Defer's rewrite and ``graphmend fix``'s in-place calls.
+LOGGER_METHOD_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+
 _PRINT = "print"
 _LOG_RECORD = "log"
 _LOG_METHOD = "log method"

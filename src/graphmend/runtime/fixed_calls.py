@@ -29,15 +29,6 @@ from torch._dynamo.comptime import comptime
 from graphmend.runtime import claims, deferred
 
 _RESUMED = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
-_STANDARD_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "fatal": logging.CRITICAL,
-    "log": "log",
-}
 is_compiling = torch.compiler.is_compiling
 
 
@@ -97,7 +88,7 @@ def _log(logger, method: str, *args, **kwargs) -> None:
     site = _caller_location()
     if site is not None:
         module, line, function, file = site
-        level = _STANDARD_LEVELS.get(method)
+        level = "log" if method == "log" else deferred.LOGGER_METHOD_LEVELS.get(method)
         if deferred.log_in_graph(logger, method, level, (module, line, function, file), args, kwargs) is (
             deferred._IN_GRAPH
         ):
@@ -124,5 +115,5 @@ def _method_in_graph(name: str) -> property:
     return property(lambda self: functools.partial(_log, self.logger, name))
 
 
-for _name in (*_STANDARD_LEVELS, "warning_once", "info_once"):
+for _name in (*deferred.LOGGER_METHOD_LEVELS, "log", "warning_once", "info_once"):
     setattr(_LoggerInGraph, _name, _method_in_graph(_name))
