@@ -106,6 +106,12 @@ MUST_REWRITE = {
             torch_compilable_check((x.abs() < 100).all(), f"entries of a {tuple(x.shape)} tensor are too large")
             return x - n
     """,
+    "message_with_tensor_values": """
+        def main(x, n):
+            total = x.sum()
+            torch_compilable_check(total == n, f"the sum is {total}, the mean {x.mean():.2f}, expected {n}")
+            return x * 2
+    """,
     "in_a_loop": """
         def main(x, n):
             for step in range(3):
@@ -127,6 +133,7 @@ FAILING = {
     "tensor_condition_checks_every_element": (torch.arange(4.0), 5.0),
     "message_with_static_parts": (torch.arange(4.0) * 100, 1.0),
     "in_a_loop": (torch.arange(4.0) * 200, 1.0),
+    "message_with_tensor_values": (torch.arange(4.0), 5.0),
 }
 
 
@@ -237,14 +244,33 @@ MUST_NOT_REWRITE = {
     ),
     "message_restorable": (
         """
+        MESSAGE = "positive"
+
         def main(x, n):
-            total = x.sum()
-            torch_compilable_check(total > n, f"the sum is {total}")
+            torch_compilable_check((x > 0).all(), MESSAGE)
             return x
         """,
-        "depends on tensor values",
+        "not a string expression",
     ),
-    "message_free_of_effects": (
+    "message_holes_formattable": (
+        """
+        def main(x, n):
+            total = x.sum()
+            torch_compilable_check(total > n, "the sum is " + str(total))
+            return x
+        """,
+        "is not an f-string",
+    ),
+    "message_holes_formattable__conversion": (
+        """
+        def main(x, n):
+            total = x.sum()
+            torch_compilable_check(total > n, f"the sum is {total!r}")
+            return x
+        """,
+        "is converted",
+    ),
+    "message_calls_are_pure": (
         """
         def describe(t):
             return "shape " + str(tuple(t.shape))
@@ -253,7 +279,7 @@ MUST_NOT_REWRITE = {
             torch_compilable_check((x > 0).all(), "{}".format(describe(x)))
             return x
         """,
-        "which would run even when the guard holds",
+        "may have effects",
     ),
     "not_caught_in_function": (
         """
@@ -353,6 +379,33 @@ def test_a_check_in_a_helper_whose_caller_catches_keeps_its_break():
     assert breaks(mended.main, *PASSING) >= 1
     assert any("inside a `try`" in r for r in declined_while_tracing())
     assert_same_as_the_original(original, mended, torch.arange(4.0), 5.0)
+
+
+def test_holes_renderable__a_tensor_hole_that_is_not_0d_keeps_the_call():
+    """``f"{t}"`` of a 1-d tensor is its whole text (with any autograd history), which
+    the graph cannot render exactly: decided while tracing."""
+    source = """
+        def main(x, n):
+            torch_compilable_check(x.sum() == n, f"the entries are {x.cumsum(0)}")
+            return x * 2
+    """
+    original, mended, result = original_and_mended(program(source))
+    assert result.changed
+    assert breaks(mended.main, *PASSING) == breaks(original.main, *PASSING) >= 1
+    assert any("not a 0-d plain tensor" in r for r in declined_while_tracing())
+    assert_same_as_the_original(original, mended, torch.arange(4.0), 5.0)
+
+
+def test_a_rendered_message_is_the_eager_text_under_inductor():
+    original, mended, _ = original_and_mended(program(MUST_REWRITE["message_with_tensor_values"]))
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.main, backend="inductor", dynamic=False)
+    with pytest.raises(ValueError) as raised:
+        compiled(torch.arange(4.0), 5.0)
+    with pytest.raises(ValueError) as eager:
+        original.main(torch.arange(4.0), 5.0)
+    assert str(raised.value) == str(eager.value) == "the sum is 6.0, the mean 1.50, expected 5.0"
+    assert torch.equal(compiled(torch.arange(4.0), 6.0), torch.arange(4.0) * 2)
 
 
 def test_transformers_own_helper():

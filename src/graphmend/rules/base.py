@@ -17,7 +17,7 @@ from graphmend.analysis.scopes import FunctionFacts
 from graphmend.analysis.tensor_values import DataDependence
 from graphmend.rewrite.findings import Finding
 from graphmend.rewrite.suppressions import is_suppressed
-from graphmend.rewrite.templates import is_original
+from graphmend.rewrite.templates import is_guard, is_original
 
 # A legality condition returns None when it holds, or the reason it fails.
 LegalityCondition = Callable[..., "str | None"]
@@ -120,6 +120,12 @@ def rewrite_statements(
         while index < len(statements):
             statement = statements[index]
             if is_original(statement):
+                index += 1
+                continue
+            if is_guard(statement):
+                # A rule's own ``if is_compiling() and ...``: what it holds may be offered.
+                for inner in statement_lists(statement):
+                    visit_list(inner)
                 index += 1
                 continue
             replacement = rewrite(statement, statements)

@@ -136,11 +136,11 @@ def message_restorable(context: FunctionContext, raise_statement: ast.Raise, nod
 
 # Calls a message may make: they cannot print, write or draw random numbers, and the
 # message is built while tracing, so their cost is paid once per compilation.
-_MESSAGE_SAFE_FUNCTIONS = frozenset(
+MESSAGE_SAFE_FUNCTIONS = frozenset(
     {"len", "str", "repr", "tuple", "list", "int", "float", "bool", "type", "min", "max", "round",
      "abs", "sorted", "isinstance"}
 )
-_MESSAGE_SAFE_METHODS = frozenset(
+MESSAGE_SAFE_METHODS = frozenset(
     {"format", "size", "dim", "numel", "join", "lower", "upper", "strip"}
 )
 
@@ -159,12 +159,12 @@ def message_free_of_effects(context: FunctionContext, raise_statement: ast.Raise
         if not isinstance(node, ast.Call):
             continue
         function = node.func
-        if isinstance(function, ast.Name) and function.id in _MESSAGE_SAFE_FUNCTIONS:
+        if isinstance(function, ast.Name) and function.id in MESSAGE_SAFE_FUNCTIONS:
             module = context.facts.module
             if context.facts.is_local(function.id) or not module.is_unbound_builtin(function.id):
                 return f"the message calls `{function.id}`, which is not the builtin here"
             continue
-        if isinstance(function, ast.Attribute) and function.attr in _MESSAGE_SAFE_METHODS:
+        if isinstance(function, ast.Attribute) and function.attr in MESSAGE_SAFE_METHODS:
             continue
         return (
             f"the message calls `{ast.unparse(function)}`, "

@@ -19,10 +19,15 @@ the call gives none: the call is checked and lowered as that guard would be
 raises the helper's own ``error_type`` and message under ``torch.compile``, where
 the original raised TorchDynamo's RuntimeError (or broke the graph).
 
+A message whose f-string holes hold tensor values (``f"tokens: {n_tokens}"``) is
+rendered inside the graph when the check fails (``graphmend::check_message``), from
+the values at the call, as the f-string formats them; a hole's tensor must then be a
+0-d plain tensor (checked while tracing), whose text is its number.
+
 Legality conditions (each a function, returning the reason it fails):
-``arguments_bind``, ``message_is_text`` here; ``why_not_tensorizable``,
-``exception_restorable``, ``raised_name_may_be_a_class``, ``message_restorable``,
-``message_free_of_effects``, ``not_caught_in_function`` and
+``arguments_bind``, ``message_is_text``, ``message_holes_formattable``,
+``message_calls_are_pure`` here; ``why_not_tensorizable``, ``exception_restorable``,
+``raised_name_may_be_a_class``, ``message_restorable``, ``not_caught_in_function`` and
 ``no_in_place_write_before_guard`` from Trap. While tracing,
 ``graphmend.runtime.checks.check_lowerable`` checks that the callee is the known
 helper itself (identity and signature), that its checks are enabled and that
@@ -38,10 +43,12 @@ from graphmend.rewrite.findings import VALIDATION_GUARD
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place, statements
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
 from graphmend.rules.conditions import why_not_tensorizable
+from graphmend.analysis.tensor_values import ITEM_METHODS, STATIC_METHODS, VALUE_METHODS
 from graphmend.rules.trap import (
+    MESSAGE_SAFE_FUNCTIONS,
+    MESSAGE_SAFE_METHODS,
     RULE,
     exception_restorable,
-    message_free_of_effects,
     message_restorable,
     no_in_place_write_before_guard,
     not_caught_in_function,
@@ -87,6 +94,62 @@ def message_is_text(message: ast.expr) -> str | None:
     return None
 
 
+def message_holes_formattable(context: FunctionContext, message: ast.expr, node) -> str | None:
+    """A message with tensor values is rendered inside the graph when the check fails:
+    it must be an f-string whose holes each format one value with a constant spec
+    (no ``!r``/``!s``/``!a``: a tensor's text would then carry its autograd history)."""
+    if not isinstance(message, ast.JoinedStr):
+        return "the message depends on tensor values, and is not an f-string"
+    for value in message.values:
+        if not isinstance(value, ast.FormattedValue):
+            continue
+        if value.conversion != -1:
+            return "a tensor value in the message is converted (`!r`, `!s` or `!a`)"
+        spec = value.format_spec
+        if spec is not None and not all(isinstance(part, ast.Constant) for part in spec.values):
+            return "a format spec in the message is computed"
+    return None
+
+
+_PURE_TENSOR_METHODS = (VALUE_METHODS - ITEM_METHODS) | STATIC_METHODS
+
+
+def message_calls_are_pure(context: FunctionContext, message: ast.expr) -> str | None:
+    """The original evaluates the message on every call, as an argument: so does the
+    lowered check, but its holes twice (to decide, then to render), so every call in
+    it must be free of effects: builtins that only read, text methods, and tensor
+    methods that read values or metadata."""
+    for node in ast.walk(message):
+        if isinstance(node, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda)):
+            return "the message binds or suspends"
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        if isinstance(function, ast.Name) and function.id in MESSAGE_SAFE_FUNCTIONS:
+            module = context.facts.module
+            if context.facts.is_local(function.id) or not module.is_unbound_builtin(function.id):
+                return f"the message calls `{function.id}`, which is not the builtin here"
+            continue
+        if isinstance(function, ast.Attribute) and function.attr in MESSAGE_SAFE_METHODS | _PURE_TENSOR_METHODS:
+            continue
+        return f"the message calls `{ast.unparse(function)}`, which may have effects"
+    return None
+
+
+def _message_pieces(message: ast.JoinedStr) -> tuple[ast.Tuple, ast.Tuple]:
+    """(pieces, holes): ``("text", (value, "spec"), ...)`` and ``(value, ...)``."""
+    pieces, holes = [], []
+    for value in message.values:
+        if isinstance(value, ast.FormattedValue):
+            spec = "".join(part.value for part in value.format_spec.values) if value.format_spec else ""
+            hole = copy.deepcopy(value.value)
+            holes.append(hole)
+            pieces.append(ast.Tuple(elts=[copy.deepcopy(hole), ast.Constant(spec)], ctx=ast.Load()))
+        else:
+            pieces.append(ast.Constant(value.value))
+    return ast.Tuple(elts=pieces, ctx=ast.Load()), ast.Tuple(elts=holes, ctx=ast.Load())
+
+
 def _as_guard(call: ast.Call, arguments: dict[str, ast.expr], error_type: ast.expr) -> ast.If:
     """The guard the call stands for: ``if not cond: raise error_type(msg)``."""
     exception = ast.Call(func=copy.deepcopy(error_type), args=[copy.deepcopy(arguments["msg"])], keywords=[])
@@ -127,13 +190,18 @@ def apply(context: FunctionContext) -> None:
         error_type = arguments.get("error_type", ast.Name(id="ValueError", ctx=ast.Load()))
         guard = _as_guard(call, arguments, error_type)
         raise_statement = guard.body[0]
+        message = arguments["msg"]
+        rendered = context.data.is_data_dependent(message, node)
         reason = first_failure(
-            lambda: message_is_text(arguments["msg"]),
+            lambda: message_is_text(message),
             lambda: why_not_tensorizable(context, condition, node),
             lambda: exception_restorable(context, raise_statement),
             lambda: raised_name_may_be_a_class(context, raise_statement),
-            lambda: message_restorable(context, raise_statement, node),
-            lambda: message_free_of_effects(context, raise_statement),
+            lambda: (
+                message_holes_formattable(context, message, node) if rendered
+                else message_restorable(context, raise_statement, node)
+            ),
+            lambda: message_calls_are_pure(context, message),
             lambda: not_caught_in_function(context, statement),
             lambda: no_in_place_write_before_guard(context, statement),
         )
@@ -155,18 +223,33 @@ def apply(context: FunctionContext) -> None:
             for name in ast.walk(hole):
                 if hasattr(name, "ctx"):
                     name.ctx = ast.Load()
-        assertion = statements(
-            f"{RUNTIME_NAME}.assert_guard({RUNTIME_NAME}.checks.check_holds(COND), "
-            f"{RUNTIME_NAME}.traps.site_message("
-            f"{RUNTIME_NAME}.checks.check_site(CALLEE, ERROR, LINE, FUNCTION), LINE, FUNCTION, MESSAGE))",
-            COND=copy.deepcopy(condition),
-            MESSAGE=copy.deepcopy(arguments["msg"]),
-            **site,
-        )
+        if rendered:
+            pieces, holes = _message_pieces(message)
+            assertion = statements(
+                f"{RUNTIME_NAME}.checks.assert_check({RUNTIME_NAME}.checks.check_holds(COND), "
+                f"{RUNTIME_NAME}.checks.check_site(CALLEE, ERROR, LINE, FUNCTION), LINE, FUNCTION, PIECES)",
+                COND=copy.deepcopy(condition),
+                PIECES=pieces,
+                **site,
+            )
+        else:
+            holes = ast.Tuple(elts=[], ctx=ast.Load())
+            assertion = statements(
+                f"{RUNTIME_NAME}.assert_guard({RUNTIME_NAME}.checks.check_holds(COND), "
+                f"{RUNTIME_NAME}.traps.site_message("
+                f"{RUNTIME_NAME}.checks.check_site(CALLEE, ERROR, LINE, FUNCTION), LINE, FUNCTION, MESSAGE))",
+                COND=copy.deepcopy(condition),
+                MESSAGE=copy.deepcopy(message),
+                **site,
+            )
         place(assertion, statement)
         for lowered in assertion:
             lowered._graphmend_trap = True
-        lowerable = expression(f"{RUNTIME_NAME}.checks.check_lowerable(CALLEE, ERROR, LINE, FUNCTION)", **site)
+        lowerable = expression(
+            f"{RUNTIME_NAME}.checks.check_lowerable(CALLEE, ERROR, LINE, FUNCTION, HOLES)" if holes.elts
+            else f"{RUNTIME_NAME}.checks.check_lowerable(CALLEE, ERROR, LINE, FUNCTION)",
+            HOLES=holes, **site,
+        )
         wrapped = compiled_or_original(assertion, [statement], f"{RULE}: original check call", also=lowerable)
         wrapped._graphmend_trap = True
         return [wrapped]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -115,26 +116,50 @@ def _resolved_error_type(callee, error_type):
     return error_type
 
 
-def check_lowerable(callee, error_type, line: int, function_name: str) -> bool:
+def check_lowerable(callee, error_type, line: int, function_name: str, holes: tuple = ()) -> bool:
     """Whether the check call being traced may become a graph assertion (``error_type``
-    None: the helper's default). A constant of the trace; not tracing, False."""
+    None: the helper's default; ``holes``: the values of the message's f-string holes
+    where some depend on tensor data). A constant of the trace; not tracing, False."""
     lowerable = False
     comptime(_decide_lowerable)
     return lowerable
 
 
 def _decide_lowerable(context) -> None:
+    try:
+        translator = context._ComptimeContext__tx
+        holes = translator.symbolic_locals["holes"]
+        reason = holes_renderable(holes)
+    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: keep the call
+        return
     claims.decide_in_trace(
         context, "lowerable", ("callee", "error_type", "line", "function_name"),
-        lambda tracer, *arguments: _lowerable(tracer.parent, *arguments),
+        lambda tracer, *arguments: _lowerable(tracer.parent, *arguments, holes_reason=reason),
     )
 
 
-def _lowerable(translator, callee, error_type, line: int, function_name: str) -> bool:
+def holes_renderable(holes) -> str | None:
+    """A hole of the message is rendered when the check fails, from the tensor's value
+    then: exactly as the f-string formats it only for a 0-d plain tensor (its number);
+    any other value must be a constant of the trace, formatted while tracing."""
+    from torch._dynamo.variables import TensorVariable
+
+    for item in holes.unpack_var_sequence(None) if hasattr(holes, "unpack_var_sequence") else holes.items:
+        if isinstance(item, TensorVariable):
+            example = item.as_proxy().node.meta.get("example_value")
+            if item.python_type() is not torch.Tensor or example is None or example.dim() != 0:
+                return "a tensor in the message is not a 0-d plain tensor, whose text is its number"
+        elif not item.is_python_constant():
+            # A symbolic size (dynamic shapes) among them: not rendered yet.
+            return "a value in the message is neither a 0-d tensor nor a constant of the trace"
+    return None
+
+
+def _lowerable(translator, callee, error_type, line: int, function_name: str, holes_reason=None) -> bool:
     if translator is None:
         return False
     site = (translator.f_code.co_filename, translator.lineno)
-    reason = callee_is_known_check(callee) or checks_enabled(callee)
+    reason = callee_is_known_check(callee) or checks_enabled(callee) or holes_reason
     error_type = _resolved_error_type(callee, error_type)
     reason = reason or error_type_raisable(error_type)
     if reason is not None:
@@ -179,3 +204,84 @@ def check_holds(cond):
     if not isinstance(cond, (bool, torch.SymBool)):
         raise TypeError(f"cond must be a bool, but got {type(cond)}")
     return cond
+
+
+# ---------------------------------------------------------------------------
+# Messages with tensor values: rendered inside the graph when the check fails.
+
+_templates_lock = threading.Lock()
+_templates: list[tuple] = []
+_template_numbers: dict[tuple, int] = {}
+
+
+def assert_check(holds, site_number: int, line: int, function_name: str, pieces: tuple) -> None:
+    """``assert_guard`` for a message given as ``pieces``: text, and ``(value, spec)`` for
+    each f-string hole. A tensor hole is an operand of ``graphmend::check_message``,
+    which renders the message from the values when the check fails; the assertion then
+    names the rendered message, which the boundary raises."""
+    texts = []
+    tensors = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            texts.append((piece,))
+            continue
+        value, spec = piece
+        if isinstance(value, torch.Tensor):
+            texts.append(spec)
+            tensors.append(value)
+        else:
+            texts.append((format(value, spec),))
+    template = _template_number(tuple(texts))
+    if isinstance(holds, torch.Tensor):
+        holds = torch.ops.graphmend.check_message(holds, template, tensors)
+    traps.assert_guard(holds, traps.site_message(site_number, line, function_name, traps.RENDERED_MESSAGE))
+
+
+def _template_number(template: tuple) -> int:
+    """The number of a message template (a constant of the trace)."""
+    number = -1
+    comptime(_decide_template)
+    return number
+
+
+def _decide_template(context) -> None:
+    def number_of(tracer, template):
+        with _templates_lock:
+            known = _template_numbers.get(template)
+            if known is None:
+                known = _template_numbers[template] = len(_templates)
+                _templates.append(template)
+            return known
+
+    claims.decide_in_trace(context, "number", ("template",), number_of)
+
+
+def render(template_number: int, values: list) -> str:
+    """The message: a 1-tuple is text (literal, or a value formatted while tracing); a
+    str in place of a hole is the format spec the f-string applied to the next tensor
+    (``Tensor.__format__``)."""
+    remaining = iter(values)
+    text = []
+    for piece in _templates[template_number]:
+        if isinstance(piece, tuple):
+            text.append(piece[0])
+        else:
+            text.append(format(next(remaining), piece))
+    return "".join(text)
+
+
+@torch.library.custom_op(
+    "graphmend::check_message",
+    mutates_args=(),
+    schema="(Tensor holds, int template, Tensor[] values) -> Tensor",
+)
+def check_message(holds: torch.Tensor, template: int, values: list[torch.Tensor]) -> torch.Tensor:
+    """``holds`` itself; when it is false, first render the message for the boundary."""
+    if not bool(holds):
+        traps.render_failed_message(render(template, values))
+    return holds.clone()
+
+
+@check_message.register_fake
+def _check_message_while_tracing(holds: torch.Tensor, template: int, values: list[torch.Tensor]) -> torch.Tensor:
+    return torch.empty_like(holds)

@@ -124,6 +124,11 @@ def raise_original_for_trap_failure(error: BaseException) -> None:
     site_and_message = _parse_site(text)
     if site_and_message is not None:
         site, message = site_and_message
+        if message == RENDERED_MESSAGE:
+            message = getattr(_rendered, "message", None)
+            _rendered.message = None
+            if message is None:
+                raise TrapFailure(text) from error
         exception = site.exception_class() if message is None else site.exception_class(message)
         _raise_at_site(exception, site, error.__context__)
     parsed = _parse(text)
@@ -136,6 +141,16 @@ def raise_original_for_trap_failure(error: BaseException) -> None:
     if message is not None:
         raise exception_class(message) from None
     raise exception_class() from None
+
+
+# The message of a lowered check whose text holds tensor values: the graph renders it
+# when the check fails (``checks.check_message``), just before the assertion fails.
+RENDERED_MESSAGE = "<rendered when the check failed>"
+_rendered = threading.local()
+
+
+def render_failed_message(text: str) -> None:
+    _rendered.message = text
 
 
 def guard_holds(value, expected_truth: bool):
