@@ -21,6 +21,8 @@ a rewrite must not change (see issue 15):
   object whose ``write`` is Python code appending to a global the function reads back,
   written to by ``print(file=)``, ``.write``, ``redirect_stdout``, a ``sys.stdout``
   swapped inside the function, and a logging handler;
+* calls of a validation helper (``torch_compilable_check``) whose checks may fail,
+  with messages holding tensor values, caught or not;
 * nested helpers with guards or output, loops with ``break``/``continue``;
 * where ``torch.compile`` is called: by the test, by the module itself, or by another
   module that imports the program.
@@ -139,6 +141,10 @@ class _Generator:
         # were before this construct existed (the seeds earlier runs found still hold).
         self.stream_rng = random.Random(f"own-stream-{seed}")
         self.own_stream = False
+        # Calls of a validation helper (transformers 5's ``torch_compilable_check``),
+        # drawn the same way, from a stream of their own.
+        self.check_rng = random.Random(f"check-call-{seed}")
+        self.check_calls = False
 
     # small helpers ---------------------------------------------------------------
 
@@ -243,7 +249,38 @@ class _Generator:
         lines = getattr(self, "statement_" + kind.replace("-", "_"))(names, depth, in_loop)
         if self.stream_rng.random() < 0.07:
             lines = lines + self.own_stream_statement(names)
+        if self.check_rng.random() < 0.06:
+            lines = lines + self.check_call_statement(names)
         return lines
+
+    def check_call_statement(self, names: list[str]) -> list[str]:
+        """A call of the validation helper: it raises ``error_type(msg)`` when the
+        condition fails (eagerly; traced, TorchDynamo's error or a break), with a
+        message that may hold tensor values, sometimes caught right there."""
+        self.check_calls = True
+        rng = self.check_rng
+        name = rng.choice(names)
+        bound = rng.choice(("0.5", "2.0", "8.0", "-1.0"))
+        condition = rng.choice((
+            f"{name}.sum() < {bound} * {name}.numel()",
+            f"({name}.abs() < {bound} + 2.0).all()",
+            f"{name}.mean() > -{bound}",
+            f"({name} > -3.0).all()",
+        ))
+        message = rng.choice((
+            '"the check failed"',
+            f'f"the sum is {{{name}.sum()}}"',
+            f'f"mean {{{name}.mean():.3f}} of {{{name}.numel()}} entries"',
+            f'f"entries {{tuple({name}.shape)}}"',
+        ))
+        error = rng.choice(("", ", IndexError", ", error_type=ProgramError"))
+        call = f"torch_compilable_check({condition}, {message}{error})"
+        self.feature("check-call")
+        if rng.random() < 0.3:
+            self.feature("check-call-caught")
+            caught = "ProgramError" if "ProgramError" in error else "IndexError" if "IndexError" in error else "ValueError"
+            return ["try:", f"    {call}", f"except {caught} as error:", '    print("check caught", error)']
+        return [call]
 
     def own_stream_statement(self, names: list[str]) -> list[str]:
         """Output through the program's own stream (``OWN_STREAM``), whose ``write`` is
@@ -604,6 +641,8 @@ class _Generator:
             lines.append("logger.addHandler(ListHandler())\n")
         if self.own_stream:
             lines.append(OWN_STREAM_DEFINITIONS)
+        if self.check_calls:
+            lines.append("from graphmend_fuzz_checks import torch_compilable_check\n")
         lines += [helper + "\n\n" for helper in self.helpers]
         lines.append("def f(x, y, box, items, table):\n" + "\n".join(self.indent(body)) + "\n")
         if compile_site == "module":

@@ -48,6 +48,7 @@ import graphmend.runtime  # noqa: F401 - wraps torch.compile: flushes deferred e
 from graphmend.rewrite.pipeline import mend_module_source
 from graphmend.runtime import claims
 
+from . import fuzz_check_helper  # noqa: F401 - the validation helper programs call, registered
 from .grammar import BACKEND_LINE, STATE_NAMES, Program, other_module_source
 
 TORCH_DIRECTORY = os.path.dirname(torch.__file__)
