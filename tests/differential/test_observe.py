@@ -53,10 +53,10 @@ def test_compare_reports_the_changed_part(name, part, original, changed, require
     assert [d.part for d in report.differences] == [part], [d.describe() for d in report.differences]
 
 
-def _observation(error=None, globals_=(("A", 1), ("B", 1)), gradients=None):
+def _observation(error=None, globals_=(("A", 1), ("B", 1)), gradients=None, rng="r"):
     from .observe import Observation
 
-    return Observation(error=error, value=("v",), gradients=gradients, arguments=(), globals=globals_, rng="r")
+    return Observation(error=error, value=("v",), gradients=gradients, arguments=(), globals=globals_, rng=rng)
 
 
 def test_each_global_and_each_gradient_may_be_either_originals_but_not_neither() -> None:
@@ -90,6 +90,33 @@ def test_globals_are_not_compared_after_a_call_that_failed_as_torch_did() -> Non
     assert each_call(eager, compiled, mended)
     # before any such call, the globals count
     assert not each_call(eager[1:], compiled[1:], mended[1:])
+
+
+def test_the_generator_is_not_compared_from_a_call_that_failed_as_torch_did() -> None:
+    """Seed 53506: the call raised TorchDynamo's trace-time error, as the original
+    compiled did; how far the generator got depends on which graphs ran before the
+    failing trace. Before such a call it counts."""
+    from .observe import _each_call_is_the_originals as each_call
+
+    eager = [_observation(rng="r0"), _observation(error="RuntimeError", rng="r1")]
+    compiled = [_observation(rng="r0"), _observation(error="TorchRuntimeError", rng="r2")]
+    mended = [_observation(rng="r0"), _observation(error="TorchRuntimeError", rng="r3")]
+    assert each_call(eager, compiled, mended)
+    assert not each_call(eager, compiled, [_observation(rng="r9"), mended[1]])
+
+
+def test_autograd_node_names_in_text_kept_in_a_global_are_set_aside() -> None:
+    """Seed 53307: a log handler writes the text of a tensor into a list the program
+    keeps; made in a graph it names ``CompiledFunctionBackward``."""
+    from .observe import _each_call_is_the_originals as each_call
+
+    def kept(text):
+        return _observation(globals_=(("WRITTEN", ("list", (("str", text),))),))
+
+    eager = [kept("own log tensor(6., grad_fn=<SumBackward0>)\n")]
+    compiled = [kept("own log tensor(6., grad_fn=<SumBackward0>)\n")]
+    assert each_call(eager, compiled, [kept("own log tensor(6., grad_fn=<CompiledFunctionBackward>)\n")])
+    assert not each_call(eager, compiled, [kept("own log tensor(7., grad_fn=<SumBackward0>)\n")])
 
 
 def test_printed_autograd_node_names_are_set_aside_but_not_their_presence() -> None:
