@@ -153,9 +153,19 @@ def message_free_of_effects(context: FunctionContext, raise_statement: ast.Raise
     exception = raise_statement.exc
     if not isinstance(exception, ast.Call) or not exception.args:
         return None
-    for node in ast.walk(exception.args[0]):
+    return first_call_with_effects(
+        context, exception.args[0], MESSAGE_SAFE_METHODS,
+        binds="the message binds or suspends, and would be evaluated even when the guard holds",
+        runs="which would run even when the guard holds",
+    )
+
+
+def first_call_with_effects(context: FunctionContext, message: ast.expr, safe_methods, binds: str, runs: str):
+    """Why a call in ``message`` may have effects (``binds`` for a binding or suspending
+    expression, a call outside the readers' builtins and ``safe_methods`` ``runs``), or None."""
+    for node in ast.walk(message):
         if isinstance(node, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda)):
-            return "the message binds or suspends, and would be evaluated even when the guard holds"
+            return binds
         if not isinstance(node, ast.Call):
             continue
         function = node.func
@@ -164,12 +174,9 @@ def message_free_of_effects(context: FunctionContext, raise_statement: ast.Raise
             if context.facts.is_local(function.id) or not module.is_unbound_builtin(function.id):
                 return f"the message calls `{function.id}`, which is not the builtin here"
             continue
-        if isinstance(function, ast.Attribute) and function.attr in MESSAGE_SAFE_METHODS:
+        if isinstance(function, ast.Attribute) and function.attr in safe_methods:
             continue
-        return (
-            f"the message calls `{ast.unparse(function)}`, "
-            "which would run even when the guard holds"
-        )
+        return f"the message calls `{ast.unparse(function)}`, {runs}"
     return None
 
 

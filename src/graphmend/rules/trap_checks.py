@@ -45,10 +45,10 @@ from graphmend.rules.base import FunctionContext, first_failure, rewrite_stateme
 from graphmend.rules.conditions import why_not_tensorizable
 from graphmend.analysis.tensor_values import ITEM_METHODS, STATIC_METHODS, VALUE_METHODS
 from graphmend.rules.trap import (
-    MESSAGE_SAFE_FUNCTIONS,
     MESSAGE_SAFE_METHODS,
     RULE,
     exception_restorable,
+    first_call_with_effects,
     message_restorable,
     no_in_place_write_before_guard,
     not_caught_in_function,
@@ -119,21 +119,10 @@ def message_calls_are_pure(context: FunctionContext, message: ast.expr) -> str |
     lowered check, but its holes twice (to decide, then to render), so every call in
     it must be free of effects: builtins that only read, text methods, and tensor
     methods that read values or metadata."""
-    for node in ast.walk(message):
-        if isinstance(node, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda)):
-            return "the message binds or suspends"
-        if not isinstance(node, ast.Call):
-            continue
-        function = node.func
-        if isinstance(function, ast.Name) and function.id in MESSAGE_SAFE_FUNCTIONS:
-            module = context.facts.module
-            if context.facts.is_local(function.id) or not module.is_unbound_builtin(function.id):
-                return f"the message calls `{function.id}`, which is not the builtin here"
-            continue
-        if isinstance(function, ast.Attribute) and function.attr in MESSAGE_SAFE_METHODS | _PURE_TENSOR_METHODS:
-            continue
-        return f"the message calls `{ast.unparse(function)}`, which may have effects"
-    return None
+    return first_call_with_effects(
+        context, message, MESSAGE_SAFE_METHODS | _PURE_TENSOR_METHODS,
+        binds="the message binds or suspends", runs="which may have effects",
+    )
 
 
 def _message_pieces(message: ast.JoinedStr) -> tuple[ast.Tuple, ast.Tuple]:
