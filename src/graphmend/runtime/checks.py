@@ -84,17 +84,18 @@ def known_check_function(callee) -> CheckFunction | None:
 # Legality while tracing. Each condition returns None when it holds, or the reason.
 
 
-def callee_is_known_check(callee) -> str | None:
-    """The rewrite saw only a name: the function called must be the known helper."""
-    if known_check_function(callee) is None:
+def callee_is_known_check(callee, check: CheckFunction | None) -> str | None:
+    """The rewrite saw only a name: the function called must be the known helper
+    (``check``, from ``known_check_function(callee)``)."""
+    if check is None:
         name = getattr(callee, "__qualname__", type(callee).__name__)
         return f"`{name}` is not a validation helper graphmend knows the contract of"
     return None
 
 
-def checks_enabled(callee) -> str | None:
+def checks_enabled(check: CheckFunction) -> str | None:
     """A disabled helper checks nothing (transformers: TRANSFORMERS_DISABLE_TORCH_CHECK=1)."""
-    if known_check_function(callee).disabled():
+    if check.disabled():
         return "the helper's checks are disabled in this process"
     return None
 
@@ -109,9 +110,8 @@ def error_type_raisable(error_type) -> str | None:
     return None
 
 
-def _resolved_error_type(callee, error_type):
+def _resolved_error_type(check: CheckFunction | None, error_type):
     if error_type is None:
-        check = known_check_function(callee)
         return check.default_error_type if check is not None else None
     return error_type
 
@@ -159,8 +159,9 @@ def _lowerable(translator, callee, error_type, line: int, function_name: str, ho
     if translator is None:
         return False
     site = (translator.f_code.co_filename, translator.lineno)
-    reason = callee_is_known_check(callee) or checks_enabled(callee) or holes_reason
-    error_type = _resolved_error_type(callee, error_type)
+    check = known_check_function(callee)
+    reason = callee_is_known_check(callee, check) or checks_enabled(check) or holes_reason
+    error_type = _resolved_error_type(check, error_type)
     reason = reason or error_type_raisable(error_type)
     if reason is not None:
         claims.trace_time_declines[site] = reason
@@ -177,10 +178,8 @@ def check_site(callee, error_type, line: int, function_name: str) -> int:
 
 def _decide_site(context) -> None:
     def number_of(tracer, callee, error_type, line, function_name):
-        user = tracer.parent
-        filename = user.f_code.co_filename if user is not None else "<unknown>"
-        site = traps.TrapSite(_resolved_error_type(callee, error_type), filename, line, function_name)
-        return traps._register_site(site)
+        check = known_check_function(callee)
+        return traps.site_number_in_trace(tracer, _resolved_error_type(check, error_type), line, function_name)
 
     claims.decide_in_trace(
         context, "number", ("callee", "error_type", "line", "function_name"), number_of

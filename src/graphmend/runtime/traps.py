@@ -504,9 +504,12 @@ def trap_site(exception_class, line: int, function_name: str) -> int:
 
 
 def _decide_site(context) -> None:
-    def number_of(tracer, exception_class, line, function_name):
-        user = tracer.parent
-        filename = user.f_code.co_filename if user is not None else "<unknown>"
-        return _register_site(TrapSite(exception_class, filename, line, function_name))
+    claims.decide_in_trace(context, "number", ("exception_class", "line", "function_name"), site_number_in_trace)
 
-    claims.decide_in_trace(context, "number", ("exception_class", "line", "function_name"), number_of)
+
+def site_number_in_trace(tracer, exception_class, line: int, function_name: str) -> int:
+    """The number of the trap site in the user's frame that called the traced runtime
+    function ``tracer``."""
+    user = tracer.parent
+    filename = user.f_code.co_filename if user is not None else "<unknown>"
+    return _register_site(TrapSite(exception_class, filename, line, function_name))
