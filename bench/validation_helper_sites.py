@@ -30,4 +30,6 @@ def main(root: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or not glob.glob(sys.argv[1] + "/models"):
+        sys.exit("usage: python bench/validation_helper_sites.py PATH/TO/transformers (a package folder with models/)")
     main(sys.argv[1])
