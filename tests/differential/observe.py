@@ -521,10 +521,11 @@ def compare(
             report.differences.append(difference)
             continue
         original_compiled = observe("original", mode)
-        if _each_call_is_the_originals(reference, original_compiled, actual):
+        under_inductor = mode.endswith("inductor")
+        if _each_call_is_the_originals(reference, original_compiled, actual, output_lines_apart=under_inductor):
             report.torch_own.append(difference)
-        elif mode.endswith("inductor") and _each_call_is_the_originals(
-            reference, original_compiled, actual, float_bits_aside=True
+        elif under_inductor and _each_call_is_the_originals(
+            reference, original_compiled, actual, float_bits_aside=True, output_lines_apart=True
         ):
             report.numeric.append(difference)
         else:
@@ -538,7 +539,8 @@ _OBSERVED_TOGETHER = (("error", "value"), ("gradients",), ("arguments",), ("glob
 
 
 def _each_call_is_the_originals(
-    eager: list[Observation], compiled: list[Observation], actual, float_bits_aside: bool = False
+    eager: list[Observation], compiled: list[Observation], actual, float_bits_aside: bool = False,
+    output_lines_apart: bool = False,
 ) -> bool:
     """True when, on every call, each piece of what the mended run observed (its outcome,
     the gradients, the arguments, the globals, the generator, the output) is what the
@@ -554,10 +556,18 @@ def _each_call_is_the_originals(
     node's name (``_autograd_node_names_aside``). After a call that raised (or not) as the
     original compiled did and not as eager code did, the globals (which hold what every call
     before put there) are no longer compared, nor, from that call on, the generator. ``float_bits_aside``: tensors compare by
-    dtype, shape and flags only (inductor's fused kernels round otherwise than eager's)."""
+    dtype, shape and flags only (inductor's fused kernels round otherwise than eager's).
+    ``output_lines_apart`` (inductor only): the output has as many lines as an original's,
+    and each line is that original line, eager or compiled. Under inductor the original
+    compiled draws random numbers with inductor's own generator and graphmend draws
+    eager's (``fallback_random``, to keep the generator's state), so one printed line can
+    be eager's random tensor and the next inductor's rounding of a sum (seed 54150)."""
 
     def piece(observation, names, index=None):
         values = tuple(getattr(observation, name) for name in names)
+        if names == ("events",) and output_lines_apart:
+            lines = _event_pieces(_autograd_node_names_aside(observation.events))
+            return len(lines) if index is None else lines[index] if index < len(lines) else None
         if index is not None:  # one global, or one input's gradient: each its own observable
             values = values[0][index] if values[0] is not None and index < len(values[0]) else None
         if names in (("events",), ("globals",)):
@@ -577,6 +587,9 @@ def _each_call_is_the_originals(
                     yield names, None
             elif names == ("gradients",) and _per_input(observation.gradients):
                 yield from ((names, index) for index in range(len(observation.gradients)))
+            elif names == ("events",) and output_lines_apart:
+                yield names, None  # how many lines
+                yield from ((names, index) for index in range(len(_event_pieces(observation.events))))
             else:
                 yield names, None
 

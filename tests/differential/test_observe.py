@@ -135,3 +135,25 @@ def test_printed_autograd_node_names_are_set_aside_but_not_their_presence() -> N
     assert each_call(eager, compiled, [printed("t tensor([0.5000], grad_fn=<MulBackward0>)\n")])
     assert not each_call(eager, compiled, [printed("t tensor([0.5000])\n")])
     assert not each_call(eager, compiled, [printed("t tensor([0.6000], grad_fn=<AbsBackward0>)\n")])
+
+
+def test_under_inductor_each_output_line_may_be_either_originals_but_not_their_count() -> None:
+    """Seed 54150: under inductor the printed sum is inductor's rounding (as the original
+    compiled prints it) while the logged random tensor is eager's numbers (graphmend
+    draws as eagerly where inductor's generator would draw others). Each line is one
+    original's; a line neither printed, or a line dropped, is still a difference, and
+    without ``output_lines_apart`` the output stays one piece."""
+    from .observe import Observation, _each_call_is_the_originals as each_call
+
+    def printed(*events):
+        return Observation(value=("v",), events=list(events), globals=(), rng="r")
+
+    eager = [printed(("stdout", "sum 3.84220814704895\n"), ("log", "INFO", "r tensor([0.4963])", 7, "f"))]
+    compiled = [printed(("stdout", "sum 3.842207908630371\n"), ("log", "INFO", "r tensor([0.1117])", 7, "f"))]
+    mixed = [printed(("stdout", "sum 3.842207908630371\n"), ("log", "INFO", "r tensor([0.4963])", 7, "f"))]
+    assert each_call(eager, compiled, mixed, output_lines_apart=True)
+    assert not each_call(eager, compiled, mixed)
+    neither = [printed(("stdout", "sum 3.9\n"), ("log", "INFO", "r tensor([0.4963])", 7, "f"))]
+    assert not each_call(eager, compiled, neither, output_lines_apart=True)
+    dropped = [printed(("stdout", "sum 3.842207908630371\n"))]
+    assert not each_call(eager, compiled, dropped, output_lines_apart=True)
