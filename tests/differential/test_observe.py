@@ -157,3 +157,26 @@ def test_under_inductor_each_output_line_may_be_either_originals_but_not_their_c
     assert not each_call(eager, compiled, neither, output_lines_apart=True)
     dropped = [printed(("stdout", "sum 3.842207908630371\n"))]
     assert not each_call(eager, compiled, dropped, output_lines_apart=True)
+
+
+def test_the_generator_may_be_where_the_original_compiled_keeping_every_draw_leaves_it() -> None:
+    """Seed 70303: TorchDynamo ended a loop early (a check raising inside it, in a
+    ``try``), with graphmend and without; AOTAutograd then dropped a draw nothing used,
+    which graphmend keeps. The mended generator is where the original compiled with the
+    ``eager`` backend (every draw kept) leaves it, and only that third state is taken."""
+    from .observe import _each_call_is_the_originals as each_call
+
+    eager = [_observation(rng="r-eager")]
+    compiled = [_observation(rng="r-aot")]
+    kept = [_observation(rng="r-kept")]
+    asked = []
+
+    def draws_kept():
+        asked.append(True)
+        return kept
+
+    assert each_call(eager, compiled, [_observation(rng="r-kept")], draws_kept=draws_kept)
+    assert not each_call(eager, compiled, [_observation(rng="r-other")], draws_kept=draws_kept)
+    assert not each_call(eager, compiled, [_observation(rng="r-kept")])
+    assert each_call(eager, compiled, [_observation(rng="r-aot")], draws_kept=lambda: 1 / 0)
+    assert asked == [True, True]
