@@ -32,6 +32,7 @@ _RULE_MODULES = {
     DATA_DEPENDENT_CONTROL_FLOW: "graphmend.rules.where",
     LOGGER_CALL: "graphmend.rules.defer",
     VALIDATION_GUARD: "graphmend.rules.trap",
+    DYNAMIC_SHAPE_OPERATOR: "graphmend.rules.capture",
 }
 # Further files of the same rule, documented after its main one.
 _MORE_RULE_MODULES = {VALIDATION_GUARD: ("graphmend.rules.trap_checks",)}
@@ -43,15 +44,17 @@ _UNFIXED = {
         "is set, which changes other programs' behaviour. No graphmend rule rewrites it;\n"
         "`graphmend check` reports it so that its cost is visible."
     ),
-    DYNAMIC_SHAPE_OPERATOR: (
-        "An operator whose output shape depends on tensor values (`nonzero`, `unique`,\n"
-        "`masked_select`, boolean-mask indexing). TorchDynamo breaks the graph there unless\n"
-        "`torch._dynamo.config.capture_dynamic_output_shape_ops` is set. No graphmend rule\n"
-        "rewrites it; `graphmend check` reports it."
-    ),
     DATA_DEPENDENT_OPERATOR: (
         "An operator TorchDynamo reports as data dependent: its result (not only its shape)\n"
         "cannot be traced from the shapes of its inputs. No graphmend rule rewrites it."
+    ),
+}
+
+# What a category holds beyond what its rule rewrites.
+_NOT_REWRITTEN_BY_THE_RULE = {
+    DYNAMIC_SHAPE_OPERATOR: (
+        "Other operators whose output shape depends on tensor values (`unique`,\n"
+        "`unique_consecutive`, `masked_select`) are reported, not rewritten."
     ),
 }
 
@@ -89,6 +92,8 @@ def explain_category(code: str) -> str:
     for more in _MORE_RULE_MODULES.get(code, ()):
         parts.append(inspect.cleandoc(importlib.import_module(more).__doc__ or ""))
     documentation = "\n\n".join(parts)
+    others = _NOT_REWRITTEN_BY_THE_RULE.get(code)
+    documentation += f"\n\n{others}" if others else ""
     return f"{code}: {title}, rewritten by {rule_name}\n\n{documentation}\n\n{_WHOLE_TRACE_CHECKS}"
 
 

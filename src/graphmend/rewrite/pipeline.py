@@ -37,15 +37,16 @@ from graphmend.rewrite.templates import (
     is_original,
     statements,
 )
-from graphmend.rules import defer, trap, trap_checks, where
+from graphmend.rules import capture, defer, trap, trap_checks, where
 from graphmend.rules.base import FunctionContext, ModuleContext
 
-ALL_RULES = ("trap", "where", "defer")
+ALL_RULES = ("trap", "where", "defer", "capture")
 # Each rule's passes, in order; facts are recomputed before each pass.
 RULES = {
     "trap": (trap.apply, trap_checks.apply),
     "where": (where.apply,),
     "defer": (defer.apply,),
+    "capture": (capture.apply,),
 }
 SCOPES = ("entry", "all")
 
@@ -135,7 +136,7 @@ class _FunctionSummary:
 
 
 _OUTPUT_METHODS = frozenset(defer.STANDARD_LOG_LEVELS) | defer.ONCE_METHODS | {"log", "exception", "warn"}
-_UNFIXABLE_METHODS = DYNAMIC_SHAPE_METHODS | {"item", "tolist"}
+_UNFIXABLE_METHODS = DYNAMIC_SHAPE_METHODS | {"item", "tolist", "where"}
 
 
 def _summarise_functions(tree: ast.Module) -> dict[int, _FunctionSummary]:
@@ -162,8 +163,9 @@ def _summarise_functions(tree: ast.Module) -> dict[int, _FunctionSummary]:
 _DYNAMIC_SHAPE_NAMES = frozenset(name.rsplit(".", 1)[1] for name in DYNAMIC_SHAPE_FUNCTIONS)
 
 
-def _report_unfixable(context: ModuleContext, in_scope, summaries) -> None:
-    """``.item()`` and dynamic-shape operators: no source rewrite keeps them in the graph."""
+def _report_unfixable(context: ModuleContext, in_scope, summaries, capturing: bool = False) -> None:
+    """``.item()`` and dynamic-shape operators no rule keeps in the graph (with
+    ``capturing``, the positions operators are the Capture rule's to report)."""
     for facts in iter_functions(context.tree, context.bindings):
         if in_scope is not None and id(facts.function) not in in_scope:
             continue
@@ -181,7 +183,11 @@ def _report_unfixable(context: ModuleContext, in_scope, summaries) -> None:
                 )
             qualified = facts.qualified_name_of(node.func)
             method = node.func.attr if isinstance(node.func, ast.Attribute) else None
-            if qualified in DYNAMIC_SHAPE_FUNCTIONS or (qualified is None and method in DYNAMIC_SHAPE_METHODS):
+            if capturing and capture.captured_helper(facts, node) is not None:
+                continue
+            if qualified in DYNAMIC_SHAPE_FUNCTIONS or (qualified is None and method in DYNAMIC_SHAPE_METHODS) or (
+                qualified == "torch.where" and len(node.args) == 1 and not node.keywords
+            ):
                 context.report(
                     facts, node, DYNAMIC_SHAPE_OPERATOR,
                     f"`{ast.unparse(node.func)}` has a data-dependent output shape",
@@ -283,7 +289,7 @@ def mend_module_source(
     if scope == "entry":
         in_scope, entry = _entry_scope(tree, bindings, known_helpers, compiled_elsewhere)
     summaries = _summarise_functions(tree)
-    _report_unfixable(context, in_scope, summaries)
+    _report_unfixable(context, in_scope, summaries, capturing="capture" in selected)
     for rule_name in selected:
         for rule_pass in RULES[rule_name]:
             for facts in iter_functions(tree, bindings):
@@ -291,7 +297,9 @@ def mend_module_source(
                     continue
                 summary = summaries.get(id(facts.function))
                 needed = summary is not None and (
-                    summary.calls_output_function if rule_name == "defer" else summary.applies_value_operation
+                    summary.calls_output_function if rule_name == "defer"
+                    else bool(summary.unfixable_calls) if rule_name == "capture"
+                    else summary.applies_value_operation
                 )
                 if needed:
                     rule_pass(FunctionContext(facts, context))

@@ -29,6 +29,7 @@ from graphmend.runtime.compiled_calls import (
     wrap_compiled,
 )
 from graphmend.runtime import checks  # noqa: F401 - ``__graphmend__.checks`` in rewritten code
+from graphmend.runtime import dynamic_shapes  # noqa: F401 - ``__graphmend__.dynamic_shapes`` in rewritten code
 from graphmend.runtime import conversion_failures  # noqa: F401 - installs its TorchDynamo hook
 from graphmend.runtime.selection import moves_nothing, operands_combine, select
 from graphmend.runtime.traps import (

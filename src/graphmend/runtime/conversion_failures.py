@@ -12,8 +12,9 @@ of its frame runs), so running the frame eagerly instead is exact: the rewritten
 eager path is the original code. That is what TorchDynamo itself does for every frame
 under ``torch._dynamo.config.suppress_errors``; here only for frames of rewritten
 modules, only for internal errors (not a graph break, not an error of the user's own
-code that tracing surfaces), and never under ``fullgraph=True``, where the user asked
-for errors. Each such frame is listed in ``frames_run_eagerly``.
+code that tracing surfaces) and for a data-dependent size graphmend made that tracing
+then had to know (``dynamic_shapes``: the original broke the graph where the size was
+made), and never under ``fullgraph=True``, where the user asked for errors. Each such frame is listed in ``frames_run_eagerly``.
 """
 
 from __future__ import annotations
@@ -35,11 +36,17 @@ def _is_rewritten(frame) -> bool:
 def _run_eagerly_on_internal_error(convert):
     from torch._dynamo.exc import InternalTorchDynamoError
     from torch._dynamo.types import ConvertFrameReturn
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    from graphmend.runtime import dynamic_shapes
 
     def wrapped(self, frame, *args, **kwargs):
+        sizes_before = dynamic_shapes.sizes_made()
         try:
             return convert(self, frame, *args, **kwargs)
-        except (AssertionError, InternalTorchDynamoError) as error:
+        except (AssertionError, InternalTorchDynamoError, GuardOnDataDependentSymNode) as error:
+            if isinstance(error, GuardOnDataDependentSymNode) and dynamic_shapes.sizes_made() == sizes_before:
+                raise  # not a size graphmend made: the original would fail the same way
             inner = getattr(self, "_inner_convert", None)
             box = getattr(inner, "_box", None)
             if not _is_rewritten(frame) or getattr(box, "error_on_graph_break", True) is not False:

@@ -1,0 +1,201 @@
+"""[Capture] positions of nonzero elements stay inside the graph.
+
+    idx, top_x = torch.where(expert_mask[expert_idx])
+becomes
+    if __graphmend__.is_compiling():
+        idx, top_x = __graphmend__.dynamic_shapes.captured_where(expert_mask[expert_idx])
+    else:
+        idx, top_x = torch.where(expert_mask[expert_idx])
+
+``torch.where(x)`` (one argument), ``torch.nonzero``, ``x.nonzero()`` and
+``torch.argwhere`` return as many positions as ``x`` has nonzero elements; TorchDynamo
+breaks the graph at them unless a global flag is set. On the compiled path the call
+computes the same positions with an operator whose output size is captured for that
+call alone (``graphmend.runtime.dynamic_shapes``); the eager path is the original
+statement. What follows may use the positions as indices, in arithmetic and in
+``index_add_``-style updates: their count never has to reach Python.
+
+Legality conditions (each a function, returning the reason it fails):
+- ``arguments_bind_plainly``: the tensor alone, and for ``nonzero`` a constant
+  ``as_tuple``; other arguments keep the call.
+- ``statement_is_simple``: an assignment, an expression or a ``return``; a loop or
+  branch header would iterate or test the positions on the host.
+- ``positions_stay_tensors``: neither the call's value nor a name the statement binds
+  from it is copied to Python (``.tolist()``, ``.item()``, ``.numpy()``, ``int()``,
+  ``list()``...) or iterated over, which would need the count on the host.
+A use the rule cannot see (a helper that calls ``.tolist()`` on what it is given)
+makes tracing fail on the captured size; that frame then runs eagerly, as its
+original would (``graphmend.runtime.conversion_failures``).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
+from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place
+from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
+
+RULE = "Capture"
+
+# What each captured callee becomes on the compiled path.
+CAPTURED_FUNCTIONS = {
+    "torch.where": "captured_where",
+    "torch.nonzero": "captured_nonzero",
+    "torch.argwhere": "captured_argwhere",
+}
+CAPTURED_METHOD = ("nonzero", "captured_nonzero_method")
+# Calls and methods that need the positions (or their count) as Python values.
+COPYING_METHODS = frozenset({"tolist", "item", "numpy", "__len__", "__iter__"})
+COPYING_BUILTINS = frozenset({"int", "float", "bool", "list", "tuple", "set", "sorted", "enumerate", "zip", "iter", "dict"})
+_SIMPLE_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)
+
+
+def captured_helper(facts, call: ast.Call) -> str | None:
+    """The runtime function a call of a positions operator becomes, or None."""
+    qualified = facts.qualified_name_of(call.func)
+    if qualified in CAPTURED_FUNCTIONS:
+        if qualified == "torch.where" and (len(call.args) != 1 or call.keywords):
+            return None  # the three-argument ``where`` selects; its shape is static
+        return CAPTURED_FUNCTIONS[qualified]
+    if qualified is None and isinstance(call.func, ast.Attribute) and call.func.attr == CAPTURED_METHOD[0]:
+        return CAPTURED_METHOD[1]
+    return None
+
+
+def arguments_bind_plainly(call: ast.Call) -> str | None:
+    if len(call.args) != (0 if _is_method(call) else 1):
+        return "the call passes more than the tensor positionally"
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return "the call unpacks its arguments"
+    for keyword in call.keywords:
+        if keyword.arg != "as_tuple" or not isinstance(keyword.value, ast.Constant):
+            return f"the call passes `{ast.unparse(keyword)}`, not a constant `as_tuple`"
+    return None
+
+
+def _is_method(call: ast.Call) -> bool:
+    return getattr(call, "_graphmend_method", False)
+
+
+def statement_is_simple(statement: ast.stmt) -> str | None:
+    if not isinstance(statement, _SIMPLE_STATEMENTS):
+        return "the positions are computed in a loop or branch header, which iterates or tests them on the host"
+    return None
+
+
+def _contains(expression: ast.AST, target: ast.AST) -> bool:
+    return any(node is target for node in ast.walk(expression))
+
+
+def _copies(node: ast.AST, reads) -> str | None:
+    """How ``node`` copies a value ``reads(expression)`` finds to Python, if it does."""
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Attribute) and node.func.attr in COPYING_METHODS and reads(node.func.value):
+            return f"`.{node.func.attr}()`"
+        if isinstance(node.func, ast.Name) and node.func.id in COPYING_BUILTINS and any(reads(a) for a in node.args):
+            return f"`{node.func.id}()`"
+    if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and reads(node.iter):
+        return "iterating over them"
+    if isinstance(node, ast.Starred) and reads(node.value):
+        return "unpacking them"
+    return None
+
+
+def positions_stay_tensors(context: FunctionContext, statement: ast.stmt, call: ast.Call) -> str | None:
+    for node in ast.walk(statement):
+        how = _copies(node, lambda expression: _contains(expression, call))
+        if how:
+            return f"the positions are copied to Python ({how}), which needs their count on the host"
+    bound = _names_bound_from(statement)
+    if not bound:
+        return None
+
+    def reads_bound(expression: ast.AST) -> bool:
+        return any(isinstance(n, ast.Name) and n.id in bound and isinstance(n.ctx, ast.Load) for n in ast.walk(expression))
+
+    for node in ast.walk(context.facts.function):
+        how = _copies(node, reads_bound)
+        if how:
+            names = ", ".join(f"`{name}`" for name in sorted(bound))
+            return f"{names} is copied to Python ({how}) at line {node.lineno if hasattr(node, 'lineno') else node.iter.lineno}, which needs the count on the host"
+    return None
+
+
+def _names_bound_from(statement: ast.stmt) -> set[str]:
+    targets = statement.targets if isinstance(statement, ast.Assign) else (
+        [statement.target] if isinstance(statement, (ast.AnnAssign, ast.AugAssign)) else []
+    )
+    return {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _candidate_calls(context: FunctionContext, statement: ast.stmt) -> list[tuple[ast.Call, str]]:
+    found = []
+    stack = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not statement:
+            continue  # runs when called, maybe eagerly and outside this statement
+        if isinstance(node, ast.Call):
+            helper = captured_helper(context.facts, node)
+            if helper is not None:
+                node._graphmend_method = helper == CAPTURED_METHOD[1]
+                found.append((node, helper))
+        if isinstance(node, ast.stmt) and node is not statement:
+            continue  # a nested statement is offered on its own
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+class _ReplaceCalls(ast.NodeTransformer):
+    def __init__(self, replacements: dict[int, ast.expr]):
+        self.replacements = replacements
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        return self.replacements.get(getattr(node, "_graphmend_key", None), node)
+
+
+def apply(context: FunctionContext) -> None:
+    def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
+        candidates = _candidate_calls(context, statement)
+        if not candidates:
+            return None
+        captured = []
+        for call, helper in candidates:
+            reason = first_failure(
+                lambda: arguments_bind_plainly(call),
+                lambda: statement_is_simple(statement),
+                lambda: positions_stay_tensors(context, statement, call),
+            )
+            finding = context.module.report(
+                context.facts, call, DYNAMIC_SHAPE_OPERATOR,
+                f"`{ast.unparse(call.func)}` has a data-dependent output shape", RULE, reason,
+            )
+            if finding.fixed:
+                captured.append((call, helper))
+        if not captured:
+            return None
+        context.module.uses_runtime = True
+        for key, (call, _helper) in enumerate(captured):
+            call._graphmend_key = key
+        compiled = copy.deepcopy(statement)
+        replacements = {}
+        for key, (call, helper) in enumerate(captured):
+            arguments = [copy.deepcopy(call.func.value)] if _is_method(call) else [copy.deepcopy(a) for a in call.args]
+            replacement = ast.Call(
+                func=ast.Attribute(
+                    value=ast.Attribute(value=ast.Name(id=RUNTIME_NAME, ctx=ast.Load()), attr="dynamic_shapes", ctx=ast.Load()),
+                    attr=helper, ctx=ast.Load(),
+                ),
+                args=arguments, keywords=[copy.deepcopy(k) for k in call.keywords],
+            )
+            place(replacement, call)
+            replacements[key] = replacement
+        compiled = _ReplaceCalls(replacements).visit(compiled)
+        for _key, (call, _helper) in enumerate(captured):
+            del call._graphmend_key
+        return [compiled_or_original([compiled], [statement], f"{RULE}: original call")]
+
+    rewrite_statements(context.facts.function, rewrite)

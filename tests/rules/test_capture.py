@@ -1,0 +1,208 @@
+"""[Capture] positions of nonzero elements kept in the graph: must-rewrite cases with
+graph and break counts, one named must-not case per legality condition, differential
+runs (eager, aot_eager; inputs with no position at all among them), and the fallback
+for a use of the positions' count the rule cannot see."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+from graphmend.counting import count_breaks
+from graphmend.runtime import conversion_failures
+from helpers import assert_equivalent, finding_reasons, original_and_mended
+
+PRELUDE = """
+import torch
+import torch.nn.functional as F
+"""
+
+
+def program(body: str) -> str:
+    return PRELUDE + textwrap.dedent(body)
+
+
+def counts(function, *args) -> tuple[int, int]:
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, count = count_breaks(function, *args)
+    return count.graphs, count.breaks
+
+
+MUST_REWRITE = {
+    "where_with_one_argument": """
+        def main(x, w):
+            rows, cols = torch.where(x > 0)
+            return w[rows, cols] * 2
+    """,
+    "nonzero_function": """
+        def main(x, w):
+            positions = torch.nonzero(x > 0)
+            return w[positions[:, 0], positions[:, 1]].sum(0) + 1
+    """,
+    "nonzero_method_as_tuple": """
+        def main(x, w):
+            rows, _ = (x > 0).nonzero(as_tuple=True)
+            return w[rows] - 1
+    """,
+    "argwhere": """
+        def main(x, w):
+            return w[torch.argwhere(x < 0)[:, 0]].exp()
+    """,
+    "routing_loop": """
+        def main(x, w):
+            choice = x.argmax(-1)
+            mask = F.one_hot(choice, num_classes=3).permute(1, 0)
+            out = torch.zeros_like(w)
+            for expert in range(3):
+                (tokens,) = torch.where(mask[expert])
+                out.index_add_(0, tokens, w[tokens] * (expert + 1))
+            return out
+    """,
+}
+
+# Graphs and breaks of the original on a batch where every case has positions.
+ORIGINAL_COUNTS = {
+    "where_with_one_argument": (2, 1),
+    "nonzero_function": (2, 1),
+    "nonzero_method_as_tuple": (2, 1),
+    "argwhere": (2, 1),
+    "routing_loop": (0, 1),  # a break in a loop: TorchDynamo runs the whole frame eagerly
+}
+
+X = torch.tensor([[1.0, -2.0, 3.0], [-1.0, 5.0, 0.5], [2.0, 2.5, -3.0], [0.0, -1.0, 4.0]])
+W = torch.arange(12.0).reshape(4, 3)
+INPUTS = {
+    "some positions": (X, W),
+    "no position": (-X.abs() - 1, W),
+    "all positions": (X.abs() + 1, W),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REWRITE))
+def test_must_rewrite(name):
+    original, mended, result = original_and_mended(program(MUST_REWRITE[name]))
+    assert result.changed and not finding_reasons(result, "Capture"), result.findings
+    assert counts(original.main, X, W) == ORIGINAL_COUNTS[name]
+    assert counts(mended.main, X, W) == (1, 0)
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REWRITE))
+@pytest.mark.parametrize("inputs", sorted(INPUTS))
+def test_differential(name, inputs):
+    original, mended, _ = original_and_mended(program(MUST_REWRITE[name]))
+    assert_equivalent(original.main, mended.main, *INPUTS[inputs], backends=("eager", "aot_eager"))
+
+
+def test_positions_are_views_with_the_strides_where_gives():
+    source = """
+        def main(x):
+            rows, cols = torch.where(x > 0)
+            return rows, cols
+    """
+    original, mended, _ = original_and_mended(program(source))
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.main, backend="aot_eager")(X)
+    eager = original.main(X)
+    for got, expected in zip(compiled, eager):
+        assert torch.equal(got, expected) and got.stride() == expected.stride()
+
+
+def test_a_copy_the_rule_cannot_see_runs_the_frame_eagerly():
+    """The positions go to a helper that copies them to Python: tracing fails on the
+    captured size, so the frame runs eagerly, as its original would."""
+    source = """
+        def copy_out(positions):
+            return torch.tensor(positions.tolist()) * 2
+
+        def main(x, w):
+            positions = (x > 0).nonzero()
+            return copy_out(positions) + w.sum()
+    """
+    original, mended, result = original_and_mended(program(source))
+    assert result.changed
+    conversion_failures.frames_run_eagerly.clear()
+    assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))
+    assert [key[2] for key in conversion_failures.frames_run_eagerly] == ["main"]
+
+
+def test_other_objects_nonzero_is_called_as_written():
+    source = """
+        class Marks:
+            def nonzero(self):
+                return "marks"
+
+        def main(x, w):
+            return Marks().nonzero(), torch.where(x > 0)[0] + w.shape[0]
+    """
+    original, mended, result = original_and_mended(program(source))
+    assert result.changed
+    assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))
+
+
+# --------------------------------------------------------------------------------------
+# Must not rewrite: one case per legality condition.
+
+MUST_NOT_REWRITE = {
+    "arguments_bind_plainly": (
+        """
+        def main(x, w):
+            positions = torch.nonzero(x > 0, as_tuple=w.shape[0] > 2)
+            return positions
+        """,
+        "not a constant `as_tuple`",
+    ),
+    "statement_is_simple": (
+        """
+        def main(x, w):
+            total = w.sum()
+            for row in (x > 0).nonzero():
+                total = total + w[row[0], row[1]]
+            return total
+        """,
+        "loop or branch header",
+    ),
+    "positions_stay_tensors_at_the_call": (
+        """
+        def main(x, w):
+            hit = (x.sum(-1) > 0).nonzero(as_tuple=True)[0].tolist()
+            return w[hit]
+        """,
+        "copied to Python (`.tolist()`)",
+    ),
+    "positions_stay_tensors_through_a_name": (
+        """
+        def main(x, w):
+            (rows,) = torch.where(x.sum(-1) > 0)
+            total = w.sum()
+            for row in rows:
+                total = total + w[row].sum()
+            return total
+        """,
+        "`rows` is copied to Python (iterating over them)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUST_NOT_REWRITE))
+def test_must_not_rewrite(name):
+    source, expected_reason = MUST_NOT_REWRITE[name]
+    original, mended, result = original_and_mended(program(source))
+    reasons = finding_reasons(result, "Capture")
+    assert reasons and expected_reason in reasons[0], result.findings
+    assert not result.changed
+    assert_equivalent(original.main, mended.main, X, W, backends=("eager",))
+
+
+def test_three_argument_where_is_no_candidate():
+    source = """
+        def main(x, w):
+            return torch.where(x > 0, x, w)
+    """
+    _, _, result = original_and_mended(program(source))
+    assert not [f for f in result.findings if f.rule == "Capture"]
