@@ -37,7 +37,7 @@ from graphmend.rewrite.templates import (
     is_original,
     statements,
 )
-from graphmend.rules import capture, defer, trap, trap_checks, where
+from graphmend.rules import capture, capture_loops, defer, trap, trap_checks, where
 from graphmend.rules.base import FunctionContext, ModuleContext
 
 ALL_RULES = ("trap", "where", "defer", "capture")
@@ -46,7 +46,7 @@ RULES = {
     "trap": (trap.apply, trap_checks.apply),
     "where": (where.apply,),
     "defer": (defer.apply,),
-    "capture": (capture.apply,),
+    "capture": (capture_loops.apply, capture.apply),
 }
 SCOPES = ("entry", "all")
 
@@ -176,6 +176,8 @@ def _report_unfixable(context: ModuleContext, in_scope, summaries, capturing: bo
         for node in summary.unfixable_calls:
             if is_original(node):
                 continue
+            if capturing and capture_loops.is_list_of_chosen_classes(node):
+                continue  # the Capture rule reports the statement
             if data.first_item_call(node) is node:
                 context.report(
                     facts, node, TENSOR_ITEM, f"`{ast.unparse(node.func)}()` copies a tensor value to Python",

@@ -159,6 +159,8 @@ class _ReplaceCalls(ast.NodeTransformer):
 
 def apply(context: FunctionContext) -> None:
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
+        if getattr(statement, "_graphmend_loop_reported", False):
+            return None  # a list of chosen classes: capture_loops.py reported it
         candidates = _candidate_calls(context, statement)
         if not candidates:
             return None

@@ -23,6 +23,9 @@ from __future__ import annotations
 import threading
 
 import torch
+from torch._dynamo.comptime import comptime
+
+from graphmend.runtime import claims
 
 _state = threading.local()
 
@@ -81,3 +84,141 @@ def captured_argwhere(x, *args, **kwargs):
     if not _captured(x) or args or kwargs:
         return torch.argwhere(x, *args, **kwargs)
     return _nonzero(x.detach())
+
+
+# ------------------------------------------------------------------------------------
+# A loop over the experts a batch chose, run over every expert (``rules/capture_loops.py``).
+
+_ELEMENTWISE_ACTIVATIONS = frozenset(
+    {
+        torch.nn.ReLU, torch.nn.ReLU6, torch.nn.GELU, torch.nn.SiLU, torch.nn.Tanh, torch.nn.Sigmoid,
+        torch.nn.Mish, torch.nn.Hardswish, torch.nn.Hardsigmoid, torch.nn.LeakyReLU, torch.nn.ELU,
+        torch.nn.SELU, torch.nn.CELU, torch.nn.Softplus, torch.nn.Tanhshrink, torch.nn.Identity,
+    }
+)
+# transformers' activation classes (``ACT2FN``): elementwise functions of their input.
+_ELEMENTWISE_ACTIVATION_MODULES = frozenset({"transformers.activations"})
+_row_wise_classes: dict[type, str | None] = {}
+
+
+def experts_run_empty_exactly(experts, classes) -> bool:
+    """Whether running the loop's body for every class ``< classes`` is exact: each
+    expert ``experts[e]`` maps rows to rows with no effect (so no token, no effect), and
+    no gradient is recorded for it. A constant of the trace; not tracing, False."""
+    exact = False
+    comptime(_decide_experts)
+    return exact
+
+
+def _decide_experts(context) -> None:
+    try:
+        translator = context._ComptimeContext__tx
+        experts = _real_value(translator.symbolic_locals["experts"])
+        classes = translator.symbolic_locals["classes"].as_python_constant()
+        reason = why_not_run_empty_exactly(experts, classes)
+    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: keep the loop
+        return
+    if reason is None:
+        from torch._dynamo.variables import ConstantVariable
+
+        translator.symbolic_locals["exact"] = ConstantVariable.create(True)
+    else:
+        claims.trace_time_declines[("experts", id(experts))] = reason
+
+
+def _real_value(variable):
+    """The module a TorchDynamo variable stands for (inlined or specialised)."""
+    value = getattr(variable, "value", None)
+    if isinstance(value, torch.nn.Module):
+        return value
+    raise TypeError("not a module")
+
+
+def why_not_run_empty_exactly(experts, classes) -> str | None:
+    if type(classes) is not int or classes < 0:
+        return "the number of classes is not an int"
+    if not isinstance(experts, (torch.nn.ModuleList, torch.nn.Sequential)) or len(experts) < classes:
+        return "the experts are not a module list with an expert for every class"
+    if torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks:
+        return "a global forward hook is registered"
+    for index in range(classes):
+        expert = experts[index]
+        for module in expert.modules():
+            if module._forward_hooks or module._forward_pre_hooks:
+                return f"expert {index} has a forward hook"
+        if torch.is_grad_enabled() and any(p.requires_grad for p in expert.parameters()):
+            return f"gradients are recorded for expert {index}'s parameters"
+        reason = _why_not_row_wise(expert)
+        if reason:
+            return f"expert {index}: {reason}"
+    return None
+
+
+def _why_not_row_wise(module: torch.nn.Module) -> str | None:
+    kind = type(module)
+    if kind in _ELEMENTWISE_ACTIVATIONS or kind.__module__ in _ELEMENTWISE_ACTIVATION_MODULES:
+        return None
+    if kind is torch.nn.Linear:
+        return None
+    if kind not in _row_wise_classes:
+        _row_wise_classes[kind] = _why_not_row_wise_forward(kind)
+    reason = _row_wise_classes[kind]
+    if reason:
+        return reason
+    for name, child in module.named_children():
+        reason = _why_not_row_wise(child)
+        if reason:
+            return f"`{name}`: {reason}"
+    return None
+
+
+def _why_not_row_wise_forward(kind: type) -> str | None:
+    """A ``forward(self, x)`` whose statements bind names and return, built from its
+    input, its own submodules' calls (``self.name(...)``) and arithmetic."""
+    import ast
+    import inspect
+    import textwrap
+
+    forward = kind.forward
+    if forward is torch.nn.Module.forward:
+        return f"`{kind.__name__}` has no forward"
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
+    except (OSError, TypeError, SyntaxError):
+        return f"the source of `{kind.__name__}.forward` is not available"
+    function = tree.body[0]
+    if not isinstance(function, ast.FunctionDef) or function.decorator_list:
+        return f"`{kind.__name__}.forward` is decorated"
+    arguments = function.args
+    if (len(arguments.args) != 2 or arguments.vararg or arguments.kwarg or arguments.kwonlyargs
+            or arguments.defaults or arguments.posonlyargs):
+        return f"`{kind.__name__}.forward` takes other than one input"
+    self_name = arguments.args[0].arg
+    bound = {arguments.args[1].arg}
+
+    def row_wise(node) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in bound
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            return row_wise(node.left) and row_wise(node.right)
+        if isinstance(node, ast.Call):
+            callee = node.func
+            return (
+                isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name)
+                and callee.value.id == self_name and len(node.args) == 1 and not node.keywords
+                and row_wise(node.args[0])
+            )
+        return False
+
+    body = function.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    for statement in body:
+        if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name) and row_wise(statement.value)):
+            bound.add(statement.targets[0].id)
+        elif isinstance(statement, ast.Return) and statement.value is not None and row_wise(statement.value):
+            return None
+        else:
+            return f"`{kind.__name__}.forward` does more than call its layers on its input"
+    return f"`{kind.__name__}.forward` returns nothing"
