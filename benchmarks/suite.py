@@ -276,6 +276,42 @@ def build_biogpt():
     return BioGptForCausalLM(config), _causal_inputs()
 
 
+MIXTURE_OF_EXPERTS_SIZES = {
+    "vocab_size": 100,
+    "hidden_size": 32,
+    "intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+    "num_experts_per_tok": 2,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+}
+
+
+def _few_tokens_inputs() -> dict:
+    """Three tokens choosing 2 of 8 experts each: at least two experts get none."""
+    return _causal_inputs(batch=1, length=3)
+
+
+def build_mixtral():
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(num_local_experts=8, **MIXTURE_OF_EXPERTS_SIZES)
+    return MixtralForCausalLM(config), _few_tokens_inputs()
+
+
+def build_qwen2_moe():
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    config = Qwen2MoeConfig(
+        num_experts=8, moe_intermediate_size=16, shared_expert_intermediate_size=16, **MIXTURE_OF_EXPERTS_SIZES
+    )
+    return Qwen2MoeForCausalLM(config), _few_tokens_inputs()
+
+
 def build_whisper():
     import torch
     from transformers import WhisperConfig, WhisperForConditionalGeneration
@@ -575,6 +611,20 @@ def _register_builtin_models() -> None:
             "clap-htsat-fused",
             "ClapModel",
             notes="audio enable_fusion=True with is_longer",
+        ),
+        BenchModel(
+            "mixtral",
+            build_mixtral,
+            None,
+            "MixtralForCausalLM",
+            notes="8 experts, 2 per token, 3 tokens: some expert gets none",
+        ),
+        BenchModel(
+            "qwen2-moe",
+            build_qwen2_moe,
+            None,
+            "Qwen2MoeForCausalLM",
+            notes="8 experts and a shared expert, 2 per token, 3 tokens: some expert gets none",
         ),
         BenchModel(
             "chronos-bolt",
