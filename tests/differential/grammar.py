@@ -23,6 +23,10 @@ a rewrite must not change (see issue 15):
   swapped inside the function, and a logging handler;
 * calls of a validation helper (``torch_compilable_check``) whose checks may fail,
   with messages holding tensor values, caught or not;
+* positions of nonzero elements (``torch.where(m)``, ``.nonzero()``, ``argwhere``) used
+  as indices and in ``index_add_``, printed, copied to Python in the function or in a
+  helper, and a routing loop over the classes a one-hot mask chose, with an expert
+  module list;
 * nested helpers with guards or output, loops with ``break``/``continue``;
 * where ``torch.compile`` is called: by the test, by the module itself, or by another
   module that imports the program.
@@ -98,6 +102,21 @@ stream_logger.addHandler(logging.StreamHandler(OWN_STREAM))
 '''
 
 
+POSITIONS_DEFINITIONS = '''\
+class Router(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = torch.nn.ModuleList([torch.nn.Tanh(), torch.nn.Identity()])
+
+
+ROUTER = Router()
+
+
+def positions_as_list(positions):
+    return positions.tolist()
+'''
+
+
 @dataclass
 class Program:
     seed: int
@@ -126,7 +145,7 @@ def other_module_source(library: str) -> str:
 
 
 class _Generator:
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, positions: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -145,6 +164,11 @@ class _Generator:
         # drawn the same way, from a stream of their own.
         self.check_rng = random.Random(f"check-call-{seed}")
         self.check_calls = False
+        # Positions of nonzero elements and routing loops, from a stream of their own.
+        self.positions_rng = random.Random(f"positions-{seed}")
+        self.positions_enabled = positions
+        self.positions = False
+        self.positions_counter = 0
 
     # small helpers ---------------------------------------------------------------
 
@@ -251,6 +275,65 @@ class _Generator:
             lines = lines + self.own_stream_statement(names)
         if self.check_rng.random() < 0.06:
             lines = lines + self.check_call_statement(names)
+        if self.positions_rng.random() < 0.06 and self.positions_enabled:
+            lines = lines + self.positions_statement(names)
+        return lines
+
+    def positions_statement(self, names: list[str]) -> list[str]:
+        """Positions of nonzero elements, used as indices, printed, copied to Python; or
+        a loop over the classes a one-hot mask chose. Binds only fresh names, and may
+        rebind one name to a value of its shape."""
+        self.positions = True
+        rng = self.positions_rng
+        self.positions_counter += 1
+        suffix = f"_p{self.positions_counter}"
+        name = rng.choice(names)
+        target = rng.choice(self.rebindable(names))
+        flat, positions, total = f"flat{suffix}", f"pos{suffix}", f"acc{suffix}"
+        threshold = rng.choice(("0.0", "0.5", "-1.0", "10.0"))  # 10.0: no position at all
+        lines = [f"{flat} = {name}.flatten()"]
+        kind = rng.choice(("where", "nonzero", "argwhere", "printed", "copied", "copied-in-helper", "routing"))
+        self.feature(f"positions-{kind}")
+        scatter_back = [
+            f"{total} = torch.zeros_like({flat})",
+            f"{total}.index_add_(0, {positions}, {flat}[{positions}] * 2.0)",
+            f"{target} = {target} + {total}.reshape({target}.shape)",
+        ]
+        if kind == "where":
+            lines += [f"({positions},) = torch.where({flat} > {threshold})"] + scatter_back
+        elif kind == "nonzero":
+            lines += [f"{positions} = ({flat} > {threshold}).nonzero(as_tuple=True)[0]"] + scatter_back
+        elif kind == "argwhere":
+            lines += [f"{positions} = torch.argwhere({flat} > {threshold})[:, 0]"] + scatter_back
+        elif kind == "printed":
+            lines += [
+                f"{positions} = ({flat} > {threshold}).nonzero()",
+                f'print("positions", {positions}.sum(), {positions}.shape[0])',
+            ]
+        elif kind == "copied":
+            lines += [
+                f"{positions} = torch.nonzero({flat} > {threshold})",
+                f'print("positions", {positions}.tolist())',
+            ]
+        elif kind == "copied-in-helper":
+            lines += [
+                f"{positions} = ({flat} > {threshold}).nonzero()",
+                f'print("positions", positions_as_list({positions}))',
+            ]
+        else:
+            mask, hits, expert, part, chosen = (f"mask{suffix}", f"hits{suffix}", f"expert{suffix}",
+                                                f"part{suffix}", f"e{suffix}")
+            lines += [
+                f"{mask} = F.one_hot(({flat} > {threshold}).long(), num_classes=2).permute(1, 0)",
+                f"{total} = torch.zeros_like({flat})",
+                f"{hits} = ({mask}.sum(dim=(-1,)) > 0).nonzero(as_tuple=True)[0].tolist()",
+                f"for {chosen} in {hits}:",
+                f"    {expert} = ROUTER.experts[{chosen}]",
+                f"    ({positions},) = torch.where({mask}[{chosen}])",
+                f"    {part} = {expert}({flat}[{positions}]) * 2.0",
+                f"    {total}.index_add_(0, {positions}, {part})",
+                f"{target} = {target} + {total}.reshape({target}.shape)",
+            ]
         return lines
 
     def check_call_statement(self, names: list[str]) -> list[str]:
@@ -643,6 +726,8 @@ class _Generator:
             lines.append(OWN_STREAM_DEFINITIONS)
         if self.check_calls:
             lines.append("from graphmend_fuzz_checks import torch_compilable_check\n")
+        if self.positions:
+            lines.append(POSITIONS_DEFINITIONS)
         lines += [helper + "\n\n" for helper in self.helpers]
         lines.append("def f(x, y, box, items, table):\n" + "\n".join(self.indent(body)) + "\n")
         if compile_site == "module":
@@ -659,5 +744,7 @@ class _Generator:
         )
 
 
-def generate(seed: int) -> Program:
-    return _Generator(seed).program()
+def generate(seed: int, positions: bool = True) -> Program:
+    """The program of ``seed``; ``positions=False``: as the grammar drew it before the
+    positions construct existed (the seeds of earlier long runs)."""
+    return _Generator(seed, positions).program()

@@ -81,6 +81,10 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", help="comma-separated seeds to run instead of a range (e.g. those that differed)")
     parser.add_argument("--inductor-every", type=int, default=25, help="0: never")
     parser.add_argument("--no-aot-eager", action="store_true")
+    parser.add_argument(
+        "--without-positions", action="store_true",
+        help="programs as the grammar drew them before its positions construct (earlier runs' seeds)",
+    )
     parser.add_argument("--minimise-per-class", type=int, default=2)
     parser.add_argument("--minimise-budget", type=float, default=120.0, help="seconds per reproducer")
     parser.add_argument("--findings", help="append each minimised finding to this markdown file")
@@ -118,7 +122,7 @@ def main(argv=None) -> int:
     for seed in seeds:
         if options.time_limit and time.monotonic() - started > options.time_limit:
             break
-        program = generate(seed)
+        program = generate(seed, positions=not options.without_positions)
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
             modes.append("compiled:aot_eager")
