@@ -555,9 +555,11 @@ def _each_call_is_the_originals(
     differs from eager (TorchDynamo's own difference: a dropped random draw, gradients
     summed in another order) the mended run may match either: graphmend keeps an unused
     draw as eagerly (``graphmend.runtime.claims``) while the gradients are compiled.
-    Each global, and each input's gradient, is a piece of its own (one may hold a draw
-    kept as eagerly, another the text of a tensor computed in a graph, or the zeros
-    AOTAutograd gives an input of a graph whose output was not used: seed 40497).
+    Each global, each argument, and each input's gradient, is a piece of its own (one
+    may hold a draw kept as eagerly, another the text of a tensor computed in a graph,
+    or the zeros AOTAutograd gives an input of a graph whose output was not used: seed
+    40497; seed 80296: ``box.t`` holds a draw kept as eagerly while ``items`` misses an
+    entry because the call failed as the original compiled did).
     Printed tensors, in the output and in text the program keeps in a global (seed
     53307: a log handler writing into a list), are compared without their autograd
     node's name (``_autograd_node_names_aside``). After a call that raised (or not) as the
@@ -582,6 +584,8 @@ def _each_call_is_the_originals(
         if names == ("events",) and output_lines_apart:
             lines = _event_pieces(_autograd_node_names_aside(observation.events))
             return len(lines) if index is None else lines[index] if index < len(lines) else None
+        if names == ("arguments",) and index is not None:  # one argument: its own observable
+            return _strip_float_bits(observation.arguments[2][index]) if float_bits_aside else observation.arguments[2][index]
         if index is not None:  # one global, or one input's gradient: each its own observable
             values = values[0][index] if values[0] is not None and index < len(values[0]) else None
         if names in (("events",), ("globals",)):
@@ -599,6 +603,8 @@ def _each_call_is_the_originals(
                 # (seed 53506: mended, the joined graph failed to trace before drawing).
                 if not (after_torch_failure or torch_failure_now):
                     yield names, None
+            elif names == ("arguments",) and _per_argument(observation.arguments):
+                yield from ((names, index) for index in range(len(observation.arguments[2])))
             elif names == ("gradients",) and _per_input(observation.gradients):
                 yield from ((names, index) for index in range(len(observation.gradients)))
             elif names == ("events",) and output_lines_apart:
@@ -640,6 +646,13 @@ def _autograd_node_names_aside(value):
     if isinstance(value, (tuple, list)):
         return type(value)(_autograd_node_names_aside(item) for item in value)
     return value
+
+
+def _per_argument(arguments) -> bool:
+    """``("tuple", identity, (x, y, box, items, table))``: the state of each argument."""
+    return isinstance(arguments, tuple) and len(arguments) == 3 and arguments[0] == "tuple" and isinstance(
+        arguments[2], tuple
+    )
 
 
 def _per_input(gradients) -> bool:

@@ -180,3 +180,20 @@ def test_the_generator_may_be_where_the_original_compiled_keeping_every_draw_lea
     assert not each_call(eager, compiled, [_observation(rng="r-kept")])
     assert each_call(eager, compiled, [_observation(rng="r-aot")], draws_kept=lambda: 1 / 0)
     assert asked == [True, True]
+
+
+def test_each_argument_may_be_either_originals_but_not_neither() -> None:
+    """Seed 80296: after a call that failed as the original compiled did, ``box.t``
+    holds a draw kept as eagerly while ``items`` lacks the entry the failing call never
+    appended: each argument is a piece of its own, as each global is."""
+    from .observe import _each_call_is_the_originals as each_call
+
+    def arguments(box, items):
+        return Observation(value=("v",), arguments=("tuple", ("is", None), (("x",), box, items)), globals=(), rng="r")
+
+    from .observe import Observation
+
+    eager = [arguments("box-eager", "items-two")]
+    compiled = [arguments("box-compiled", "items-one")]
+    assert each_call(eager, compiled, [arguments("box-eager", "items-one")])
+    assert not each_call(eager, compiled, [arguments("box-other", "items-one")])
