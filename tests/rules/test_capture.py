@@ -206,3 +206,31 @@ def test_three_argument_where_is_no_candidate():
     """
     _, _, result = original_and_mended(program(source))
     assert not [f for f in result.findings if f.rule == "Capture"]
+
+
+def test_a_joined_graph_that_records_autograd_keeps_the_break():
+    """Joined, the graph would give an input whose values the output does not use a zero
+    gradient where the original leaves none (fuzz seed 80453): under autograd the claim
+    on the break is refused while tracing, and the call keeps its break."""
+    source = """
+        def main(x, w):
+            unused = w * 2.0
+            (rows,) = torch.where(x.sum(-1) > 0)
+            return x[rows].sum()
+    """
+    original, mended, result = original_and_mended(program(source))
+    assert result.changed
+
+    def gradients(function):
+        x, w = X.clone().requires_grad_(), W.clone().requires_grad_()
+        function(x, w).backward()
+        return x.grad, w.grad
+
+    torch._dynamo.reset()
+    expected = gradients(original.main)
+    got = gradients(torch.compile(mended.main, backend="aot_eager"))
+    assert torch.equal(got[0], expected[0]) and expected[1] is None and got[1] is None
+    x, w = X.clone().requires_grad_(), W.clone().requires_grad_()
+    assert counts(mended.main, x, w) == counts(original.main, x, w)
+    with torch.no_grad():  # the refusal holds while grad mode is on
+        assert counts(mended.main, X, W) == (1, 0)

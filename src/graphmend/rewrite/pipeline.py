@@ -1,4 +1,5 @@
-"""Run the rules over a module, in the paper's order: Trap, then Where, then Defer.
+"""Run the rules over a module, in the paper's order: Trap, then Where, then Defer;
+then Capture, which only changes calls inside statements and loops it keeps whole.
 
 Trap runs first because a branch-local ``raise`` would otherwise stop [Where];
 Where runs next because it restructures branches and returns; Defer runs last,

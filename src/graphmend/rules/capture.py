@@ -2,7 +2,7 @@
 
     idx, top_x = torch.where(expert_mask[expert_idx])
 becomes
-    if __graphmend__.is_compiling():
+    if __graphmend__.is_compiling() and __graphmend__.dynamic_shapes.may_capture():
         idx, top_x = __graphmend__.dynamic_shapes.captured_where(expert_mask[expert_idx])
     else:
         idx, top_x = torch.where(expert_mask[expert_idx])
@@ -34,7 +34,7 @@ import ast
 import copy
 
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
-from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place
+from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
 
 RULE = "Capture"
@@ -198,6 +198,7 @@ def apply(context: FunctionContext) -> None:
         compiled = _ReplaceCalls(replacements).visit(compiled)
         for _key, (call, _helper) in enumerate(captured):
             del call._graphmend_key
-        return [compiled_or_original([compiled], [statement], f"{RULE}: original call")]
+        claimed = expression(f"{RUNTIME_NAME}.dynamic_shapes.may_capture()")
+        return [compiled_or_original([compiled], [statement], f"{RULE}: original call", also=claimed)]
 
     rewrite_statements(context.facts.function, rewrite)

@@ -11,6 +11,11 @@ rewritten calls are captured and the positions are the same numbers. The tuple f
 unbind the positions as ``torch.where`` does (``nonzero().unbind(1)``), so they are views
 with the same strides.
 
+Each captured call is a claim on its break (``graphmend.runtime.claims``): where the
+whole trace shows that joining the graphs would change what the program does (the
+joined graph records autograd, random draws sit on both sides), TorchDynamo traces
+the frame again with the original call, and its break.
+
 A size made here that TorchDynamo must later know on the host (``.tolist()`` of the
 positions, a shape that reaches Python) makes tracing fail with
 ``GuardOnDataDependentSymNode`` where the original broke the graph. The rule declines
@@ -54,6 +59,21 @@ def _nonzero_while_tracing(x: torch.Tensor) -> torch.Tensor:
 def _captured(x) -> bool:
     # Eagerly (``graphmend fix`` may write these calls on the one path) the original op.
     return torch.compiler.is_compiling() and isinstance(x, torch.Tensor) and x.dim() > 0 and not x.is_sparse
+
+
+def may_capture() -> bool:
+    """While tracing: whether the user's statement may lose its break in this trace (a
+    claim the whole-trace checks may refuse, as Where's and Defer's: a joined graph that
+    records autograd, random draws on both sides; ``graphmend.runtime.claims``). Not
+    tracing, False. Refused, the statement runs as written, with its break where the
+    original had it."""
+    claimed = False
+    comptime(_claim)
+    return claimed
+
+
+def _claim(context) -> None:
+    claims.decide_in_trace(context, "claimed", (), lambda tracer: claims.claim_break_at_user_site(tracer))
 
 
 def captured_nonzero(x, *args, **kwargs):
