@@ -526,8 +526,10 @@ def compare(
         # mended run keeps (graphmend.runtime.claims): its generator may stand where the
         # original compiled with the ``eager`` backend, which keeps such draws, leaves it.
         draws_kept = (lambda: observe("original", "compiled:eager")) if mode != "compiled:eager" else None
+        joint_backward = mode != "compiled:eager"
         if _each_call_is_the_originals(
-            reference, original_compiled, actual, output_lines_apart=under_inductor, draws_kept=draws_kept
+            reference, original_compiled, actual, output_lines_apart=under_inductor, draws_kept=draws_kept,
+            zero_signs_aside=joint_backward,
         ):
             report.torch_own.append(difference)
         elif under_inductor and _each_call_is_the_originals(
@@ -547,7 +549,7 @@ _OBSERVED_TOGETHER = (("error", "value"), ("gradients",), ("arguments",), ("glob
 
 def _each_call_is_the_originals(
     eager: list[Observation], compiled: list[Observation], actual, float_bits_aside: bool = False,
-    output_lines_apart: bool = False, draws_kept=None,
+    output_lines_apart: bool = False, draws_kept=None, zero_signs_aside: bool = False,
 ) -> bool:
     """True when, on every call, each piece of what the mended run observed (its outcome,
     the gradients, the arguments, the globals, the generator, the output) is what the
@@ -577,7 +579,11 @@ def _each_call_is_the_originals(
     uses and graphmend keeps it, as eager code does (``graphmend.runtime.claims``); where
     TorchDynamo also ran other code than eager code (seed 70303: a check raising inside
     a loop in a ``try`` ended the loop early, as it did without graphmend), the mended
-    generator is where TorchDynamo's code with every draw kept leaves it."""
+    generator is where TorchDynamo's code with every draw kept leaves it.
+    ``zero_signs_aside`` (AOTAutograd's backends): gradients compare with the sign of
+    their zeros set aside. The backward AOTAutograd traces computes a zero gradient as
+    +0 where eager autograd's may give -0 (seed 71221: ``y.neg_()`` before a product
+    with a zero draw); every other bit still counts."""
 
     def piece(observation, names, index=None):
         values = tuple(getattr(observation, name) for name in names)
@@ -590,6 +596,8 @@ def _each_call_is_the_originals(
             values = values[0][index] if values[0] is not None and index < len(values[0]) else None
         if names in (("events",), ("globals",)):
             values = _autograd_node_names_aside(values)
+        if names == ("gradients",) and zero_signs_aside:
+            values = _zero_signs_aside(values)
         return _strip_float_bits(values) if float_bits_aside else values
 
     def pieces(observation, after_torch_failure, torch_failure_now):
@@ -645,6 +653,19 @@ def _autograd_node_names_aside(value):
         return _AUTOGRAD_NODE.sub(", grad_fn=<node>", value)
     if isinstance(value, (tuple, list)):
         return type(value)(_autograd_node_names_aside(item) for item in value)
+    return value
+
+
+_NEGATIVE_ZERO_BITS = {"torch.float16": -(2**15), "torch.bfloat16": -(2**15), "torch.float32": -(2**31), "torch.float64": -(2**63)}
+
+
+def _zero_signs_aside(value):
+    """Tensors (as ``Normaliser`` keys) with each -0.0 read as +0.0."""
+    if isinstance(value, tuple) and len(value) > 5 and value[0] == "tensor" and value[1] in _NEGATIVE_ZERO_BITS:
+        negative_zero = _NEGATIVE_ZERO_BITS[value[1]]
+        return value[:5] + (tuple(0 if bits == negative_zero else bits for bits in value[5]),) + value[6:]
+    if isinstance(value, tuple):
+        return tuple(_zero_signs_aside(item) for item in value)
     return value
 
 

@@ -8,6 +8,7 @@ named part, and must report nothing for the unchanged program.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from .grammar import HEADER, Program
 from .observe import compare
@@ -197,3 +198,20 @@ def test_each_argument_may_be_either_originals_but_not_neither() -> None:
     compiled = [arguments("box-compiled", "items-one")]
     assert each_call(eager, compiled, [arguments("box-eager", "items-one")])
     assert not each_call(eager, compiled, [arguments("box-other", "items-one")])
+
+
+def test_under_aot_autograd_a_gradient_zero_may_have_either_sign_but_nothing_else_may_differ() -> None:
+    """Seed 71221: AOTAutograd's traced backward gives +0 where eager autograd gives -0
+    (``y.neg_()`` before a product with a zero draw)."""
+    from .observe import Normaliser, _each_call_is_the_originals as each_call
+
+    normalise = Normaliser({}, {})
+
+    def gradient(*values):
+        return _observation(gradients=(normalise(torch.tensor(values)), ("NoneType", None)))
+
+    eager = [gradient(-0.0, -0.5)]
+    compiled = [gradient(-0.5, 0.0)]
+    assert each_call(eager, compiled, [gradient(0.0, -0.5)], zero_signs_aside=True)
+    assert not each_call(eager, compiled, [gradient(0.0, -0.5)])
+    assert not each_call(eager, compiled, [gradient(0.0, -0.25)], zero_signs_aside=True)
