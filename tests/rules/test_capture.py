@@ -54,6 +54,15 @@ MUST_REWRITE = {
         def main(x, w):
             return w[torch.argwhere(x < 0)[:, 0]].exp()
     """,
+    "mask_bound_to_a_name": """
+        def main(x, w):
+            chosen = (x > 0) & (w < 8)
+            return w[chosen] * 2
+    """,
+    "mask_in_place": """
+        def main(x, w):
+            return w[~(x < 0)].sum(0, keepdim=True) + x[x > 1].sum()
+    """,
     "routing_loop": """
         def main(x, w):
             choice = x.argmax(-1)
@@ -72,6 +81,8 @@ ORIGINAL_COUNTS = {
     "nonzero_function": (2, 1),
     "nonzero_method_as_tuple": (2, 1),
     "argwhere": (2, 1),
+    "mask_bound_to_a_name": (2, 1),
+    "mask_in_place": (3, 2),
     "routing_loop": (0, 1),  # a break in a loop: TorchDynamo runs the whole frame eagerly
 }
 
@@ -197,6 +208,19 @@ def test_must_not_rewrite(name):
     assert reasons and expected_reason in reasons[0], result.findings
     assert not result.changed
     assert_equivalent(original.main, mended.main, X, W, backends=("eager",))
+
+
+def test_an_index_that_is_not_a_bool_mask_while_tracing_is_used_as_written():
+    """``~`` of a long tensor is a long index (a gather, no break): the compiled path
+    indexes with it as written."""
+    source = """
+        def main(x, w):
+            index = ~(x.long() % 2) + 2
+            return w[index[:, 0]] * 2
+    """
+    original, mended, result = original_and_mended(program(source))
+    assert_equivalent(original.main, mended.main, X.abs(), W, backends=("eager", "aot_eager"))
+    assert counts(mended.main, X.abs(), W) == counts(original.main, X.abs(), W) == (1, 0)
 
 
 def test_three_argument_where_is_no_candidate():

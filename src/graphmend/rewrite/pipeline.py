@@ -134,6 +134,9 @@ class _FunctionSummary:
     applies_value_operation: bool = False
     calls_output_function: bool = False
     unfixable_calls: list = field(default_factory=list)
+    # A comparison, ``~``, ``&``, ``|`` or ``^`` used as an index or bound to a name: a
+    # boolean mask may select rows (the Capture rule).
+    makes_masks: bool = False
 
 
 _OUTPUT_METHODS = frozenset(defer.STANDARD_LOG_LEVELS) | defer.ONCE_METHODS | {"log", "exception", "warn"}
@@ -148,7 +151,9 @@ def _summarise_functions(tree: ast.Module) -> dict[int, _FunctionSummary]:
         node, summary = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             summary = summaries.setdefault(id(node), _FunctionSummary())
-        elif summary is not None and isinstance(node, ast.Call):
+        elif summary is not None and isinstance(node, (ast.Subscript, ast.Assign)) and not summary.makes_masks:
+            summary.makes_masks = capture.makes_mask(node.slice if isinstance(node, ast.Subscript) else node.value)
+        if summary is not None and isinstance(node, ast.Call):
             callee = node.func
             name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", None)
             if name in VALUE_METHODS:
@@ -301,7 +306,7 @@ def mend_module_source(
                 summary = summaries.get(id(facts.function))
                 needed = summary is not None and (
                     summary.calls_output_function if rule_name == "defer"
-                    else bool(summary.unfixable_calls) if rule_name == "capture"
+                    else bool(summary.unfixable_calls) or summary.makes_masks if rule_name == "capture"
                     else summary.applies_value_operation
                 )
                 if needed:

@@ -8,8 +8,11 @@ becomes
         idx, top_x = torch.where(expert_mask[expert_idx])
 
 ``torch.where(x)`` (one argument), ``torch.nonzero``, ``x.nonzero()`` and
-``torch.argwhere`` return as many positions as ``x`` has nonzero elements; TorchDynamo
-breaks the graph at them unless a global flag is set. On the compiled path the call
+``torch.argwhere`` return as many positions as ``x`` has nonzero elements, and ``t[mask]``
+selects as many rows as a boolean mask holds; TorchDynamo breaks the graph at them
+unless a global flag is set. (An index is taken for a mask when it is a comparison,
+``~``, ``&``, ``|`` or ``^``, or a local bound only to those; while tracing, only a bool
+tensor of ``t``'s leading shape is captured, any other index is used as written.) On the compiled path the call
 computes the same positions with an operator whose output size is captured for that
 call alone (``graphmend.runtime.dynamic_shapes``); the eager path is the original
 statement. What follows may use the positions as indices, in arithmetic and in
@@ -46,6 +49,8 @@ CAPTURED_FUNCTIONS = {
     "torch.argwhere": "captured_argwhere",
 }
 CAPTURED_METHOD = ("nonzero", "captured_nonzero_method")
+# ``t[mask]`` with a boolean mask: the positions of the mask's nonzero elements.
+CAPTURED_MASK_INDEX = "captured_mask_index"
 # Calls and methods that need the positions (or their count) as Python values.
 COPYING_METHODS = frozenset({"tolist", "item", "numpy", "__len__", "__iter__"})
 COPYING_BUILTINS = frozenset({"int", "float", "bool", "list", "tuple", "set", "sorted", "enumerate", "zip", "iter", "dict"})
@@ -130,7 +135,42 @@ def _names_bound_from(statement: ast.stmt) -> set[str]:
     return {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
 
 
-def _candidate_calls(context: FunctionContext, statement: ast.stmt) -> list[tuple[ast.Call, str]]:
+_MASK_OPERATORS = (ast.BitAnd, ast.BitOr, ast.BitXor)
+
+
+def makes_mask(expression: ast.expr) -> bool:
+    """A comparison, ``~m``, ``a & b``...: what indexes by a boolean mask."""
+    if isinstance(expression, ast.Compare):
+        return True
+    if isinstance(expression, ast.UnaryOp) and isinstance(expression.op, ast.Invert):
+        return True
+    return isinstance(expression, ast.BinOp) and isinstance(expression.op, _MASK_OPERATORS)
+
+
+def may_be_a_mask(context: FunctionContext, index: ast.expr) -> bool:
+    """``index`` is, or names (every binding of the local), a mask-making expression."""
+    if makes_mask(index):
+        return True
+    if not isinstance(index, ast.Name) or not context.facts.is_local(index.id):
+        return False
+    values = []
+    for node in ast.walk(context.facts.function):
+        if isinstance(node, ast.Name) and node.id == index.id and isinstance(node.ctx, ast.Store):
+            parent = _assignment_of_target(context.facts.function, node)
+            if parent is None:
+                return False
+            values.append(parent.value)
+    return bool(values) and all(makes_mask(value) for value in values)
+
+
+def _assignment_of_target(function: ast.AST, target: ast.Name) -> ast.Assign | None:
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and any(t is target for t in node.targets):
+            return node
+    return None
+
+
+def _candidate_calls(context: FunctionContext, statement: ast.stmt) -> list[tuple[ast.expr, str]]:
     found = []
     stack = [statement]
     while stack:
@@ -142,6 +182,9 @@ def _candidate_calls(context: FunctionContext, statement: ast.stmt) -> list[tupl
             if helper is not None:
                 node._graphmend_method = helper == CAPTURED_METHOD[1]
                 found.append((node, helper))
+        if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                and may_be_a_mask(context, node.slice)):
+            found.append((node, CAPTURED_MASK_INDEX))
         if isinstance(node, ast.stmt) and node is not statement:
             continue  # a nested statement is offered on its own
         stack.extend(ast.iter_child_nodes(node))
@@ -156,6 +199,8 @@ class _ReplaceCalls(ast.NodeTransformer):
         self.generic_visit(node)
         return self.replacements.get(getattr(node, "_graphmend_key", None), node)
 
+    visit_Subscript = visit_Call
+
 
 def apply(context: FunctionContext) -> None:
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
@@ -166,15 +211,17 @@ def apply(context: FunctionContext) -> None:
             return None
         captured = []
         for call, helper in candidates:
+            masked = helper == CAPTURED_MASK_INDEX
             reason = first_failure(
-                lambda: arguments_bind_plainly(call),
+                lambda: None if masked else arguments_bind_plainly(call),
                 lambda: statement_is_simple(statement),
                 lambda: positions_stay_tensors(context, statement, call),
             )
-            finding = context.module.report(
-                context.facts, call, DYNAMIC_SHAPE_OPERATOR,
-                f"`{ast.unparse(call.func)}` has a data-dependent output shape", RULE, reason,
+            shown = (
+                f"`{ast.unparse(call)}` selects by a boolean mask, with a data-dependent output shape" if masked
+                else f"`{ast.unparse(call.func)}` has a data-dependent output shape"
             )
+            finding = context.module.report(context.facts, call, DYNAMIC_SHAPE_OPERATOR, shown, RULE, reason)
             if finding.fixed:
                 captured.append((call, helper))
         if not captured:
@@ -185,13 +232,18 @@ def apply(context: FunctionContext) -> None:
         compiled = copy.deepcopy(statement)
         replacements = {}
         for key, (call, helper) in enumerate(captured):
-            arguments = [copy.deepcopy(call.func.value)] if _is_method(call) else [copy.deepcopy(a) for a in call.args]
+            if helper == CAPTURED_MASK_INDEX:
+                arguments, keywords = [copy.deepcopy(call.value), copy.deepcopy(call.slice)], []
+            elif _is_method(call):
+                arguments, keywords = [copy.deepcopy(call.func.value)], [copy.deepcopy(k) for k in call.keywords]
+            else:
+                arguments, keywords = [copy.deepcopy(a) for a in call.args], [copy.deepcopy(k) for k in call.keywords]
             replacement = ast.Call(
                 func=ast.Attribute(
                     value=ast.Attribute(value=ast.Name(id=RUNTIME_NAME, ctx=ast.Load()), attr="dynamic_shapes", ctx=ast.Load()),
                     attr=helper, ctx=ast.Load(),
                 ),
-                args=arguments, keywords=[copy.deepcopy(k) for k in call.keywords],
+                args=arguments, keywords=keywords,
             )
             place(replacement, call)
             replacements[key] = replacement

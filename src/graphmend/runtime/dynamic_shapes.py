@@ -242,3 +242,16 @@ def _why_not_row_wise_forward(kind: type) -> str | None:
         else:
             return f"`{kind.__name__}.forward` does more than call its layers on its input"
     return f"`{kind.__name__}.forward` returns nothing"
+
+
+def captured_mask_index(values, mask):
+    """``values[mask]``, captured when ``mask`` is a bool tensor of ``values``'s leading
+    shape: the same rows, in the same order, as the positions of its nonzero elements
+    select them (which is what indexing by a boolean mask is)."""
+    if (
+        _captured(mask) and isinstance(values, torch.Tensor) and mask.dtype == torch.bool
+        and mask.dim() <= values.dim() and tuple(mask.shape) == tuple(values.shape[: mask.dim()])
+        and mask.device == values.device
+    ):
+        return values[_nonzero(mask.detach()).unbind(1)]
+    return values[mask]
