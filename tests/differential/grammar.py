@@ -24,7 +24,7 @@ a rewrite must not change (see issue 15):
 * calls of a validation helper (``torch_compilable_check``) whose checks may fail,
   with messages holding tensor values, caught or not;
 * positions of nonzero elements (``torch.where(m)``, ``.nonzero()``, ``argwhere``) used
-  as indices and in ``index_add_``, printed, copied to Python in the function or in a
+  as indices and in ``index_add_``, rows selected by a boolean mask, printed, copied to Python in the function or in a
   helper, and a routing loop over the classes a one-hot mask chose, with an expert
   module list;
 * nested helpers with guards or output, loops with ``break``/``continue``;
@@ -169,6 +169,7 @@ class _Generator:
         self.positions_enabled = positions
         self.positions = False
         self.positions_counter = 0
+        self.mask_rng = random.Random(f"mask-index-{seed}")
 
     # small helpers ---------------------------------------------------------------
 
@@ -293,6 +294,8 @@ class _Generator:
         threshold = rng.choice(("0.0", "0.5", "-1.0", "10.0"))  # 10.0: no position at all
         lines = [f"{flat} = {name}.flatten()"]
         kind = rng.choice(("where", "nonzero", "argwhere", "printed", "copied", "copied-in-helper", "routing"))
+        if self.mask_rng.random() < 0.15:  # its own stream: the seeds found before keep their programs
+            kind = "mask-index"
         self.feature(f"positions-{kind}")
         scatter_back = [
             f"{total} = torch.zeros_like({flat})",
@@ -305,6 +308,13 @@ class _Generator:
             lines += [f"{positions} = ({flat} > {threshold}).nonzero(as_tuple=True)[0]"] + scatter_back
         elif kind == "argwhere":
             lines += [f"{positions} = torch.argwhere({flat} > {threshold})[:, 0]"] + scatter_back
+        elif kind == "mask-index":
+            mask = f"mask{suffix}"
+            lines += [
+                f"{mask} = ({flat} > {threshold}) & ({flat} < 2.5)",
+                f"{total} = {flat}[{mask}].sum() + {flat}[~{mask}].abs().sum() * 0.5",
+                f"{target} = {target} + {total}",
+            ]
         elif kind == "printed":
             lines += [
                 f"{positions} = ({flat} > {threshold}).nonzero()",
