@@ -143,7 +143,7 @@ def _decide_experts(context) -> None:
 
         translator.symbolic_locals["exact"] = ConstantVariable.create(True)
     else:
-        claims.trace_time_declines[("experts", id(experts))] = reason
+        claims.decline_at_user_site(translator, f"the loop keeps its chosen experts: {reason}")
 
 
 def _real_value(variable):
