@@ -312,6 +312,30 @@ def build_qwen2_moe():
     return Qwen2MoeForCausalLM(config), _few_tokens_inputs()
 
 
+def build_qwen2_audio():
+    import torch
+    from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration
+
+    audio = {
+        "num_mel_bins": 16, "encoder_layers": 1, "encoder_attention_heads": 2, "encoder_ffn_dim": 16,
+        "d_model": 16, "max_source_positions": 8,
+    }
+    text = {
+        "vocab_size": 100, "hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+    }
+    config = Qwen2AudioConfig(audio_config=audio, text_config=text, audio_token_index=7)
+    # 16 mel frames: the encoder's stride-2 convolution and pooling leave 4 audio tokens.
+    input_ids = torch.tensor([[1, 2] + [7] * 4 + [3, 4]])
+    inputs = {
+        "input_ids": input_ids,
+        "input_features": torch.randn(1, 16, 16),
+        "feature_attention_mask": torch.ones(1, 16, dtype=torch.long),
+        "attention_mask": torch.ones_like(input_ids),
+    }
+    return Qwen2AudioForConditionalGeneration(config), inputs
+
+
 def build_whisper():
     import torch
     from transformers import WhisperConfig, WhisperForConditionalGeneration
@@ -611,6 +635,13 @@ def _register_builtin_models() -> None:
             "clap-htsat-fused",
             "ClapModel",
             notes="audio enable_fusion=True with is_longer",
+        ),
+        BenchModel(
+            "qwen2-audio",
+            build_qwen2_audio,
+            None,
+            "Qwen2AudioForConditionalGeneration",
+            notes="one clip of 16 mel frames, 4 audio tokens in the prompt",
         ),
         BenchModel(
             "mixtral",

@@ -147,27 +147,18 @@ def makes_mask(expression: ast.expr) -> bool:
     return isinstance(expression, ast.BinOp) and isinstance(expression.op, _MASK_OPERATORS)
 
 
-def may_be_a_mask(context: FunctionContext, index: ast.expr) -> bool:
-    """``index`` is, or names (every binding of the local), a mask-making expression."""
+def may_be_a_mask(context: FunctionContext, index: ast.expr, statement: ast.stmt | None = None) -> bool:
+    """``index`` is a mask-making expression, or a local every definition of which that
+    reaches ``statement`` is one."""
     if makes_mask(index):
         return True
-    if not isinstance(index, ast.Name) or not context.facts.is_local(index.id):
+    if not isinstance(index, ast.Name) or not context.facts.is_local(index.id) or statement is None:
         return False
-    values = []
-    for node in ast.walk(context.facts.function):
-        if isinstance(node, ast.Name) and node.id == index.id and isinstance(node.ctx, ast.Store):
-            parent = _assignment_of_target(context.facts.function, node)
-            if parent is None:
-                return False
-            values.append(parent.value)
-    return bool(values) and all(makes_mask(value) for value in values)
-
-
-def _assignment_of_target(function: ast.AST, target: ast.Name) -> ast.Assign | None:
-    for node in ast.walk(function):
-        if isinstance(node, ast.Assign) and any(t is target for t in node.targets):
-            return node
-    return None
+    node = context.facts.node_for(statement)
+    if node is None:
+        return False
+    definitions = context.facts.reaching.reaching(node, index.id)
+    return bool(definitions) and all(d.value is not None and makes_mask(d.value) for d in definitions)
 
 
 def _candidate_calls(context: FunctionContext, statement: ast.stmt) -> list[tuple[ast.expr, str]]:
@@ -183,7 +174,7 @@ def _candidate_calls(context: FunctionContext, statement: ast.stmt) -> list[tupl
                 node._graphmend_method = helper == CAPTURED_METHOD[1]
                 found.append((node, helper))
         if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
-                and may_be_a_mask(context, node.slice)):
+                and may_be_a_mask(context, node.slice, statement)):
             found.append((node, CAPTURED_MASK_INDEX))
         if isinstance(node, ast.stmt) and node is not statement:
             continue  # a nested statement is offered on its own
