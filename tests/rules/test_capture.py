@@ -59,6 +59,12 @@ MUST_REWRITE = {
             chosen = (x > 0) & (w < 8)
             return w[chosen] * 2
     """,
+    "mask_rebound_before_use": """
+        def main(x, w):
+            chosen = x.sum(-1)
+            chosen = chosen > 0
+            return w[chosen] * 2
+    """,
     "mask_in_place": """
         def main(x, w):
             return w[~(x < 0)].sum(0, keepdim=True) + x[x > 1].sum()
@@ -83,6 +89,7 @@ ORIGINAL_COUNTS = {
     "argwhere": (2, 1),
     "mask_bound_to_a_name": (2, 1),
     "mask_in_place": (3, 2),
+    "mask_rebound_before_use": (2, 1),
     "routing_loop": (0, 1),  # a break in a loop: TorchDynamo runs the whole frame eagerly
 }
 
@@ -221,6 +228,18 @@ def test_an_index_that_is_not_a_bool_mask_while_tracing_is_used_as_written():
     original, mended, result = original_and_mended(program(source))
     assert_equivalent(original.main, mended.main, X.abs(), W, backends=("eager", "aot_eager"))
     assert counts(mended.main, X.abs(), W) == counts(original.main, X.abs(), W) == (1, 0)
+
+
+def test_a_name_bound_to_a_mask_on_one_path_only_is_no_candidate():
+    source = """
+        def main(x, w):
+            chosen = x.sum(-1).long() % 4
+            if w.shape[0] > 2:
+                chosen = chosen > 0
+            return w[chosen] * 2
+    """
+    _, _, result = original_and_mended(program(source))
+    assert not [f for f in result.findings if f.rule == "Capture"]
 
 
 def test_three_argument_where_is_no_candidate():
