@@ -589,6 +589,8 @@ def _each_call_is_the_originals(
         values = tuple(getattr(observation, name) for name in names)
         if names == ("events",) and output_lines_apart:
             lines = _event_pieces(_autograd_node_names_aside(observation.events))
+            if float_bits_aside:
+                lines = _strip_float_bits(lines)
             return len(lines) if index is None else lines[index] if index < len(lines) else None
         if names == ("arguments",) and index is not None:  # one argument: its own observable
             return _strip_float_bits(observation.arguments[2][index]) if float_bits_aside else observation.arguments[2][index]
@@ -681,11 +683,18 @@ def _per_input(gradients) -> bool:
     return isinstance(gradients, tuple) and len(gradients) == 2 and gradients[0] != "backward raised"
 
 
+_FLOAT_IN_TEXT = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?")
+
+
 def _strip_float_bits(value):
+    """Tensors by dtype, shape and flags; numbers written in text to 4 significant digits
+    (a value computed by inductor's kernels prints its own last digits: seed 71925)."""
     if isinstance(value, tuple) and value and value[0] == "tensor":
         return value[:5]
-    if isinstance(value, tuple):
-        return tuple(_strip_float_bits(v) for v in value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_strip_float_bits(v) for v in value)
+    if isinstance(value, str):
+        return _FLOAT_IN_TEXT.sub(lambda number: f"{float(number.group()):.4g}", value)
     return value
 
 

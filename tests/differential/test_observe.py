@@ -215,3 +215,18 @@ def test_under_aot_autograd_a_gradient_zero_may_have_either_sign_but_nothing_els
     assert each_call(eager, compiled, [gradient(0.0, -0.5)], zero_signs_aside=True)
     assert not each_call(eager, compiled, [gradient(0.0, -0.5)])
     assert not each_call(eager, compiled, [gradient(0.0, -0.25)], zero_signs_aside=True)
+
+
+def test_under_inductor_numbers_in_printed_text_compare_as_float_bits_aside() -> None:
+    """Seed 71925: a sum inductor computes in the graph prints its own last digits."""
+    from .observe import Observation, _each_call_is_the_originals as each_call
+
+    def printed(text):
+        return Observation(value=("v",), events=[("stdout", text)], globals=(), rng="r")
+
+    eager = [printed("f -14.593205451965332\n")]
+    compiled = [printed("f -14.593205451965332\n")]
+    close = [printed("f -14.593206405639648\n")]
+    assert each_call(eager, compiled, close, float_bits_aside=True, output_lines_apart=True)
+    assert not each_call(eager, compiled, close, output_lines_apart=True)
+    assert not each_call(eager, compiled, [printed("f -14.6\n")], float_bits_aside=True, output_lines_apart=True)
