@@ -177,7 +177,7 @@ def test_damaged_cache_files_mean_rewrite_again(make_package, fake_rewriter, hoo
 
     assert mod.X == 1 and mod.__mended_by_test__
     assert fake_rewriter.module_names.count(mod.__name__) == 2
-    key = cache.make_key(mod.__name__, mod.__file__, b"X = 1\n", ("trap", "where", "defer"), "all")
+    key = cache.make_key(mod.__name__, mod.__file__, b"X = 1\n", ("trap", "where", "defer", "capture"), "all")
     assert cache.read_cached_code(str(cache_file), key) is not None  # rewritten, valid again
 
 
