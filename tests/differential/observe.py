@@ -564,9 +564,10 @@ def _each_call_is_the_originals(
     entry because the call failed as the original compiled did).
     Printed tensors, in the output and in text the program keeps in a global (seed
     53307: a log handler writing into a list), are compared without their autograd
-    node's name (``_autograd_node_names_aside``). After a call that raised (or not) as the
+    node's name (``_autograd_node_names_aside``). From a call that raised (or not) as the
     original compiled did and not as eager code did, the globals (which hold what every call
-    before put there) are no longer compared, nor, from that call on, the generator. ``float_bits_aside``: tensors compare by
+    before put there, and what that call did before it failed) are no longer compared, nor
+    the generator. ``float_bits_aside``: tensors compare by
     dtype, shape and flags only (inductor's fused kernels round otherwise than eager's).
     ``output_lines_apart`` (inductor only): the output has as many lines as an original's,
     and each line is that original line, eager or compiled. Under inductor the original
@@ -605,7 +606,9 @@ def _each_call_is_the_originals(
     def pieces(observation, after_torch_failure, torch_failure_now):
         for names in _OBSERVED_TOGETHER:
             if names == ("globals",):
-                if not after_torch_failure:
+                # From the call that failed as TorchDynamo's compiled run did (seed 73023:
+                # the globals then hold what ran before the failure, draws kept as eagerly).
+                if not (after_torch_failure or torch_failure_now):
                     yield from ((names, index) for index in range(len(observation.globals)))
             elif names == ("rng",):
                 # Where the call failed as TorchDynamo's compiled run did, how far the

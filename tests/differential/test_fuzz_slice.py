@@ -100,7 +100,7 @@ def test_grammar_program_behaves_the_same_once_mended(seed: int) -> None:
 
 # Seeds the long runs found differing, with the modes they differed in; each is fixed
 # (docs/fuzzing-2026-11-30*.md; 30017 and the 40000s: the twelfth session, with the
-# own-stream construct; 53307, 54150 and 54225: the thirteenth, the harness; 70303, 71221, 71925 and 80296: the fourteenth, the harness; 80453 and 80599: Capture's claims; 53506, the same session's
+# own-stream construct; 53307, 54150 and 54225: the thirteenth, the harness; 70303, 71221, 71925, 73023 and 80296: the fourteenth, the harness; 80453 and 80599: Capture's claims; 53506, the same session's
 # other harness finding, is a test of its own in test_observe.py, its program having
 # changed with the check-call construct). They run in the full tier.
 LONG_RUN_FINDINGS: dict[int, tuple[str, ...]] = {
@@ -119,6 +119,7 @@ LONG_RUN_FINDINGS: dict[int, tuple[str, ...]] = {
     41568: ("compiled:eager", "compiled:aot_eager"), 42375: ("compiled:inductor",),
     53307: ("compiled:aot_eager",), 54150: ("compiled:inductor",), 54225: ("compiled:aot_eager",),
     70303: ("compiled:aot_eager",), 71221: ("compiled:aot_eager",), 71925: ("compiled:inductor",),
+    73023: ("compiled:aot_eager",),
     80296: ("compiled:aot_eager",),
     80453: ("compiled:aot_eager",), 80599: ("compiled:eager", "compiled:aot_eager"),
 }
