@@ -36,6 +36,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.reaching import statement_bindings
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
@@ -69,8 +70,8 @@ def captured_helper(facts, call: ast.Call) -> str | None:
     return None
 
 
-def arguments_bind_plainly(call: ast.Call) -> str | None:
-    if len(call.args) != (0 if _is_method(call) else 1):
+def arguments_bind_plainly(call: ast.Call, helper: str) -> str | None:
+    if len(call.args) != (0 if helper == CAPTURED_METHOD[1] else 1):
         return "the call passes more than the tensor positionally"
     if any(isinstance(a, ast.Starred) for a in call.args):
         return "the call unpacks its arguments"
@@ -78,10 +79,6 @@ def arguments_bind_plainly(call: ast.Call) -> str | None:
         if keyword.arg != "as_tuple" or not isinstance(keyword.value, ast.Constant):
             return f"the call passes `{ast.unparse(keyword)}`, not a constant `as_tuple`"
     return None
-
-
-def _is_method(call: ast.Call) -> bool:
-    return getattr(call, "_graphmend_method", False)
 
 
 def statement_is_simple(statement: ast.stmt) -> str | None:
@@ -113,7 +110,7 @@ def positions_stay_tensors(context: FunctionContext, statement: ast.stmt, call: 
         how = _copies(node, lambda expression: _contains(expression, call))
         if how:
             return f"the positions are copied to Python ({how}), which needs their count on the host"
-    bound = _names_bound_from(statement)
+    bound = {name for name, _ in statement_bindings(statement, "statement")}
     if not bound:
         return None
 
@@ -126,13 +123,6 @@ def positions_stay_tensors(context: FunctionContext, statement: ast.stmt, call: 
             names = ", ".join(f"`{name}`" for name in sorted(bound))
             return f"{names} is copied to Python ({how}) at line {node.lineno if hasattr(node, 'lineno') else node.iter.lineno}, which needs the count on the host"
     return None
-
-
-def _names_bound_from(statement: ast.stmt) -> set[str]:
-    targets = statement.targets if isinstance(statement, ast.Assign) else (
-        [statement.target] if isinstance(statement, (ast.AnnAssign, ast.AugAssign)) else []
-    )
-    return {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
 
 
 _MASK_OPERATORS = (ast.BitAnd, ast.BitOr, ast.BitXor)
@@ -171,7 +161,6 @@ def _candidate_calls(context: FunctionContext, statement: ast.stmt) -> list[tupl
         if isinstance(node, ast.Call):
             helper = captured_helper(context.facts, node)
             if helper is not None:
-                node._graphmend_method = helper == CAPTURED_METHOD[1]
                 found.append((node, helper))
         if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
                 and may_be_a_mask(context, node.slice, statement)):
@@ -204,7 +193,7 @@ def apply(context: FunctionContext) -> None:
         for call, helper in candidates:
             masked = helper == CAPTURED_MASK_INDEX
             reason = first_failure(
-                lambda: None if masked else arguments_bind_plainly(call),
+                lambda: None if masked else arguments_bind_plainly(call, helper),
                 lambda: statement_is_simple(statement),
                 lambda: positions_stay_tensors(context, statement, call),
             )
@@ -225,7 +214,7 @@ def apply(context: FunctionContext) -> None:
         for key, (call, helper) in enumerate(captured):
             if helper == CAPTURED_MASK_INDEX:
                 arguments, keywords = [copy.deepcopy(call.value), copy.deepcopy(call.slice)], []
-            elif _is_method(call):
+            elif helper == CAPTURED_METHOD[1]:
                 arguments, keywords = [copy.deepcopy(call.func.value)], [copy.deepcopy(k) for k in call.keywords]
             else:
                 arguments, keywords = [copy.deepcopy(a) for a in call.args], [copy.deepcopy(k) for k in call.keywords]

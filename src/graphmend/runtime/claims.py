@@ -88,18 +88,22 @@ def current_translator():
     return root.output.current_tx
 
 
-def decide_in_trace(context, result_name: str, argument_names: tuple, decide) -> None:
+def _python_constant(variable):
+    return variable.as_python_constant()
+
+
+def decide_in_trace(context, result_name: str, argument_names: tuple, decide, read=_python_constant) -> None:
     """Run by TorchDynamo (``comptime``) inside a runtime function it traces: call
     ``decide(translator, *arguments)`` with that function's arguments as Python
-    constants and bind its local ``result_name`` to the answer. The answer is a constant
-    of the trace: no guard, and, unlike ``assume_constant_result``, no global written
-    into the user's module. Anything unexpected leaves the local as it was (the
-    statement keeps its break)."""
+    constants (or as ``read`` makes them from TorchDynamo's variables) and bind its local
+    ``result_name`` to the answer. The answer is a constant of the trace: no guard, and,
+    unlike ``assume_constant_result``, no global written into the user's module.
+    Anything unexpected leaves the local as it was (the statement keeps its break)."""
     try:
         from torch._dynamo.variables import ConstantVariable
 
         translator = context._ComptimeContext__tx
-        arguments = [translator.symbolic_locals[name].as_python_constant() for name in argument_names]
+        arguments = [read(translator.symbolic_locals[name]) for name in argument_names]
         answer = decide(translator, *arguments)
         translator.symbolic_locals[result_name] = ConstantVariable.create(answer)
     except Exception:  # noqa: BLE001 - TorchDynamo internals changed, or a value is not constant

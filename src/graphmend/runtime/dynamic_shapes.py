@@ -131,27 +131,23 @@ def experts_run_empty_exactly(experts, classes) -> bool:
 
 
 def _decide_experts(context) -> None:
-    try:
-        translator = context._ComptimeContext__tx
-        experts = _real_value(translator.symbolic_locals["experts"])
-        classes = translator.symbolic_locals["classes"].as_python_constant()
-        reason = why_not_run_empty_exactly(experts, classes)
-    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: keep the loop
-        return
-    if reason is None:
-        from torch._dynamo.variables import ConstantVariable
+    claims.decide_in_trace(context, "exact", ("experts", "classes"), _experts_exact, read=_module_or_constant)
 
-        translator.symbolic_locals["exact"] = ConstantVariable.create(True)
-    else:
+
+def _experts_exact(translator, experts, classes) -> bool:
+    reason = why_not_run_empty_exactly(experts, classes)
+    if reason is not None:
         claims.decline_at_user_site(translator, f"the loop keeps its chosen experts: {reason}")
+    return reason is None
 
 
-def _real_value(variable):
-    """The module a TorchDynamo variable stands for (inlined or specialised)."""
+def _module_or_constant(variable):
+    """The module a TorchDynamo variable stands for (inlined or specialised), or the
+    Python constant it holds."""
     value = getattr(variable, "value", None)
     if isinstance(value, torch.nn.Module):
         return value
-    raise TypeError("not a module")
+    return variable.as_python_constant()
 
 
 def why_not_run_empty_exactly(experts, classes) -> str | None:
