@@ -491,6 +491,32 @@ def test_select_falls_back_under_autograd_no_nan_gradient():
         assert breaks(mended.f, torch.tensor([0.0, 1.0, 2.0])) == 0
 
 
+@pytest.mark.parametrize("read_after", [False, True])
+def test_only_names_read_after_the_branch_are_selected(read_after):
+    """Seeds 72900 and 81724: ``h`` is read before the branch and rebound in it, but
+    nothing reads it after. Selecting it anyway would read its earlier value on the
+    compiled path, so the graph before the break would return ``sqrt(x * 0.25)`` where
+    the original's does not, and AOTAutograd's backward would multiply that unused
+    output's zero gradient by ``sqrt``'s infinite derivative at 0: ``x.grad`` NaN where
+    the original's is 3. With a later read the selection is needed (the original's graph
+    returns ``h`` then too, so no ``sqrt`` there: TorchDynamo alone would give NaN)."""
+    earlier = "x * 0.25" if read_after else "torch.sqrt(x * 0.25)"
+    source = _source(
+        f"""
+        def f(x, y):
+            h = {earlier}
+            z = x * h.shape[0]
+            torch._dynamo.graph_break()
+            if y.sum() > 0:
+                h = y * 2.0
+            return {"z + h" if read_after else "z + 1.0"}
+        """
+    )
+    make_args = lambda module: (torch.tensor([0.0, 1.0, 4.0], requires_grad=True), torch.ones(3))  # noqa: E731
+    assert_same_behaviour(source, make_args, grad=True, expect_fixed=True)
+    assert ("h = __graphmend__.select(" in mend(source).source) == read_after
+
+
 @pytest.mark.parametrize("shape_y", [(3,), (4,)])
 def test_operands_combine_checked_while_tracing(shape_y):
     """7: a shape mismatch in the untaken arm: the compiled form keeps the original."""

@@ -71,7 +71,7 @@ import ast
 import copy
 
 from graphmend.rewrite.findings import DATA_DEPENDENT_CONTROL_FLOW
-from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
+from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, is_guard, is_original, place, statements
 from graphmend.rules.base import (
     FunctionContext,
     enclosing_statements,
@@ -688,6 +688,53 @@ class WhereRewrite:
                 used.add(node.target.id)
         return used
 
+    def selected_value_may_be_read(self, name: str) -> bool:
+        """Whether a read may see the value ``name`` has after the branch: a read (``h +=
+        1`` and ``del h`` too) that a binding in an arm reaches, or one the analysis
+        cannot place. Only such names are selected. Selecting any other name would read
+        its earlier value on the compiled path, keeping it alive across an earlier graph
+        break where the original let it die: that graph then returns it, and AOTAutograd
+        gives the inputs it depends on a gradient the original never did (zeros where
+        there was none; NaN through ``sqrt`` at 0; seeds 72900, 81724)."""
+        facts = self.context.facts
+        inside = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
+        # An earlier rewrite's compiled form has no place in the analysis; each read there
+        # either mirrors one in the original it keeps or is a selection that this
+        # branch's value reaches only through a later read counted here.
+        generated = {
+            id(n)
+            for guard in ast.walk(facts.function)
+            if is_guard(guard)
+            for n in ast.walk(guard)
+            if not is_original(n)
+        }
+
+        def sees_an_arm_binding(cfg_node) -> bool:
+            return cfg_node is None or any(
+                id(d.node.statement) in inside for d in facts.reaching.reaching(cfg_node, name)
+            )
+
+        if any(
+            sees_an_arm_binding(cfg_node)
+            for read, cfg_node, _parent in self.references.reads_of(name)
+            if id(read) not in generated
+        ):
+            return True
+        for node in ast.walk(facts.function):
+            if isinstance(node, ast.AugAssign):
+                targets = [node.target]
+            elif isinstance(node, ast.Delete):
+                targets = node.targets
+            else:
+                continue
+            if id(node) in generated:
+                continue
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and sees_an_arm_binding(
+                facts.node_for(node)
+            ):
+                return True
+        return False
+
     def _select(self, taken: ast.expr, if_true: ast.expr, if_false: ast.expr) -> ast.expr:
         return statements(
             f"{RUNTIME_NAME}.select(TAKEN, IF_TRUE, IF_FALSE)", TAKEN=taken, IF_TRUE=if_true, IF_FALSE=if_false,
@@ -718,7 +765,9 @@ class WhereRewrite:
             )
             return planned
         used_after = self.names_used_after()
-        selected = [name for name in sorted(arm_bound) if name in used_after]
+        selected = [
+            name for name in sorted(arm_bound) if name in used_after and self.selected_value_may_be_read(name)
+        ]
         held = [list(selected), list(selected)]
         if shape == "call":
             for index, arm in enumerate(arms):
@@ -726,9 +775,7 @@ class WhereRewrite:
         reason = selected_names_hold_distinct_objects(arms, held)
         if reason:
             raise Decline(reason)
-        for name in sorted(arm_bound):
-            if name not in used_after:
-                continue
+        for name in selected:
             reason = bound_on_both_paths(self.context, self.node, name, arms)
             if reason is None:
                 reason = first_failure(
