@@ -351,12 +351,12 @@ GUARD_IN_A_HELPER_THEN_OUTPUT = """
 """
 
 
-def _outcome(function, backend, x):
+def _outcome(function, backend, *arguments):
     torch._dynamo.reset()
     target = torch.compile(function, backend=backend, dynamic=False) if backend else function
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         try:
-            value = target(x.clone())
+            value = target(*[a.clone() for a in arguments])
         except Exception as error:  # noqa: BLE001 - the outcome is compared
             value = (type(error).__name__, str(error))
     return printed.getvalue(), value
@@ -426,6 +426,29 @@ def test_no_input_written_in_place_before__output_before_the_update_is_joined():
     x = torch.tensor([0.5, 1.0, 1.5])
     assert breaks(original.f, x.clone()) == 1
     assert breaks(mended.f, x.clone()) == 0
+
+
+def test_outputs_share_no_graph_with_an_input_written_in_place__write_after_the_output():
+    """The same inductor fault with the write after the output (long fuzz run seed
+    72075: ``torch.exp(y, out=h1)`` into an input after a deferred warning): the whole
+    trace refuses the output's claim under a backend that may reorder, and keeps it
+    under one that runs the graph in order."""
+    original, mended = _pair(
+        """
+        def f(y, x):
+            z = torch.abs(y * 0.25)
+            print("copying")
+            torch.exp(y, out=x)
+            return x.sum(), z
+        """
+    )
+    arguments = (torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.5, 1.0, 1.5]))
+    assert breaks(original.f, *[a.clone() for a in arguments]) == 1
+    assert breaks(mended.f, *[a.clone() for a in arguments]) == 0
+    printed, value = _outcome(mended.f, "inductor", *arguments)
+    expected_printed, expected_value = _outcome(original.f, None, *arguments)
+    assert printed == expected_printed
+    assert all(torch.allclose(v, e) for v, e in zip(value, expected_value, strict=True))
 
 
 # The fuzz grammar's own stream (a ``write`` in Python appending to ``WRITTEN``).

@@ -10,7 +10,8 @@ later in the same trace:
 - the joined graph records autograd (``joined_graph_records_no_autograd``);
 - the joined graph draws random numbers on both sides of the statement
   (``random_draws_stay_on_their_side``);
-- output shares the graph with a lowered guard (``outputs_share_no_graph_with_a_lowered_guard``);
+- output shares the graph with a lowered guard (``outputs_share_no_graph_with_a_lowered_guard``)
+  or with an input written in place (``outputs_share_no_graph_with_an_input_written_in_place``);
 - TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
   eagerly, and the mended frame does not compile to its end in one graph
   (``rest_of_eager_frame_compiles_whole``).
@@ -392,6 +393,25 @@ def outputs_share_no_graph_with_a_lowered_guard(output, claims) -> str | None:
     return None
 
 
+def outputs_share_no_graph_with_an_input_written_in_place(output, claims) -> str | None:
+    """Inductor frees a graph input too early when the graph holds an output operator
+    and writes an input in place from another tensor (``x.copy_(y)``, ``torch.exp(y,
+    out=x)``, ``x.add_(y)``), before the output or after it: the kernel that writes the
+    input then reads a deleted name (UnboundLocalError; long fuzz run seeds 20150,
+    20325 with the write before, 72075 after; the same with any ordered-effect operator
+    in place of graphmend's). Output in such a graph keeps its break, unless the backend
+    runs the graph's ops in order."""
+    if not any(claim.kind == OUTPUT for claim in claims.values()) or backend_keeps_graph_order(output):
+        return None
+    for node in output.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        example = node.meta.get("example_value")
+        if isinstance(example, torch.Tensor) and example._version > 0:
+            return f"the graph writes its input `{node.name}` in place, and the backend may free it early"
+    return None
+
+
 def backend_keeps_graph_order(output) -> bool:
     try:
         from torch._dynamo.backends.registry import lookup_backend
@@ -415,7 +435,9 @@ def backend_keeps_graph_order(output) -> bool:
 
 def _refusals(output, claims, graph_break: bool):
     """(site, kind, reason) for each claim the whole trace refuses."""
-    with_guard = outputs_share_no_graph_with_a_lowered_guard(output, claims)
+    with_guard = outputs_share_no_graph_with_a_lowered_guard(output, claims) or (
+        outputs_share_no_graph_with_an_input_written_in_place(output, claims)
+    )
     if with_guard is not None:
         return [(claim.site, _ALWAYS, with_guard) for claim in claims.values() if claim.kind == OUTPUT]
     for_all = random_draws_stay_on_their_side(output, claims)
