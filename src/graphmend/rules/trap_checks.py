@@ -24,6 +24,12 @@ rendered inside the graph when the check fails (``graphmend::check_message``), f
 the values at the call, as the f-string formats them; a hole's tensor must then be a
 0-d plain tensor (checked while tracing), whose text is its number.
 
+A call that is not lowered (a condition below fails, or one checked while tracing)
+stays a call with its break, made through ``checks.call_eagerly`` outside TorchDynamo
+when the callee is a known helper (``_kept_call``): it raises what it raises eagerly,
+where the helper traced by TorchDynamo raises RuntimeError, and a caught failure is
+caught as eagerly (fuzz seed 72508).
+
 Legality conditions (each a function, returning the reason it fails):
 ``arguments_bind``, ``message_is_text``, ``message_holes_formattable``,
 ``message_calls_are_pure`` here; ``why_not_tensorizable``, ``exception_restorable``,
@@ -57,6 +63,7 @@ from graphmend.rules.trap import (
 from graphmend.runtime.checks import KNOWN_CHECK_NAMES
 
 _PARAMETERS = ("cond", "msg", "error_type")
+_KEPT_AS_A_CALL = "; kept as a call, made eagerly under torch.compile so that it raises its own error type"
 
 
 def check_call_of(statement: ast.stmt) -> ast.Call | None:
@@ -152,6 +159,35 @@ def _as_guard(call: ast.Call, arguments: dict[str, ast.expr], error_type: ast.ex
     return guard
 
 
+def _kept_call(statement: ast.Expr, call: ast.Call) -> list[ast.stmt]:
+    """The check call as the helper makes it eagerly:
+
+        if __graphmend__.is_compiling() and not __graphmend__.checks.runs_eagerly(CALLEE):
+            CALLEE(...)
+        else:
+            __graphmend__.checks.call_eagerly(CALLEE, ...)
+
+    A known helper's call is made outside TorchDynamo, keeping its break, so that a
+    failing check raises what it raises eagerly (the helper traced by TorchDynamo raises
+    RuntimeError instead of its ``error_type``), also where TorchDynamo runs the frame
+    eagerly and would compile the helper's own frame. While tracing, another callee
+    (or any under ``fullgraph=True``) is called as written."""
+    eager_call = copy.deepcopy(call)
+    eager_call.func = expression(f"{RUNTIME_NAME}.checks.call_eagerly")
+    eager_call.args = [copy.deepcopy(call.func), *eager_call.args]
+    made = [ast.Expr(value=eager_call)]
+    place(made, statement)
+    traced = expression(f"not {RUNTIME_NAME}.checks.runs_eagerly(CALLEE)", CALLEE=copy.deepcopy(call.func))
+    guard = compiled_or_original([statement], [statement], f"{RULE}: original check call", also=traced)
+    guard.orelse = made
+    return [guard]
+
+
+def _kept_as_a_call(context: FunctionContext, statement: ast.Expr, call: ast.Call) -> list[ast.stmt]:
+    context.module.uses_runtime = True
+    return _kept_call(statement, call)
+
+
 def apply(context: FunctionContext) -> None:
     if not context.may_depend_on_tensor_values():
         return
@@ -166,8 +202,9 @@ def apply(context: FunctionContext) -> None:
             if any(context.data.is_data_dependent(a, node) for a in ast.walk(call) if isinstance(a, ast.expr)):
                 context.module.report(
                     context.facts, statement, VALIDATION_GUARD,
-                    f"validation check `{ast.unparse(call.func)}(...)`", RULE, arguments_bind(call),
+                    f"validation check `{ast.unparse(call.func)}(...)`", RULE, arguments_bind(call) + _KEPT_AS_A_CALL,
                 )
+                return _kept_as_a_call(context, statement, call)
             return None
         condition = arguments.get("cond")
         if condition is None or not context.data.is_data_dependent(condition, node):
@@ -194,12 +231,14 @@ def apply(context: FunctionContext) -> None:
             lambda: not_caught_in_function(context, statement),
             lambda: no_in_place_write_before_guard(context, statement),
         )
+        if reason is not None:
+            reason += _KEPT_AS_A_CALL
         finding = context.module.report(
             context.facts, statement, VALIDATION_GUARD,
             f"validation check `{ast.unparse(call.func)}({ast.unparse(condition)}, ...)`", RULE, reason,
         )
         if not finding.fixed:
-            return None
+            return _kept_as_a_call(context, statement, call)
         context.module.uses_runtime = True
         given_error_type = arguments.get("error_type")
         site = dict(
@@ -240,6 +279,7 @@ def apply(context: FunctionContext) -> None:
             HOLES=holes, **site,
         )
         wrapped = compiled_or_original(assertion, [statement], f"{RULE}: original check call", also=lowerable)
+        wrapped.orelse = _kept_call(statement, call)
         wrapped._graphmend_trap = True
         return [wrapped]
 

@@ -169,6 +169,39 @@ def _lowerable(translator, callee, error_type, line: int, function_name: str, ho
     return traps._lowerable(translator, error_type, line, function_name)
 
 
+def runs_eagerly(callee) -> bool:
+    """While tracing, whether ``call_eagerly`` makes its call outside TorchDynamo:
+    ``callee`` is a known helper, and the trace may break (under ``fullgraph=True`` the
+    original call's own error is kept). A constant of the trace; not tracing, False."""
+    eagerly = False
+    comptime(_decide_runs_eagerly)
+    return eagerly
+
+
+def _decide_runs_eagerly(context) -> None:
+    def decide(tracer, callee):
+        user = claims.user_translator(tracer)
+        check = known_check_function(callee)
+        if user is None or check is None or check.disabled():
+            return False  # a disabled helper's traced call checks nothing and keeps the graph whole
+        root = user.output.root_tx
+        return not (getattr(root, "one_graph", False) or getattr(root, "error_on_graph_break", False))
+
+    claims.decide_in_trace(context, "eagerly", ("callee",), decide)
+
+
+@torch._dynamo.disable
+def call_eagerly(callee, *args, **kwargs):
+    """Call a known helper as eager code does, outside TorchDynamo (which breaks the
+    graph at this call, as it does at the helper's own ``torch._check_tensor_all``):
+    a failing check raises the helper's ``error_type`` and message, where the helper
+    traced by TorchDynamo raises RuntimeError (fuzz seed 72508: a caught
+    ``IndexError`` became an uncaught RuntimeError). Also where TorchDynamo runs the
+    caller's frame eagerly, it would compile the helper's own frame. Rewritten code
+    calls it while tracing only when ``runs_eagerly(callee)``."""
+    return callee(*args, **kwargs)
+
+
 def check_site(callee, error_type, line: int, function_name: str) -> int:
     """The trap site of the check call being traced (a constant of the trace)."""
     number = -1
