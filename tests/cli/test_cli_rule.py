@@ -33,15 +33,22 @@ def test_the_whole_trace_checks_it_names_exist():
     from graphmend.cli.rule import _WHOLE_TRACE_CHECKS
 
     names = re.findall(r"\((\w+)\)", _WHOLE_TRACE_CHECKS)
-    assert len(names) == 5
+    assert len(names) == 6
     for name in names:
         assert callable(getattr(claims, name)), name
 
 
 def test_a_category_no_rule_rewrites_says_so(cli):
-    outcome = cli("rule", "TI")
+    outcome = cli("rule", "DO")
     assert outcome.code == 0
     assert "No graphmend rule rewrites it" in outcome.out
+
+
+def test_a_category_one_rule_rewrites_in_part_says_which(cli):
+    outcome = cli("rule", "TI")
+    assert outcome.code == 0
+    assert "any other is reported, not\nrewritten" in outcome.out
+    assert "read_only_by_checks" in outcome.out
 
 
 def test_an_unknown_code_is_a_one_line_error(cli):

@@ -41,14 +41,18 @@ _UNFIXED = {
     TENSOR_ITEM: (
         "`tensor.item()` (and `.tolist()`) copies a tensor value into a Python number.\n"
         "TorchDynamo breaks the graph there unless `torch._dynamo.config.capture_scalar_outputs`\n"
-        "is set, which changes other programs' behaviour. No graphmend rule rewrites it;\n"
-        "`graphmend check` reports it so that its cost is visible."
+        "is set, which changes other programs' behaviour. One whose value only a known\n"
+        "validation check reads stays a tensor (Trap, below); any other is reported, not\n"
+        "rewritten, so that its cost is visible."
     ),
     DATA_DEPENDENT_OPERATOR: (
         "An operator TorchDynamo reports as data dependent: its result (not only its shape)\n"
         "cannot be traced from the shapes of its inputs. No graphmend rule rewrites it."
     ),
 }
+
+# Categories reported in general, of which one rule rewrites a narrow case.
+_PARTLY_REWRITTEN_BY = {TENSOR_ITEM: "graphmend.rules.trap_items"}
 
 # What a category holds beyond what its rule rewrites.
 _NOT_REWRITTEN_BY_THE_RULE = {
@@ -65,7 +69,9 @@ and the frame traced again where
   - an op after it fails while TorchDynamo traces it (no_later_op_failed_while_tracing);
   - the joined graph records autograd (joined_graph_records_no_autograd);
   - random draws sit on both sides of it (random_draws_stay_on_their_side);
-  - output shares the graph with a lowered guard (outputs_share_no_graph_with_a_lowered_guard);
+  - output shares the graph with a lowered guard (outputs_share_no_graph_with_a_lowered_guard)
+    or, under a backend that may reorder, with an input written in place
+    (outputs_share_no_graph_with_an_input_written_in_place);
   - the rest of the original frame ran eagerly and the mended frame still breaks later
     (rest_of_eager_frame_compiles_whole).
 `graphmend explain` names the check for a break kept this way."""
@@ -85,7 +91,11 @@ def explain_category(code: str) -> str:
     title = CATEGORY_TITLES[code]
     module_name = _RULE_MODULES.get(code)
     if module_name is None:
-        return f"{code}: {title}\n\n{_UNFIXED[code]}"
+        text = f"{code}: {title}\n\n{_UNFIXED[code]}"
+        partly = _PARTLY_REWRITTEN_BY.get(code)
+        if partly is not None:
+            text += "\n\n" + inspect.cleandoc(importlib.import_module(partly).__doc__ or "")
+        return text
     module = importlib.import_module(module_name)
     rule_name = module_name.rsplit(".", 1)[1].capitalize()
     parts = [inspect.cleandoc(module.__doc__ or "")]

@@ -38,13 +38,13 @@ from graphmend.rewrite.templates import (
     is_original,
     statements,
 )
-from graphmend.rules import capture, capture_loops, defer, trap, trap_checks, where
+from graphmend.rules import capture, capture_loops, defer, trap, trap_checks, trap_items, where
 from graphmend.rules.base import FunctionContext, ModuleContext
 
 ALL_RULES = ("trap", "where", "defer", "capture")
 # Each rule's passes, in order; facts are recomputed before each pass.
 RULES = {
-    "trap": (trap.apply, trap_checks.apply),
+    "trap": (trap.apply, trap_items.apply, trap_checks.apply),
     "where": (where.apply,),
     "defer": (defer.apply,),
     "capture": (capture_loops.apply, capture.apply),
@@ -169,9 +169,12 @@ def _summarise_functions(tree: ast.Module) -> dict[int, _FunctionSummary]:
 _DYNAMIC_SHAPE_NAMES = frozenset(name.rsplit(".", 1)[1] for name in DYNAMIC_SHAPE_FUNCTIONS)
 
 
-def _report_unfixable(context: ModuleContext, in_scope, summaries, capturing: bool = False) -> None:
+def _report_unfixable(
+    context: ModuleContext, in_scope, summaries, capturing: bool = False, trapping: bool = False
+) -> None:
     """``.item()`` and dynamic-shape operators no rule keeps in the graph (with
-    ``capturing``, the positions operators are the Capture rule's to report)."""
+    ``capturing``, the positions operators are the Capture rule's to report; with
+    ``trapping``, an ``.item()`` a check reads is Trap's)."""
     for facts in iter_functions(context.tree, context.bindings):
         if in_scope is not None and id(facts.function) not in in_scope:
             continue
@@ -184,7 +187,7 @@ def _report_unfixable(context: ModuleContext, in_scope, summaries, capturing: bo
                 continue
             if capturing and capture_loops.is_list_of_chosen_classes(node):
                 continue  # the Capture rule reports the statement
-            if data.first_item_call(node) is node:
+            if data.first_item_call(node) is node and not (trapping and trap_items.is_lifted_item(facts, node)):
                 context.report(
                     facts, node, TENSOR_ITEM, f"`{ast.unparse(node.func)}()` copies a tensor value to Python",
                     None, "the value leaves the graph; no source rewrite keeps it inside",
@@ -297,7 +300,7 @@ def mend_module_source(
     if scope == "entry":
         in_scope, entry = _entry_scope(tree, bindings, known_helpers, compiled_elsewhere)
     summaries = _summarise_functions(tree)
-    _report_unfixable(context, in_scope, summaries, capturing="capture" in selected)
+    _report_unfixable(context, in_scope, summaries, capturing="capture" in selected, trapping="trap" in selected)
     for rule_name in selected:
         for rule_pass in RULES[rule_name]:
             for facts in iter_functions(tree, bindings):

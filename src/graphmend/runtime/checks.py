@@ -142,13 +142,15 @@ def holes_renderable(holes) -> str | None:
     """A hole of the message is rendered when the check fails, from the tensor's value
     then: exactly as the f-string formats it only for a 0-d plain tensor (its number);
     any other value must be a constant of the trace, formatted while tracing."""
-    from torch._dynamo.variables import TensorVariable
+    from torch._dynamo.variables import SymNodeVariable, TensorVariable
 
     for item in holes.unpack_var_sequence(None) if hasattr(holes, "unpack_var_sequence") else holes.items:
         if isinstance(item, TensorVariable):
             example = item.as_proxy().node.meta.get("example_value")
             if item.python_type() is not torch.Tensor or example is None or example.dim() != 0:
                 return "a tensor in the message is not a 0-d plain tensor, whose text is its number"
+        elif isinstance(item, SymNodeVariable) and item.python_type() is int:
+            continue  # a size known only while running (a captured count): rendered as a 0-d tensor
         elif not item.is_python_constant():
             # A symbolic size (dynamic shapes) among them: not rendered yet.
             return "a value in the message is neither a 0-d tensor nor a constant of the trace"
@@ -200,6 +202,21 @@ def call_eagerly(callee, *args, **kwargs):
     caller's frame eagerly, it would compile the helper's own frame. Rewritten code
     calls it while tracing only when ``runs_eagerly(callee)``."""
     return callee(*args, **kwargs)
+
+
+def keeps_item_tensor(value) -> bool:
+    """While tracing, whether ``value.item()`` may stay ``value`` for a check that reads
+    it (``rules/trap_items.py``): a plain 0-d int64 or bool tensor, which compares with
+    integers in int64's range and formats exactly as its Python int does (a narrower
+    integer dtype could not hold the integer it is compared with). A constant of the
+    trace; not tracing, False."""
+    return (
+        torch.compiler.is_compiling()
+        and type(value) is torch.Tensor
+        and value.dim() == 0
+        and value.layout == torch.strided
+        and value.dtype in (torch.int64, torch.bool)
+    )
 
 
 def check_site(callee, error_type, line: int, function_name: str) -> int:
@@ -258,6 +275,8 @@ def assert_check(holds, site_number: int, line: int, function_name: str, pieces:
             texts.append((piece,))
             continue
         value, spec = piece
+        if _is_traced_size(value):
+            value = torch.scalar_tensor(value, dtype=torch.int64)  # formats as the int does
         if isinstance(value, torch.Tensor):
             texts.append(spec)
             tensors.append(value)
@@ -267,6 +286,23 @@ def assert_check(holds, site_number: int, line: int, function_name: str, pieces:
     if isinstance(holds, torch.Tensor):
         holds = torch.ops.graphmend.check_message(holds, template, tensors)
     traps.assert_guard(holds, traps.site_message(site_number, line, function_name, traps.RENDERED_MESSAGE))
+
+
+def _is_traced_size(value) -> bool:
+    """While tracing, whether ``value`` is a symbolic int (a size known only when the
+    graph runs, such as a captured count). A constant of the trace."""
+    symbolic = False
+    comptime(_decide_traced_size)
+    return symbolic
+
+
+def _decide_traced_size(context) -> None:
+    from torch._dynamo.variables import SymNodeVariable
+
+    claims.decide_in_trace(
+        context, "symbolic", ("value",), lambda _tracer, symbolic: symbolic,
+        read=lambda variable: isinstance(variable, SymNodeVariable) and variable.python_type() is int,
+    )
 
 
 def _template_number(template: tuple) -> int:
