@@ -145,7 +145,7 @@ def other_module_source(library: str) -> str:
 
 
 class _Generator:
-    def __init__(self, seed: int, positions: bool = True):
+    def __init__(self, seed: int, positions: bool = True, item_checks: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -170,6 +170,11 @@ class _Generator:
         self.positions = False
         self.positions_counter = 0
         self.mask_rng = random.Random(f"mask-index-{seed}")
+        # ``.item()`` counts that a check compares, from a stream of their own.
+        self.item_rng = random.Random(f"item-check-{seed}")
+        self.item_checks_enabled = item_checks
+        self.item_counter = 0
+        self.item_check_parts = ("", "")
 
     # small helpers ---------------------------------------------------------------
 
@@ -367,13 +372,40 @@ class _Generator:
             f'f"entries {{tuple({name}.shape)}}"',
         ))
         error = rng.choice(("", ", IndexError", ", error_type=ProgramError"))
+        before, after = self.item_count_for_check(name)
+        if before:
+            condition, message = self.item_check_parts
         call = f"torch_compilable_check({condition}, {message}{error})"
         self.feature("check-call")
         if rng.random() < 0.3:
             self.feature("check-call-caught")
             caught = "ProgramError" if "ProgramError" in error else "IndexError" if "IndexError" in error else "ValueError"
-            return ["try:", f"    {call}", f"except {caught} as error:", '    print("check caught", error)']
-        return [call]
+            return before + ["try:", f"    {call}", f"except {caught} as error:", '    print("check caught", error)'] + after
+        return before + [call] + after
+
+    def item_count_for_check(self, name: str) -> tuple[list[str], list[str]]:
+        """Sometimes (a stream of its own) the check compares a count copied to Python by
+        ``.item()`` (Trap keeps it a tensor when only the check reads it): an int or a
+        float count, against a size or a constant, in the message too, and sometimes
+        read again after the check. Sets ``item_check_parts`` (condition, message)."""
+        rng = self.item_rng
+        if not self.item_checks_enabled or rng.random() >= 0.5:
+            return [], []
+        self.item_counter += 1
+        count = f"count_k{self.item_counter}"
+        value = rng.choice((f"({name} > 0).sum()", f"({name} > 0.5).long().sum()", f"{name}.sum()", f"({name} < 0).any()"))
+        comparison = rng.choice((
+            f"{count} == {name}.numel()", f"{count} != {name}.shape[0]", f"{count} <= len({name})", f"{count} >= 1",
+            f"{count} == 0",
+        ))
+        message = rng.choice((
+            f'f"{{{count}}} of {{{name}.numel()}} entries"', f'f"count {{{count}:>4}}"', '"counted"',
+            f'f"count {{{count}!r}}"',
+        ))
+        self.item_check_parts = (comparison, message)
+        self.feature("check-call-item")
+        after = [f'print("count", {count})'] if rng.random() < 0.25 else []
+        return [f"{count} = {value}.item()"], after
 
     def own_stream_statement(self, names: list[str]) -> list[str]:
         """Output through the program's own stream (``OWN_STREAM``), whose ``write`` is
@@ -754,7 +786,8 @@ class _Generator:
         )
 
 
-def generate(seed: int, positions: bool = True) -> Program:
+def generate(seed: int, positions: bool = True, item_checks: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
-    positions construct existed (the seeds of earlier long runs)."""
-    return _Generator(seed, positions).program()
+    positions construct existed (the seeds of earlier long runs; it implies
+    ``item_checks=False``); ``item_checks=False``: before checks of ``.item()`` counts."""
+    return _Generator(seed, positions, item_checks and positions).program()

@@ -85,6 +85,10 @@ def main(argv=None) -> int:
         "--without-positions", action="store_true",
         help="programs as the grammar drew them before its positions construct (earlier runs' seeds)",
     )
+    parser.add_argument(
+        "--without-item-checks", action="store_true",
+        help="draw programs as the grammar did before checks of .item() counts (the seeds of earlier runs)",
+    )
     parser.add_argument("--minimise-per-class", type=int, default=2)
     parser.add_argument("--minimise-budget", type=float, default=120.0, help="seconds per reproducer")
     parser.add_argument("--findings", help="append each minimised finding to this markdown file")
@@ -122,7 +126,7 @@ def main(argv=None) -> int:
     for seed in seeds:
         if options.time_limit and time.monotonic() - started > options.time_limit:
             break
-        program = generate(seed, positions=not options.without_positions)
+        program = generate(seed, positions=not options.without_positions, item_checks=not options.without_item_checks)
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
             modes.append("compiled:aot_eager")
