@@ -100,7 +100,7 @@ def test_grammar_program_behaves_the_same_once_mended(seed: int) -> None:
 
 # Seeds the long runs found differing, with the modes they differed in; each is fixed
 # (docs/fuzzing-2026-11-30*.md; 30017 and the 40000s: the twelfth session, with the
-# own-stream construct; 53307, 54150 and 54225: the thirteenth, the harness; 70303, 71221, 71925, 73023 and 80296: the fourteenth, the harness; 80453 and 80599: Capture's claims; 72900 and 81724 (the fifteenth): Where selecting a name nothing reads after the branch; 72075: an output in an inductor graph writing an input in place; 72508 and 90499: check calls made outside TorchDynamo; 53506, the same session's
+# own-stream construct; 53307, 54150 and 54225: the thirteenth, the harness; 70303, 71221, 71925, 73023 and 80296: the fourteenth, the harness; 80453 and 80599: Capture's claims; 72900 and 81724 (the fifteenth): Where selecting a name nothing reads after the branch; 72075: an output in an inductor graph writing an input in place; 72508 and 90499: check calls made outside TorchDynamo; 91042: the harness, zero gradients past a check the original compiled failed; 53506, the same session's
 # other harness finding, is a test of its own in test_observe.py, its program having
 # changed with the check-call construct). They run in the full tier.
 LONG_RUN_FINDINGS: dict[int, tuple[str, ...]] = {
@@ -124,12 +124,12 @@ LONG_RUN_FINDINGS: dict[int, tuple[str, ...]] = {
     80453: ("compiled:aot_eager",), 80599: ("compiled:eager", "compiled:aot_eager"),
     72075: ("compiled:inductor",), 72508: ("compiled:eager", "compiled:aot_eager"),
     72900: ("compiled:aot_eager",), 81724: ("compiled:aot_eager",),
-    90499: ("compiled:eager", "compiled:aot_eager"),
+    90499: ("compiled:eager", "compiled:aot_eager"), 91042: ("compiled:aot_eager",),
 }
 
 
 # Found by runs whose grammar had no positions construct: their programs as then drawn.
-FOUND_WITH_POSITIONS = frozenset({80296, 80453, 80599, 81724, 90499})
+FOUND_WITH_POSITIONS = frozenset({80296, 80453, 80599, 81724, 90499, 91042})
 FOUND_BEFORE_POSITIONS = frozenset(LONG_RUN_FINDINGS) - FOUND_WITH_POSITIONS
 # Found by runs whose grammar had checks of ``.item()`` counts (none yet).
 FOUND_WITH_ITEM_CHECKS: frozenset[int] = frozenset()

@@ -217,6 +217,29 @@ def test_under_aot_autograd_a_gradient_zero_may_have_either_sign_but_nothing_els
     assert not each_call(eager, compiled, [gradient(0.0, -0.25)], zero_signs_aside=True)
 
 
+def test_zero_gradient_for_none_only_where_the_original_compiled_failed_as_torch_did() -> None:
+    """Seed 91042: the original compiled raised a traced check's RuntimeError where the
+    mended call, like eager code, caught the check's own error and went on; AOTAutograd
+    then gave an input whose graph output nothing used zeros where eager gives None (as
+    it does for the original with its check made eagerly). Only zeros, only for such a
+    call, only under AOTAutograd."""
+    from .observe import Normaliser, _each_call_is_the_originals as each_call
+
+    normalise = Normaliser({}, {})
+    none = ("NoneType", None)
+
+    def observed(error, y_grad):
+        return _observation(error=error, gradients=(none, y_grad))
+
+    eager = [observed(None, none)]
+    failed = [observed("RuntimeError", none)]
+    zeros, halves = normalise(torch.tensor([0.0, -0.0])), normalise(torch.tensor([0.5, 0.0]))
+    assert each_call(eager, failed, [observed(None, zeros)], zero_signs_aside=True)
+    assert not each_call(eager, failed, [observed(None, halves)], zero_signs_aside=True)
+    assert not each_call(eager, failed, [observed(None, zeros)])
+    assert not each_call(eager, [observed(None, none)], [observed(None, zeros)], zero_signs_aside=True)
+
+
 def test_under_inductor_numbers_in_printed_text_compare_as_float_bits_aside() -> None:
     """Seed 71925: a sum inductor computes in the graph prints its own last digits."""
     from .observe import Observation, _each_call_is_the_originals as each_call
