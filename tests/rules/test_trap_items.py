@@ -106,6 +106,24 @@ MUST_NOT_REWRITE = {
         """,
         "read outside a validation check",
     ),
+    "read_only_by_checks__chained_comparison": (
+        """
+        def main(x, n):
+            count = (x > 0).sum().item()
+            torch_compilable_check(0 < count <= x.shape[0], f"{count} positive")
+            return x
+        """,
+        "read outside a validation check",
+    ),
+    "read_only_by_checks__converted_in_the_message": (
+        """
+        def main(x, n):
+            count = (x > 0).sum().item()
+            torch_compilable_check(count == 4, f"{count!r} positive")
+            return x
+        """,
+        "read outside a validation check",
+    ),
     "reads_see_only_this_value": (
         """
         def main(x, n):

@@ -24,12 +24,13 @@ Legality conditions (each a function, returning the reason it fails):
 - ``assigns_one_local``: ``NAME = EXPR.item()``, ``NAME`` a plain local (no
   ``global``/``nonlocal``, not read by a nested function).
 - ``read_only_by_checks``: every read the assignment reaches is in a known check
-  call (``trap_checks.check_call_of``): an operand of the comparison that is its
-  whole condition, or an f-string hole (no ``!r``/``!s``/``!a``) of its message.
+  call (``trap_checks.check_call_of``): an operand of the comparison (one operator)
+  that is its whole condition, or an f-string hole (no ``!r``/``!s``/``!a``) of its
+  message.
 - ``reads_see_only_this_value``: no other binding of ``NAME`` reaches those reads.
 - ``compared_with_integers``: the comparison's other operands are integers: int
-  constants, sizes (``.shape[i]``, ``.size(i)``, ``len(...)``, ``.numel()``,
-  ``.dim()``), or locals bound only to those.
+  constants in int64's range, tensor sizes (``.shape[i]``, ``.size(i)``, ``len(...)``
+  with the builtin ``len``, ``.numel()``, ``.dim()``), or locals bound only to those.
 """
 
 from __future__ import annotations
@@ -136,7 +137,9 @@ def _check_reading(read: ast.Name, parents: dict[int, ast.AST]) -> tuple[ast.Cal
     "cond") for an operand of the comparison that is the condition, (call, "msg") for
     a plain hole of the message f-string; else None."""
     parent = parents.get(id(read))
-    if isinstance(parent, ast.Compare):
+    if isinstance(parent, ast.Compare) and len(parent.ops) == 1:
+        # One operator: a chained comparison is an ``and`` of tensors, which reads
+        # their truth on the host.
         call = parents.get(id(parent))
         if isinstance(call, ast.Call) and _argument(call, "cond") is parent:
             return (call, "cond") if _is_check_statement(call, parents) else None
@@ -193,7 +196,10 @@ def _is_integer(context: FunctionContext, expression: ast.expr, cfg_node, seen: 
         )
     if isinstance(expression, ast.Call):
         func = expression.func
-        if isinstance(func, ast.Name) and func.id == "len" and not context.facts.is_local("len"):
+        if (
+            isinstance(func, ast.Name) and func.id == "len" and not context.facts.is_local("len")
+            and context.module.bindings.is_unbound_builtin("len")
+        ):
             return len(expression.args) == 1 and not expression.keywords
         if isinstance(func, ast.Attribute) and func.attr in _SIZE_METHODS:
             return func.attr != "size" or len(expression.args) == 1
