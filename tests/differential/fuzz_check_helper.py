@@ -1,12 +1,15 @@
-"""A validation helper with the contract of transformers 5's ``torch_compilable_check``,
-for grammar programs (``check-call``): eagerly it raises ``error_type(msg)`` when the
-condition fails; traced, it checks with ``torch._check_tensor_all`` (a graph break).
+"""The test double of transformers 5's ``torch_compilable_check``, for grammar programs
+(``check-call``) and the rule tests (tests/rules/test_trap_checks.py, test_trap_items.py):
+eagerly it raises ``error_type(msg)`` when the condition fails; traced, it checks with
+``torch._check_tensor_all`` (a graph break); with ``GRAPHMEND_TEST_DISABLE_CHECKS=1``
+it checks nothing, as transformers' does under ``TRANSFORMERS_DISABLE_TORCH_CHECK=1``.
 Importing it registers it as a known helper (``graphmend.runtime.checks``), as the
 real one is, so Trap lowers its calls; programs import it as ``graphmend_fuzz_checks``,
 whichever way the test runner imported this package."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -14,9 +17,16 @@ import torch
 from graphmend.runtime import checks
 
 MODULE_NAME = "graphmend_fuzz_checks"
+DISABLE_VARIABLE = "GRAPHMEND_TEST_DISABLE_CHECKS"
+
+
+def _disabled() -> bool:
+    return os.getenv(DISABLE_VARIABLE, "0") == "1"
 
 
 def torch_compilable_check(cond, msg, error_type=ValueError):
+    if _disabled():
+        return
     if torch.compiler.is_compiling():
         if isinstance(cond, torch.Tensor):
             torch._check_tensor_all(cond)
@@ -37,7 +47,7 @@ _HELPER = checks.CheckFunction(
     name="torch_compilable_check",
     parameters=("cond", "msg", "error_type"),
     default_error_type=ValueError,
-    disabled=lambda: False,
+    disabled=_disabled,
 )
 sys.modules.setdefault(MODULE_NAME, sys.modules[__name__])
 if _HELPER not in checks.KNOWN_CHECK_FUNCTIONS:

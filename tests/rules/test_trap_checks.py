@@ -1,15 +1,15 @@
 """[Trap] calls to a known validation helper: must-rewrite calls with break counts, one
 named must-not case per legality condition (source and trace time), differential runs.
 
-The helper below keeps the contract of transformers' ``torch_compilable_check`` (5.x):
-eagerly it raises ``error_type(msg)`` when the condition fails; traced, it checks with
-``torch._check_tensor_all`` (a graph break). The tests register it as a known helper.
+The helper is the test double of transformers' ``torch_compilable_check`` (5.x) in
+tests/differential/fuzz_check_helper.py (the fuzz programs' too): eagerly it raises
+``error_type(msg)`` when the condition fails; traced, it checks with
+``torch._check_tensor_all`` (a graph break). It is a known helper.
 With transformers 5.x installed, the last test uses the real one.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 
@@ -17,38 +17,15 @@ import pytest
 import torch
 
 from graphmend.runtime import checks, claims
+from tests.differential import fuzz_check_helper
 from helpers import assert_equivalent, breaks, finding_reasons, observe, original_and_mended
 
 
-def torch_compilable_check(cond, msg, error_type=ValueError):
-    if os.getenv("GRAPHMEND_TEST_DISABLE_CHECKS", "0") == "1":
-        return
-    if torch.compiler.is_compiling():
-        if isinstance(cond, torch.Tensor):
-            torch._check_tensor_all(cond)
-        else:
-            torch._check(cond)
-        return
-    message = msg if callable(msg) else (lambda: msg)
-    if callable(cond):
-        cond = cond()
-    if isinstance(cond, torch.Tensor):
-        torch._check_tensor_all_with(error_type, cond, message)
-    else:
-        torch._check_with(error_type, cond, message)
-
-
 def _not_a_known_helper(cond, msg, error_type=ValueError):
-    return torch_compilable_check(cond, msg, error_type)
+    return fuzz_check_helper.torch_compilable_check(cond, msg, error_type)
 
 
-TEST_HELPER = checks.CheckFunction(
-    module=__name__,
-    name="torch_compilable_check",
-    parameters=("cond", "msg", "error_type"),
-    default_error_type=ValueError,
-    disabled=lambda: os.getenv("GRAPHMEND_TEST_DISABLE_CHECKS", "0") == "1",
-)
+TEST_HELPER = fuzz_check_helper._HELPER
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +41,7 @@ PRELUDE = f"""
 import sys
 import torch
 
-torch_compilable_check = sys.modules[{__name__!r}].torch_compilable_check
+torch_compilable_check = sys.modules[{fuzz_check_helper.MODULE_NAME!r}].torch_compilable_check
 
 class ShapeError(Exception):
     pass
@@ -392,7 +369,7 @@ def test_callee_is_known_check__a_function_of_the_same_name_keeps_its_break():
 
 
 def test_checks_enabled__a_disabled_helper_checks_nothing(monkeypatch):
-    monkeypatch.setenv("GRAPHMEND_TEST_DISABLE_CHECKS", "1")
+    monkeypatch.setenv(fuzz_check_helper.DISABLE_VARIABLE, "1")
     original, mended, _ = original_and_mended(program(MUST_REWRITE["default_error_type"]))
     assert breaks(mended.main, *PASSING) == breaks(original.main, *PASSING) == 0
     assert any("disabled" in r for r in declined_while_tracing())
