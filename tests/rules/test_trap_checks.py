@@ -449,3 +449,29 @@ def test_transformers_own_helper():
     assert breaks(mended.main, *PASSING) == 0
     assert_equivalent(original.main, mended.main, torch.arange(4.0), 5.0, backends=("eager", "aot_eager"))
     assert sys.modules["transformers.utils.import_utils"] is import_utils
+
+
+def test_transformers_own_helper_in_a_try_raises_and_is_caught_as_eagerly():
+    """The real helper, kept as a call (a ``try`` catches its error): made outside
+    TorchDynamo, its IndexError is caught under ``torch.compile`` as without it, where
+    the traced helper raised RuntimeError."""
+    import_utils = pytest.importorskip("transformers.utils.import_utils")
+    if not hasattr(import_utils, "torch_compilable_check"):
+        pytest.skip("this transformers has no torch_compilable_check (it came with 5.x)")
+    source = """
+        from transformers.utils.import_utils import torch_compilable_check
+
+        def main(x, n):
+            try:
+                torch_compilable_check(x.sum() == n, f"the sum {x.sum():.1f} is not {n}", IndexError)
+            except IndexError as error:
+                print("caught", error)
+            return x * 2
+    """
+    original, mended, _ = original_and_mended(textwrap.dedent(source).replace("\n", "\nimport torch\n", 1))
+    failing = (torch.arange(4.0), 5.0)
+    eager = observe(original.main, *failing)
+    assert eager.error is None and "caught the sum 6.0 is not 5.0" in eager.stdout
+    assert isinstance(observe(original.main, *failing, compiled=True).error, RuntimeError)
+    for backend in ("eager", "aot_eager"):
+        observe(mended.main, *failing, compiled=True, backend=backend).assert_same_as(eager)
