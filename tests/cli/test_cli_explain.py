@@ -180,3 +180,31 @@ def test_explain_runs_the_script_both_ways(cli, write):
     breaks = int(lines[0].split()[2])
     assert breaks >= 4
     assert lines[-1] == f"breaks: {breaks} -> 1"
+
+
+KEPT_CHECK_SCRIPT = """\
+import torch
+from transformers.utils.import_utils import torch_compilable_check
+
+
+@torch.compile(backend="eager")
+def step(x):
+    try:
+        torch_compilable_check((x > 0).all(), "positive", IndexError)
+    except IndexError:
+        pass
+    return x * 2
+"""
+
+
+def test_a_break_new_where_a_call_is_kept_names_the_decline(tmp_path):
+    """A check call kept with its break (a ``try`` catches it) breaks at the call in the
+    mended run, where the original broke inside the helper: the new break says why."""
+    script = tmp_path / "script.py"
+    script.write_text(KEPT_CHECK_SCRIPT)
+    path = str(script)
+    original = [GraphBreak("/site-packages/transformers/utils/import_utils.py", 1993, "Data-dependent branching")]
+    mended = [GraphBreak(path, 8, "Skip calling `torch.compiler.disable()`d function")]
+    text = "\n".join(explain_breaks(original, mended, StaticView(Settings(), path)))
+    assert f"  {os.path.relpath(path)}:8: Skip calling" in text
+    assert "    graphmend: Trap declined: the raise may be caught by an enclosing `try`; kept as a call" in text

@@ -346,6 +346,11 @@ def explain_breaks(
         lines.append(f"new in the mended run: {_plural(len(new), 'graph break')}")
         for (file, line), group in _count_by_location(new).items():
             lines.append(f"  {_display_path(file)}:{line}: {group[0].summary()}")
+            kept = _best_finding(static.findings_at(file, line), None)
+            if kept is not None and kept.rule and not kept.fixed:
+                # A call kept with its break where the original broke inside the callee
+                # (a validation helper made outside TorchDynamo): the same break, moved.
+                lines.append(f"    graphmend: {kept.rule} declined: {kept.reason}")
     for mode, found in (recompilations or {}).items():
         if found:
             lines.append(f"recompilations in the {mode} run: {len(found)}")
