@@ -1,7 +1,6 @@
 """The built-in suite, the registry, model files, and the paper's Table 2 figures."""
 
 import pytest
-import torch
 
 from benchmarks import paper, suite
 from benchmarks.suite import BenchModel, load_model_file, register, select_models
@@ -131,17 +130,3 @@ def test_builtin_models_build_with_transformers():
     output = model.eval()(**kwargs)
     assert output.logits.shape[:2] == kwargs["input_ids"].shape
 
-
-class _BreaksOnce(torch.nn.Module):
-    def forward(self, x):
-        y = x * 2
-        torch._dynamo.graph_break()
-        return y + 1
-
-
-def test_graphs_over_calls_counts_every_graph_of_every_call(registry):
-    """Two graphs on the first call (one break), none compiled again on the next."""
-    from benchmarks.graphs_over_calls import graphs_over_calls
-
-    register(BenchModel("breaks-once", lambda: (_BreaksOnce(), {"x": torch.ones(3)}), requires=()))
-    assert graphs_over_calls("breaks-once", "original", calls=4) == 2
