@@ -129,4 +129,3 @@ def test_builtin_models_build_with_transformers():
     model, kwargs = suite.get_model("biogpt").build()
     output = model.eval()(**kwargs)
     assert output.logits.shape[:2] == kwargs["input_ids"].shape
-
