@@ -222,3 +222,37 @@ def test_dependence_does_not_depend_on_the_order_of_questions():
     reversed_order = [backward.is_data_dependent(node.test, facts.node_for(node)) for node in reversed(branches)]
     assert in_order == [True, True]
     assert reversed_order == [True, True]
+
+
+@pytest.mark.parametrize(
+    "jump",
+    ["return x", "raise ValueError()", "y = x.undefined_attribute", "break", "continue"],
+)
+def test_a_definition_in_try_reaches_its_finally_past_any_jump(jump):
+    """A ``finally`` block runs after the try body leaves it by any jump (or an
+    exception), so a binding made before the jump reaches the reads in ``finally``:
+    Where selected a branch's name only when a read may see it, and a read in
+    ``finally`` after a ``return`` was missed (the compiled form kept the earlier value)."""
+    from graphmend.analysis.cfg import ControlFlowGraph
+    from graphmend.analysis.reaching import ReachingDefinitions
+
+    source = textwrap.dedent(
+        f"""
+        def f(x):
+            for step in range(2):
+                h = 1
+                try:
+                    h = 2
+                    {jump}
+                finally:
+                    print(h)
+        """
+    )
+    function = ast.parse(source).body[0]
+    graph = ControlFlowGraph(function)
+    reaching = ReachingDefinitions(graph)
+    loop = function.body[0]
+    try_statement = loop.body[1]
+    printed = graph.node_of[try_statement.finalbody[0]]
+    values = {d.value.value for d in reaching.reaching(printed, "h") if d.value is not None}
+    assert 2 in values

@@ -145,7 +145,7 @@ def other_module_source(library: str) -> str:
 
 
 class _Generator:
-    def __init__(self, seed: int, positions: bool = True, item_checks: bool = True):
+    def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -175,6 +175,9 @@ class _Generator:
         self.item_checks_enabled = item_checks
         self.item_counter = 0
         self.item_check_parts = ("", "")
+        # Reads in ``finally`` of a name the try body may rebind, from a stream of their own.
+        self.finally_rng = random.Random(f"finally-read-{seed}")
+        self.finally_reads_enabled = finally_reads
 
     # small helpers ---------------------------------------------------------------
 
@@ -668,7 +671,18 @@ class _Generator:
             ]
         if form in ("finally", "except-finally"):
             lines += ["finally:", f'    print("finally", {self.pick(["x.sum()", "len(items)", "COUNT"])})']
+            lines += self.finally_read(names)
         return lines
+
+    def finally_read(self, names: list[str]) -> list[str]:
+        """Sometimes (a stream of its own) the ``finally`` block also prints a name the
+        try body may rebind: a ``return``, ``break`` or ``continue`` in the body reaches
+        it too, so the name's value there is the body's."""
+        if not self.finally_reads_enabled or self.finally_rng.random() >= 0.5:
+            return []
+        self.feature("finally-read")
+        name = self.finally_rng.choice(names)
+        return [f'    print("finally read", {name}.sum())']
 
     def statement_loop(self, names, depth, in_loop):
         self.feature("loop")
@@ -786,8 +800,9 @@ class _Generator:
         )
 
 
-def generate(seed: int, positions: bool = True, item_checks: bool = True) -> Program:
+def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
-    positions construct existed (the seeds of earlier long runs; it implies
-    ``item_checks=False``); ``item_checks=False``: before checks of ``.item()`` counts."""
-    return _Generator(seed, positions, item_checks and positions).program()
+    positions construct existed (the seeds of earlier long runs; it implies the two
+    below False); ``item_checks=False``: before checks of ``.item()`` counts;
+    ``finally_reads=False``: before ``finally`` blocks read the try body's names."""
+    return _Generator(seed, positions, item_checks and positions, finally_reads and positions).program()

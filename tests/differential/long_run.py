@@ -86,6 +86,10 @@ def main(argv=None) -> int:
         help="programs as the grammar drew them before its positions construct (earlier runs' seeds)",
     )
     parser.add_argument(
+        "--without-finally-reads", action="store_true",
+        help="draw programs as the grammar did before finally blocks read the try body's names",
+    )
+    parser.add_argument(
         "--without-item-checks", action="store_true",
         help="draw programs as the grammar did before checks of .item() counts (the seeds of earlier runs)",
     )
@@ -126,7 +130,10 @@ def main(argv=None) -> int:
     for seed in seeds:
         if options.time_limit and time.monotonic() - started > options.time_limit:
             break
-        program = generate(seed, positions=not options.without_positions, item_checks=not options.without_item_checks)
+        program = generate(
+            seed, positions=not options.without_positions, item_checks=not options.without_item_checks,
+            finally_reads=not options.without_finally_reads,
+        )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
             modes.append("compiled:aot_eager")

@@ -517,6 +517,28 @@ def test_only_names_read_after_the_branch_are_selected(read_after):
     assert ("h = __graphmend__.select(" in mend(source).source) == read_after
 
 
+def test_a_name_read_in_finally_after_a_return_is_selected():
+    """The ``finally`` block reads ``h`` after the ``return`` leaves the try: the branch's
+    value must be selected (the analysis once missed the jump into ``finally``)."""
+    source = _source(
+        """
+        SEEN = []
+
+        def f(x):
+            h = x * 2
+            try:
+                if x.sum() > 0:
+                    h = x + 1
+                return x * 3
+            finally:
+                SEEN.append(h * 1)
+        """
+    )
+    make_args = lambda module: (torch.tensor([1.0, 2.0, 3.0]),)  # noqa: E731
+    assert_same_behaviour(source, make_args, expect_fixed=True)
+    assert "h = __graphmend__.select(" in mend(source).source
+
+
 @pytest.mark.parametrize("shape_y", [(3,), (4,)])
 def test_operands_combine_checked_while_tracing(shape_y):
     """7: a shape mismatch in the untaken arm: the compiled form keeps the original."""

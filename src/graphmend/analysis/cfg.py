@@ -110,6 +110,7 @@ class ControlFlowGraph:
         return [node]
 
     def _try(self, statement, predecessors: list[CfgNode]) -> list[CfgNode]:
+        first_inside = len(self.nodes)
         handlers = [self._new(handler, "handler") for handler in statement.handlers]
         self._handlers.append(handlers)
         body_exits = self._block(statement.body, predecessors)
@@ -121,5 +122,15 @@ class ControlFlowGraph:
         for handler_statement, handler in zip(statement.handlers, handlers):
             exits = exits + self._block(handler_statement.body, [handler])
         if statement.finalbody:
-            exits = self._block(statement.finalbody, exits)
+            # The finally block also runs after any statement of the try leaves it
+            # abruptly (a return, a raise, an exception no handler takes, a break or
+            # continue), and then execution goes on where that jump was going.
+            inside = self.nodes[first_inside:]
+            exits = self._block(statement.finalbody, exits + [n for n in inside if n not in exits])
+            for node in exits:
+                self._edge(node, self.exit)
+                if self._loops:
+                    header, breaks = self._loops[-1]
+                    self._edge(node, header)
+                    breaks.extend(n for n in [node] if n not in breaks)
         return exits
