@@ -42,6 +42,10 @@ def torch_compilable_check(cond, msg, error_type=ValueError):
         torch._check_with(error_type, cond, message)
 
 
+# The helper as the harness's reference runs it: outside TorchDynamo, raising what it
+# raises eagerly (``observe.CHECKS_MADE_EAGERLY``).
+torch_compilable_check_eagerly = torch._dynamo.disable(torch_compilable_check)
+
 _HELPER = checks.CheckFunction(
     module=MODULE_NAME,
     name="torch_compilable_check",

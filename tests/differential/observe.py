@@ -308,10 +308,18 @@ class LoadedCode:
     main_code: types.CodeType | None = None
 
 
+# The original program with its validation helper made outside TorchDynamo, as graphmend
+# makes a check call it keeps (``checks.call_eagerly``): the same line, another callee.
+_CHECK_IMPORT = "from graphmend_fuzz_checks import torch_compilable_check"
+CHECKS_MADE_EAGERLY = "original-checks-made-eagerly"
+
+
 def prepare(
     program: Program, variant: str, backend: str, filename: str, module_name: str, mended_source: str | None = None
 ) -> LoadedCode:
     source = with_backend(program.source, backend)
+    if variant == CHECKS_MADE_EAGERLY:
+        source = source.replace(_CHECK_IMPORT, _CHECK_IMPORT + "_eagerly as torch_compilable_check")
     if variant == "mended" and mended_source is not None:  # the harness's own tests: a hand-made "mended" text
         source, variant = with_backend(mended_source, backend), "given"
     main_name = main_code = None
@@ -530,6 +538,17 @@ def compare(
         if _each_call_is_the_originals(
             reference, original_compiled, actual, output_lines_apart=under_inductor, draws_kept=draws_kept,
             zero_signs_aside=joint_backward,
+        ) or (
+            # A check call graphmend keeps is made outside TorchDynamo, raising (and
+            # caught) as eagerly where the traced helper raises RuntimeError: past such a
+            # call the original compiled is no reference, the original with its checks
+            # made so is (seeds 7349 and 91042: AOTAutograd's gradients of the calls
+            # that then ran on, summed in its order, zeros for an unused graph output).
+            program.features.get("check-call")
+            and _each_call_is_the_originals(
+                reference, observe(CHECKS_MADE_EAGERLY, mode), actual, output_lines_apart=under_inductor,
+                draws_kept=draws_kept, zero_signs_aside=joint_backward,
+            )
         ):
             report.torch_own.append(difference)
         elif under_inductor and _each_call_is_the_originals(
@@ -584,10 +603,7 @@ def _each_call_is_the_originals(
     ``zero_signs_aside`` (AOTAutograd's backends): gradients compare with the sign of
     their zeros set aside. The backward AOTAutograd traces computes a zero gradient as
     +0 where eager autograd's may give -0 (seed 71221: ``y.neg_()`` before a product
-    with a zero draw); every other bit still counts. On a call where the original
-    compiled failed as TorchDynamo does and the mended call ran as eagerly, an input's
-    gradient may also be zeros where eager's is None (seed 91042: AOTAutograd's
-    gradient for an input of a graph whose output nothing used)."""
+    with a zero draw); every other bit still counts."""
 
     def piece(observation, names, index=None):
         values = tuple(getattr(observation, name) for name in names)
@@ -636,17 +652,6 @@ def _each_call_is_the_originals(
         for names, index in pieces(observed, after_torch_failure, torch_failure_now):
             if piece(observed, names, index) in (piece(reference, names, index), piece(original, names, index)):
                 continue
-            if (
-                names == ("gradients",) and zero_signs_aside and original.error != reference.error
-                and observed.error == reference.error
-                and _zeros_where_none(piece(observed, names, index), piece(reference, names, index))
-            ):
-                # The original compiled failed as TorchDynamo does (a traced check's
-                # RuntimeError) where the mended call ran as eagerly: past that point
-                # AOTAutograd gives an input of a graph whose output nothing used a zero
-                # gradient, as it does for the original with its check made eagerly
-                # (seed 91042; the class of seed 40497).
-                continue
             if names == ("rng",) and draws_kept is not None:
                 kept = kept if kept is not None else draws_kept()
                 if call < len(kept) and observed.rng == kept[call].rng:
@@ -661,17 +666,6 @@ def _each_call_is_the_originals(
 
 
 _AUTOGRAD_NODE = re.compile(r",\s*grad_fn=<\w+>")
-
-
-def _zeros_where_none(observed, reference) -> bool:
-    """An input's gradient: a tensor of zeros (either sign) observed where the
-    reference has none."""
-    if reference != ("NoneType", None):
-        return False
-    if not (isinstance(observed, tuple) and len(observed) > 5 and observed[0] == "tensor"):
-        return False
-    negative_zero = _NEGATIVE_ZERO_BITS.get(observed[1])
-    return negative_zero is not None and all(bits in (0, negative_zero) for bits in observed[5])
 
 
 def _autograd_node_names_aside(value):

@@ -100,7 +100,7 @@ def test_grammar_program_behaves_the_same_once_mended(seed: int) -> None:
 
 # Seeds the long runs found differing, with the modes they differed in; each is fixed
 # (docs/fuzzing-2026-11-30*.md; 30017 and the 40000s: the twelfth session, with the
-# own-stream construct; 53307, 54150 and 54225: the thirteenth, the harness; 70303, 71221, 71925, 73023 and 80296: the fourteenth, the harness; 80453 and 80599: Capture's claims; 72900 and 81724 (the fifteenth): Where selecting a name nothing reads after the branch; 72075: an output in an inductor graph writing an input in place; 72508 and 90499: check calls made outside TorchDynamo; 91042: the harness, zero gradients past a check the original compiled failed; 53506, the same session's
+# own-stream construct; 53307, 54150 and 54225: the thirteenth, the harness; 70303, 71221, 71925, 73023 and 80296: the fourteenth, the harness; 80453 and 80599: Capture's claims; 72900 and 81724 (the fifteenth): Where selecting a name nothing reads after the branch; 72075: an output in an inductor graph writing an input in place; 72508 and 90499: check calls made outside TorchDynamo; 91042: the harness, whose reference past a check the original compiled failed is the original with its checks made eagerly; 53506, the same session's
 # other harness finding, is a test of its own in test_observe.py, its program having
 # changed with the check-call construct). They run in the full tier.
 LONG_RUN_FINDINGS: dict[int, tuple[str, ...]] = {

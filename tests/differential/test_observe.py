@@ -217,27 +217,44 @@ def test_under_aot_autograd_a_gradient_zero_may_have_either_sign_but_nothing_els
     assert not each_call(eager, compiled, [gradient(0.0, -0.25)], zero_signs_aside=True)
 
 
-def test_zero_gradient_for_none_only_where_the_original_compiled_failed_as_torch_did() -> None:
-    """Seed 91042: the original compiled raised a traced check's RuntimeError where the
-    mended call, like eager code, caught the check's own error and went on; AOTAutograd
-    then gave an input whose graph output nothing used zeros where eager gives None (as
-    it does for the original with its check made eagerly). Only zeros, only for such a
-    call, only under AOTAutograd."""
-    from .observe import Normaliser, _each_call_is_the_originals as each_call
+def test_past_a_kept_check_the_reference_is_the_original_with_its_checks_made_eagerly() -> None:
+    """Seeds 7349 and 91042: the original compiled raises the traced helper's
+    RuntimeError, the mended call (as eagerly) catches the check's own error and goes on
+    to gradients AOTAutograd computes in its own way; the original with its checks made
+    outside TorchDynamo is the reference then. A change elsewhere is still reported."""
+    from collections import Counter
 
-    normalise = Normaliser({}, {})
-    none = ("NoneType", None)
+    from .grammar import HEADER
 
-    def observed(error, y_grad):
-        return _observation(error=error, gradients=(none, y_grad))
+    def source(returned: str) -> str:
+        return (
+            HEADER.format(shape=(4,)) + "from graphmend_fuzz_checks import torch_compilable_check\n\n"
+            "def f(x, y, box, items, table):\n"
+            "    a = x * 2.0\n"
+            "    y2 = y * 2.0\n"
+            "    try:\n"
+            '        torch_compilable_check(x.sum() > 100.0, "small", error_type=ProgramError)\n'
+            "    except ProgramError as error:\n"
+            '        print("caught", error)\n'
+            '    print("y2", y2.sum())\n'
+            f"    return {returned}\n"
+        )
 
-    eager = [observed(None, none)]
-    failed = [observed("RuntimeError", none)]
-    zeros, halves = normalise(torch.tensor([0.0, -0.0])), normalise(torch.tensor([0.5, 0.0]))
-    assert each_call(eager, failed, [observed(None, zeros)], zero_signs_aside=True)
-    assert not each_call(eager, failed, [observed(None, halves)], zero_signs_aside=True)
-    assert not each_call(eager, failed, [observed(None, zeros)])
-    assert not each_call(eager, [observed(None, none)], [observed(None, zeros)], zero_signs_aside=True)
+    def program(features: Counter) -> Program:
+        return Program(seed=7, source=source("a * 3.0"), requires_grad=True, features=features)
+
+    kept = source("a * 3.0").replace(
+        "from graphmend_fuzz_checks import torch_compilable_check",
+        "from graphmend_fuzz_checks import torch_compilable_check_eagerly as torch_compilable_check",
+    )
+    checked = Counter({"check-call": 1})
+    assert compare(program(checked), modes=("compiled:aot_eager",), mended_source=kept).differences == []
+    # Without that reference: y's gradient is AOTAutograd's zeros (the graph before the
+    # check returned y2, which the loss does not use) where eager's is None.
+    unchecked = compare(program(Counter()), modes=("compiled:aot_eager",), mended_source=kept)
+    assert [d.part for d in unchecked.differences] == ["gradients"]
+    changed = kept.replace("return a * 3.0", "return a * 3.5")
+    assert compare(program(checked), modes=("compiled:aot_eager",), mended_source=changed).differences != []
 
 
 def test_under_inductor_numbers_in_printed_text_compare_as_float_bits_aside() -> None:
