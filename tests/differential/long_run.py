@@ -113,6 +113,7 @@ def main(argv=None) -> int:
     runs = Counter()
     classes: dict[str, list] = {}
     torch_own = Counter()
+    checks_made_eagerly = Counter()
     numeric = Counter()
     crashes = []
     coverage = Counter()
@@ -149,6 +150,8 @@ def main(argv=None) -> int:
         runs.update(report.modes_run)
         for difference in report.torch_own:
             torch_own[difference_class(difference)] += 1
+        for difference in report.checks_made_eagerly:
+            checks_made_eagerly[difference_class(difference)] += 1
         for difference in report.numeric:
             numeric[difference.mode] += 1
         minimised_here = set()
@@ -189,6 +192,12 @@ def main(argv=None) -> int:
                 lines = reproducer.source.count("\n")
                 print(f"         reproducer from seed {seed} [{mode}], {lines} lines, rules: "
                       f"{', '.join(rules_involved(mended_text(reproducer.source))) or '-'}")
+    print(
+        "as the original compiled with its check helper made outside TorchDynamo "
+        f"(what graphmend does with a check call it keeps): {sum(checks_made_eagerly.values())}"
+    )
+    for klass, count in checks_made_eagerly.most_common():
+        print(f"  {count:5d}  {klass}")
     print(f"TorchDynamo's own differences (original compiled differs the same way): {sum(torch_own.values())}")
     for klass, count in torch_own.most_common():
         print(f"  {count:5d}  {klass}")
