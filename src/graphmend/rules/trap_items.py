@@ -97,8 +97,9 @@ def _reads_reached(context: FunctionContext, statement: ast.Assign, name: str):
             continue
         reads.append((node, None))
     placed = []
+    parents = _parents(facts.function)
     for read, owner in reads:
-        cfg_node = _cfg_node_of(context, owner or read)
+        cfg_node = _cfg_node_of(context, owner or read, parents)
         if cfg_node is None:
             return None
         definitions = facts.reaching.reaching(cfg_node, name)
@@ -107,10 +108,9 @@ def _reads_reached(context: FunctionContext, statement: ast.Assign, name: str):
     return placed
 
 
-def _cfg_node_of(context: FunctionContext, node: ast.AST):
+def _cfg_node_of(context: FunctionContext, node: ast.AST, parents: dict[int, ast.AST]):
     """The CFG node of the statement holding ``node``."""
     facts = context.facts
-    parents = _parents(facts.function)
     current = node
     while current is not None:
         if isinstance(current, ast.stmt):
