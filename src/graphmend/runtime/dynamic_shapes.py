@@ -53,7 +53,11 @@ def _nonzero_while_tracing(x: torch.Tensor) -> torch.Tensor:
 
     count = allocate_size(torch.library.get_ctx()._shape_env)
     _state.sizes_made = sizes_made() + 1
-    return x.new_empty((count, x.dim()), dtype=torch.long)
+    # ``torch.nonzero`` writes its positions column by column: strides ``(1, count)``.
+    # A fake of other strides misleads the functionalizing backends, which plan views
+    # of the real output by the fake's strides (CLAP under aot_eager: "view size is not
+    # compatible with input tensor's size and stride").
+    return x.new_empty_strided((count, x.dim()), (1, count), dtype=torch.long)
 
 
 def _captured(x) -> bool:
