@@ -56,8 +56,10 @@ class BreakCount:
 class CountingBackend:
     """A ``torch.compile`` backend that counts the graphs it is given and runs them as is."""
 
-    # It runs each graph's ops in the graph's order (see graphmend.runtime.claims).
+    # It runs each graph's ops in the graph's order, on the real tensors, as traced
+    # (see graphmend.runtime.claims).
     keeps_graph_order = True
+    runs_the_graph_as_written = True
 
     def __init__(self) -> None:
         self.graphs = 0

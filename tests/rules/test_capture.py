@@ -277,3 +277,74 @@ def test_a_joined_graph_that_records_autograd_keeps_the_break():
     assert counts(mended.main, x, w) == counts(original.main, x, w)
     with torch.no_grad():  # the refusal holds while grad mode is on
         assert counts(mended.main, X, W) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [
+        torch.tensor([1.0, 0.0, 2.0]),
+        torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]),
+        torch.ones(2, 1, 3),
+        torch.zeros(2, 3),
+        torch.tensor([[0.0, 4.0], [0.0, 0.0]]),
+    ],
+    ids=["1-d", "2-d", "3-d", "no position", "one position"],
+)
+def test_the_positions_operator_agrees_with_its_trace(mask):
+    """torch's own operator check: the positions traced have the sizes and strides the
+    kernel gives (``torch.nonzero`` writes them column by column). Traced row by row,
+    inductor rejected a 2-D mask's positions at run time (AssertionError)."""
+    torch.library.opcheck(torch.ops.graphmend.nonzero.default, (mask,))
+
+
+TWO_DIMENSIONAL_POSITIONS = """
+    def main(x):
+        flat = x.flatten()
+        grid = torch.stack([flat, -flat])
+        positions = torch.nonzero(grid > 0.0)
+        total = torch.zeros_like(flat)
+        total.index_add_(0, positions[:, 1], flat[positions[:, 1]] * 2.0)
+        print("columns")
+        return total, positions.t().reshape(-1) * 1
+"""
+
+
+@pytest.mark.slow
+def test_positions_of_a_two_dimensional_mask_under_inductor():
+    original, mended, result = original_and_mended(program(TWO_DIMENSIONAL_POSITIONS))
+    assert result.changed
+    assert_equivalent(original.main, mended.main, torch.tensor([1.0, -2.0, 0.5, 3.0, -1.0]),
+                      backends=("eager", "aot_eager", "inductor"))
+
+
+BATCH_NORM_OF_A_TRANSPOSE = """
+    NORM = torch.nn.BatchNorm2d(4).eval()
+
+    def main(x, flags):
+        normed = NORM(x.transpose(1, 3)).transpose(1, 3)
+        (rows,) = torch.where(flags > 0)
+        return normed.reshape(2, 8, 24)[rows] * 2
+"""
+
+
+def test_a_batch_norm_of_a_tensor_that_is_not_contiguous_keeps_the_break_under_aot_eager():
+    """torch traces the batch norm's output with its input's strides; the CPU kernel
+    returns it contiguous. Joined with the ``reshape`` after the break, ``aot_eager``
+    made it a ``view`` of the real tensor, which failed (CLAP's audio encoder). The claim
+    is refused under backends that plan views by traced strides; ``eager`` joins."""
+    original, mended, result = original_and_mended(program(BATCH_NORM_OF_A_TRANSPOSE))
+    assert result.changed
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 8, 6, 4), torch.tensor([1.0, -1.0]))
+    with torch.no_grad():
+        assert counts(mended.main, *inputs) == (1, 0)  # first: a refusal holds for the site
+        assert_equivalent(original.main, mended.main, *inputs, backends=("eager", "aot_eager"))
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch._dynamo.reset()
+        from torch._dynamo.testing import CompileCounterWithBackend
+
+        backend = CompileCounterWithBackend("aot_eager")
+        with torch.no_grad():
+            torch.compile(mended.main, backend=backend)(*inputs)
+    assert backend.frame_count == 2  # the original's two graphs

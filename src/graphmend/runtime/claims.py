@@ -10,6 +10,8 @@ later in the same trace:
 - the joined graph records autograd (``joined_graph_records_no_autograd``);
 - the joined graph draws random numbers on both sides of the statement
   (``random_draws_stay_on_their_side``);
+- the joined graph holds a batch norm of a tensor that is not contiguous, which torch
+  traces with the wrong strides (``batch_norms_read_contiguous_tensors``);
 - output shares the graph with a lowered guard (``outputs_share_no_graph_with_a_lowered_guard``)
   or with an input written in place (``outputs_share_no_graph_with_an_input_written_in_place``);
 - TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
@@ -412,18 +414,68 @@ def outputs_share_no_graph_with_an_input_written_in_place(output, claims) -> str
     return None
 
 
+_BATCH_NORM_FUNCTIONS = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit_no_training"})
+
+
+def batch_norms_read_contiguous_tensors(output) -> str | None:
+    """torch 2.13 traces a batch norm of a tensor that is not contiguous (``bn(x.transpose(1,
+    3))``) with an output laid out as its input, where the CPU kernel returns a
+    contiguous one. A backend that plans views by the traced strides (``aot_eager``,
+    inductor) then fails on the real tensor at a later ``reshape`` in the same graph
+    ("view size is not compatible": CLAP's audio encoder, whose original graph ends at
+    the break just after its batch norm). Joined graphs may put such a reshape after
+    it, so no claim survives in a graph holding one, unless the backend runs the graph
+    as written on the real tensors (TorchDynamo's ``eager``, or one marked
+    ``runs_the_graph_as_written``)."""
+    if _backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return None
+    modules = getattr(output, "nn_modules", {})
+    for node in computed_nodes(output):
+        if node.op == "call_module":
+            if not isinstance(modules.get(node.target), torch.nn.modules.batchnorm._BatchNorm):
+                continue
+        elif getattr(node.target, "__name__", None) not in _BATCH_NORM_FUNCTIONS:
+            continue
+        read = node.args[0] if node.args else node.kwargs.get("input")
+        value = read.meta.get("example_value") if isinstance(read, torch.fx.Node) else None
+        if not _known_contiguous(value):
+            return (
+                "a batch norm in the joined graph reads a tensor that is not contiguous, whose "
+                "output strides torch traces unlike the kernel's; the backend plans views by them"
+            )
+    return None
+
+
+def _known_contiguous(value) -> bool:
+    if not isinstance(value, torch.Tensor):
+        return False
+    try:
+        from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+        return bool(guard_or_false(value.is_contiguous()))
+    except Exception:  # noqa: BLE001 - a layout torch cannot tell: not known contiguous
+        return False
+
+
 def backend_keeps_graph_order(output) -> bool:
+    return _backend_is(output, ("eager", "aot_eager"), "keeps_graph_order")
+
+
+def _backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
+    """Whether the backend compiling ``output`` is one of TorchDynamo's registered
+    ``names`` (through the wrappers torch puts around it), or one marked with
+    ``marker`` = True."""
     try:
         from torch._dynamo.backends.registry import lookup_backend
 
-        in_order = (lookup_backend("eager"), lookup_backend("aot_eager"))
-    except Exception:  # noqa: BLE001 - another torch: assume it may reorder
+        known = tuple(lookup_backend(name) for name in names)
+    except Exception:  # noqa: BLE001 - another torch: assume it is none of them
         return False
     backend = getattr(output, "compiler_fn", None)
     for _ in range(8):
         if backend is None:
             return False
-        if any(backend is known for known in in_order) or getattr(backend, "keeps_graph_order", False) is True:
+        if any(backend is k for k in known) or (marker is not None and getattr(backend, marker, False) is True):
             return True
         backend = (
             getattr(backend, "_torchdynamo_orig_backend", None)
@@ -440,7 +492,7 @@ def _refusals(output, claims, graph_break: bool):
     )
     if with_guard is not None:
         return [(claim.site, _ALWAYS, with_guard) for claim in claims.values() if claim.kind == OUTPUT]
-    for_all = random_draws_stay_on_their_side(output, claims)
+    for_all = random_draws_stay_on_their_side(output, claims) or batch_norms_read_contiguous_tensors(output)
     kind = _ALWAYS
     if for_all is None:
         for_all, kind = joined_graph_records_no_autograd(output), _UNDER_GRAD
