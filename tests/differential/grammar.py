@@ -117,6 +117,11 @@ def positions_as_list(positions):
 '''
 
 
+LAYOUT_DEFINITIONS = '''\
+NORM = torch.nn.BatchNorm1d(3).eval()
+'''
+
+
 @dataclass
 class Program:
     seed: int
@@ -145,7 +150,8 @@ def other_module_source(library: str) -> str:
 
 
 class _Generator:
-    def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True):
+    def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
+                 layouts: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -178,6 +184,12 @@ class _Generator:
         # Reads in ``finally`` of a name the try body may rebind, from a stream of their own.
         self.finally_rng = random.Random(f"finally-read-{seed}")
         self.finally_reads_enabled = finally_reads
+        # Tensors whose layout the trace must get right (positions of a 2-D mask, a batch
+        # norm of a transposed tensor), from a stream of their own.
+        self.layout_rng = random.Random(f"layout-{seed}")
+        self.layouts_enabled = layouts
+        self.layouts = False
+        self.layout_counter = 0
 
     # small helpers ---------------------------------------------------------------
 
@@ -286,6 +298,53 @@ class _Generator:
             lines = lines + self.check_call_statement(names)
         if self.positions_rng.random() < 0.06 and self.positions_enabled:
             lines = lines + self.positions_statement(names)
+        if self.layouts_enabled and self.layout_rng.random() < 0.05:
+            lines = lines + self.layout_statement(names)
+        return lines
+
+    def layout_statement(self, names: list[str]) -> list[str]:
+        """Tensors whose strides the trace must get as the kernels lay them out: the
+        positions of a 2-D mask (``torch.nonzero`` writes them column by column), and
+        a batch norm of a transposed tensor (the CPU kernel returns it contiguous; torch
+        2.13 traces it laid out as its input) reshaped after a statement that breaks
+        the original's graph. Binds only fresh names, and rebinds one name to a value of
+        its shape."""
+        self.layouts = True
+        rng = self.layout_rng
+        self.layout_counter += 1
+        suffix = f"_l{self.layout_counter}"
+        name = rng.choice(names)
+        target = rng.choice(self.rebindable(names))
+        flat, grid, positions, total = f"flat{suffix}", f"grid{suffix}", f"pos{suffix}", f"acc{suffix}"
+        kind = rng.choice(("grid-where", "grid-nonzero", "norm-of-transpose"))
+        self.feature(f"layout-{kind}")
+        lines = [f"{flat} = {name}.flatten()", f"{grid} = torch.stack([{flat}, -{flat}, {flat} * 0.5], dim=1)"]
+        threshold = rng.choice(("0.0", "0.5", "10.0"))
+        if kind == "grid-where":
+            rows, columns = f"rows{suffix}", f"cols{suffix}"
+            lines += [
+                f"{rows}, {columns} = torch.where({grid} > {threshold})",
+                f"{total} = torch.zeros_like({flat})",
+                f"{total}.index_add_(0, {rows}, {grid}[{rows}, {columns}] * ({columns} + 1).to({flat}.dtype))",
+                f"{target} = {target} + {total}.reshape({target}.shape)",
+            ]
+        elif kind == "grid-nonzero":
+            lines += [
+                f"{positions} = torch.nonzero({grid}.t() > {threshold})",
+                f"{total} = torch.zeros_like({flat})",
+                f"{total}.index_add_(0, {positions}[:, 1], {flat}[{positions}[:, 1]] * 2.0)",
+                f"{target} = {target} + {total}.reshape({target}.shape) + {positions}.t().reshape(-1).sum() * 0.25",
+            ]
+        else:
+            normed = f"normed{suffix}"
+            between = rng.choice((
+                [f'print("normed", {flat}.sum())'],
+                [f"({positions},) = torch.where({flat} > {threshold})", f"{normed}_n = {flat}[{positions}].sum()"],
+                [f"if {flat}.sum() > {threshold}:", f"    {target} = {target} * 0.5"],
+            ))
+            lines += [f"{normed} = NORM({grid}.float().unsqueeze(0).transpose(1, 2))"] + between + [
+                f"{target} = {target} + {normed}.transpose(1, 2).reshape(-1).sum() * 0.125",
+            ]
         return lines
 
     def positions_statement(self, names: list[str]) -> list[str]:
@@ -784,6 +843,8 @@ class _Generator:
             lines.append("from graphmend_fuzz_checks import torch_compilable_check\n")
         if self.positions:
             lines.append(POSITIONS_DEFINITIONS)
+        if self.layouts:
+            lines.append(LAYOUT_DEFINITIONS)
         lines += [helper + "\n\n" for helper in self.helpers]
         lines.append("def f(x, y, box, items, table):\n" + "\n".join(self.indent(body)) + "\n")
         if compile_site == "module":
@@ -800,9 +861,13 @@ class _Generator:
         )
 
 
-def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True) -> Program:
+def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
+             layouts: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
-    positions construct existed (the seeds of earlier long runs; it implies the two
+    positions construct existed (the seeds of earlier long runs; it implies the three
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
-    ``finally_reads=False``: before ``finally`` blocks read the try body's names."""
-    return _Generator(seed, positions, item_checks and positions, finally_reads and positions).program()
+    ``finally_reads=False``: before ``finally`` blocks read the try body's names;
+    ``layouts=False``: before tensors whose traced layout must match the kernels'."""
+    return _Generator(
+        seed, positions, item_checks and positions, finally_reads and positions, layouts and positions
+    ).program()

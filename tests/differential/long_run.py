@@ -90,6 +90,10 @@ def main(argv=None) -> int:
         help="draw programs as the grammar did before finally blocks read the try body's names",
     )
     parser.add_argument(
+        "--without-layouts", action="store_true",
+        help="draw programs as the grammar did before 2-D positions and batch norms of transposed tensors",
+    )
+    parser.add_argument(
         "--without-item-checks", action="store_true",
         help="draw programs as the grammar did before checks of .item() counts (the seeds of earlier runs)",
     )
@@ -133,7 +137,7 @@ def main(argv=None) -> int:
             break
         program = generate(
             seed, positions=not options.without_positions, item_checks=not options.without_item_checks,
-            finally_reads=not options.without_finally_reads,
+            finally_reads=not options.without_finally_reads, layouts=not options.without_layouts,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
