@@ -331,7 +331,8 @@ def test_a_batch_norm_of_a_tensor_that_is_not_contiguous_keeps_the_break_under_a
     """torch traces the batch norm's output with its input's strides; the CPU kernel
     returns it contiguous. Joined with the ``reshape`` after the break, ``aot_eager``
     made it a ``view`` of the real tensor, which failed (CLAP's audio encoder). The claim
-    is refused under backends that plan views by traced strides; ``eager`` joins."""
+    is refused under backends that plan views and check strides by the trace; ``eager``
+    joins."""
     original, mended, result = original_and_mended(program(BATCH_NORM_OF_A_TRANSPOSE))
     assert result.changed
     torch.manual_seed(0)

@@ -38,7 +38,7 @@ from graphmend.rewrite.templates import (
     is_original,
     statements,
 )
-from graphmend.rules import capture, capture_loops, defer, trap, trap_checks, trap_items, where
+from graphmend.rules import capture, capture_loops, capture_merges, defer, trap, trap_checks, trap_items, where
 from graphmend.rules.base import FunctionContext, ModuleContext
 
 ALL_RULES = ("trap", "where", "defer", "capture")
@@ -47,7 +47,7 @@ RULES = {
     "trap": (trap.apply, trap_items.apply, trap_checks.apply),
     "where": (where.apply,),
     "defer": (defer.apply,),
-    "capture": (capture_loops.apply, capture.apply),
+    "capture": (capture_loops.apply, capture.apply, capture_merges.apply),
 }
 SCOPES = ("entry", "all")
 
@@ -137,6 +137,8 @@ class _FunctionSummary:
     # A comparison, ``~``, ``&``, ``|`` or ``^`` used as an index or bound to a name: a
     # boolean mask may select rows (the Capture rule).
     makes_masks: bool = False
+    # ``if len(P) > 0:`` and its kin: a branch on whether positions are empty.
+    tests_emptiness: bool = False
 
 
 _OUTPUT_METHODS = frozenset(defer.STANDARD_LOG_LEVELS) | defer.ONCE_METHODS | {"log", "exception", "warn"}
@@ -153,6 +155,8 @@ def _summarise_functions(tree: ast.Module) -> dict[int, _FunctionSummary]:
             summary = summaries.setdefault(id(node), _FunctionSummary())
         elif summary is not None and isinstance(node, (ast.Subscript, ast.Assign)) and not summary.makes_masks:
             summary.makes_masks = capture.makes_mask(node.slice if isinstance(node, ast.Subscript) else node.value)
+        elif summary is not None and isinstance(node, ast.If) and not summary.tests_emptiness:
+            summary.tests_emptiness = capture_merges.may_test_emptiness(node.test)
         if summary is not None and isinstance(node, ast.Call):
             callee = node.func
             name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", None)
@@ -309,7 +313,8 @@ def mend_module_source(
                 summary = summaries.get(id(facts.function))
                 needed = summary is not None and (
                     summary.calls_output_function if rule_name == "defer"
-                    else bool(summary.unfixable_calls) or summary.makes_masks if rule_name == "capture"
+                    else bool(summary.unfixable_calls) or summary.makes_masks or summary.tests_emptiness
+                    if rule_name == "capture"
                     else summary.applies_value_operation
                 )
                 if needed:

@@ -62,7 +62,9 @@ _hooks_installed = {
 
 
 # What stands in the graph for a claimed statement.
-GUARD, OUTPUT, SELECTION = "guard", "output", "selection"
+GUARD, OUTPUT, SELECTION, MERGE = "guard", "output", "selection", "merge"
+# The merged branches (Capture's ``torch.cond``) whose ``merge_rows`` this trace entered.
+_MERGES_ENTERED_ATTRIBUTE = "_graphmend_merges_entered"
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,8 @@ class Claim:
     # Why the rest of the original frame ran (or may later run) eagerly, where it did:
     # the mended frame must then compile to its end in one graph.
     rest_ran_eagerly: str | None
-    # GUARD (Trap), OUTPUT (Defer) or SELECTION (Where).
+    # GUARD (Trap), OUTPUT (Defer), SELECTION (Where, Capture) or MERGE (Capture's
+    # branch on whether positions are empty).
     kind: str = SELECTION
 
 
@@ -222,6 +225,38 @@ def decline_at_user_site(translator, reason: str) -> None:
     translator = user_translator(translator)
     if translator is not None:
         trace_time_declines[(translator.f_code.co_filename, translator.lineno)] = reason
+
+
+def mark_merge_entered(translator) -> None:
+    """The trace reached ``merge_rows`` of the user's statement being traced."""
+    site = user_site(translator)
+    if site is not None:
+        output = translator.output
+        entered = getattr(output, _MERGES_ENTERED_ATTRIBUTE, None)
+        if entered is None:
+            entered = set()
+            setattr(output, _MERGES_ENTERED_ATTRIBUTE, entered)
+        entered.add(site)
+
+
+def merged_branches_were_traced(output, claims) -> list[tuple[str, int]]:
+    """The merged branches claimed in this trace whose ``torch.cond`` it never reached:
+    TorchDynamo broke the graph at the call (a size in the body it had to know, which
+    it turns into a break and a trace that stops before the call) and would run the
+    rewritten branch eagerly, where the original's branch was compiled."""
+    entered = getattr(output, _MERGES_ENTERED_ATTRIBUTE, set())
+    return [claim.site for claim in claims.values() if claim.kind == MERGE and claim.site not in entered]
+
+
+def user_site(translator) -> tuple[str, int] | None:
+    """(file, line) of the user's statement being traced, or None."""
+    translator = user_translator(translator)
+    return None if translator is None else (translator.f_code.co_filename, translator.lineno)
+
+
+def refuse_for_good(site: tuple[str, int], reason: str) -> None:
+    """The statement at ``site`` keeps its break in every later trace."""
+    _refuse(site, _ALWAYS, reason)
 
 
 def user_translator(translator):
@@ -426,7 +461,9 @@ def batch_norms_read_contiguous_tensors(output) -> str | None:
     the break just after its batch norm). Joined graphs may put such a reshape after
     it, so no claim survives in a graph holding one, unless the backend runs the graph
     as written on the real tensors (TorchDynamo's ``eager``, or one marked
-    ``runs_the_graph_as_written``)."""
+    ``runs_the_graph_as_written``). Inductor is no exception: it checks the strides of
+    what it hands a kernel it does not generate (CLAP's audio features entering a
+    ``torch.cond`` branch: "expected size 4==4, stride 1==4096")."""
     if _backend_is(output, ("eager",), "runs_the_graph_as_written"):
         return None
     modules = getattr(output, "nn_modules", {})
@@ -487,6 +524,10 @@ def _backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
 
 def _refusals(output, claims, graph_break: bool):
     """(site, kind, reason) for each claim the whole trace refuses."""
+    stopped = merged_branches_were_traced(output, claims)
+    if stopped:
+        reason = "TorchDynamo broke the graph at the branch's `torch.cond`"
+        return [(site, _ALWAYS, reason) for site in stopped]
     with_guard = outputs_share_no_graph_with_a_lowered_guard(output, claims) or (
         outputs_share_no_graph_with_an_input_written_in_place(output, claims)
     )

@@ -34,16 +34,34 @@ def _is_rewritten(frame) -> bool:
 
 
 def _run_eagerly_on_internal_error(convert):
-    from torch._dynamo.exc import InternalTorchDynamoError
+    from torch._dynamo.exc import InternalTorchDynamoError, UncapturedHigherOrderOpError
     from torch._dynamo.types import ConvertFrameReturn
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-    from graphmend.runtime import dynamic_shapes
+    from graphmend.runtime import claims, dynamic_shapes
+
+    def convert_without_failed_merges(self, frame, *args, **kwargs):
+        # A branch graphmend let into the graph as ``torch.cond`` that cond cannot
+        # capture (an effect in it, a module updating its state) fails the conversion,
+        # where the original broke the graph at the branch: convert the frame again
+        # with that branch kept as written (nothing of the frame has run).
+        while True:
+            claimed_before = len(dynamic_shapes.merges_claimed())
+            try:
+                return convert(self, frame, *args, **kwargs)
+            except UncapturedHigherOrderOpError as error:
+                failed = dynamic_shapes.merges_claimed()[claimed_before:]
+                if not failed:
+                    raise
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                for site in failed:
+                    claims.refuse_for_good(site, f"torch.cond could not capture the branch: {reason}")
+                del dynamic_shapes.merges_claimed()[claimed_before:]
 
     def wrapped(self, frame, *args, **kwargs):
         sizes_before = dynamic_shapes.sizes_made()
         try:
-            return convert(self, frame, *args, **kwargs)
+            return convert_without_failed_merges(self, frame, *args, **kwargs)
         except (AssertionError, InternalTorchDynamoError, GuardOnDataDependentSymNode) as error:
             if isinstance(error, GuardOnDataDependentSymNode) and dynamic_shapes.sizes_made() == sizes_before:
                 raise  # not a size graphmend made: the original would fail the same way

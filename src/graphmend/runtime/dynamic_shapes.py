@@ -255,3 +255,99 @@ def captured_mask_index(values, mask):
     ):
         return values[_nonzero(mask.detach()).unbind(1)]
     return values[mask]
+
+
+# ------------------------------------------------------------------------------------
+# A branch on whether positions are empty, kept in the graph (``rules/capture_merges.py``).
+
+
+@torch.library.custom_op("graphmend::nonempty_positions", mutates_args=())
+def _nonempty_positions(positions: torch.Tensor) -> torch.Tensor:
+    return positions.clone()
+
+
+@_nonempty_positions.register_fake
+def _nonempty_positions_while_tracing(positions: torch.Tensor) -> torch.Tensor:
+    # A fresh size, at least 1, born inside the branch that runs only for positions
+    # that are not empty: what tracing learns from it (a batch norm's "is the input
+    # empty?") holds in that branch alone.
+    from torch._library.fake_impl import allocate_size
+
+    count = allocate_size(torch.library.get_ctx()._shape_env, min_val=1)
+    _state.sizes_made = sizes_made() + 1
+    return positions.new_empty((count,))
+
+
+def positions_known_nonempty(positions):
+    """The same positions, in the branch ``merge_rows`` takes when there are some, with
+    a size tracing knows to be at least 1. Not tracing, ``positions`` itself."""
+    if not torch.compiler.is_compiling():
+        return positions
+    return _nonempty_positions(positions)
+
+
+def may_merge_rows(positions, destination) -> bool:
+    """While tracing, whether the branch on whether ``positions`` is empty may stay in
+    the graph: ``positions`` is a 1-D integer tensor whose size tracing does not know
+    (a captured one: otherwise the original branch does not break), ``destination`` a
+    tensor, and the claim on the break holds (``graphmend.runtime.claims``). Not
+    tracing, False."""
+    merged = False
+    comptime(_decide_merge)
+    return merged
+
+
+def _decide_merge(context) -> None:
+    claims.decide_in_trace(
+        context, "merged", ("positions", "destination"), _merge_claimed, read=_example_value,
+    )
+
+
+def _example_value(variable):
+    proxy = variable.as_proxy()
+    return proxy.node.meta.get("example_value")
+
+
+def _merge_claimed(translator, positions, destination) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    if not (isinstance(positions, torch.Tensor) and isinstance(destination, torch.Tensor)):
+        return False
+    if positions.dim() != 1 or positions.dtype not in (torch.int64, torch.int32) or positions.is_sparse:
+        return False
+    if not free_unbacked_symbols(positions.shape[0]):
+        return False  # a size tracing knows: the original branch does not break
+    if not claims.claim_break_at_user_site(translator, kind=claims.MERGE):
+        return False
+    site = claims.user_site(translator)
+    if site is not None:
+        merges_claimed().append(site)
+    return True
+
+
+def merges_claimed() -> list:
+    """The sites of branches ``may_merge_rows`` let into the graph on this thread, in
+    the order claimed (``conversion_failures`` traces a frame again without them when
+    ``torch.cond`` cannot capture a branch)."""
+    if not hasattr(_state, "merges"):
+        _state.merges = []
+    return _state.merges
+
+
+def merge_rows(positions, destination, compute):
+    """``compute(positions)`` when there are positions, as ``(positions, values)`` to
+    write at them; otherwise the positions and ``destination``'s rows at them (none),
+    whose write changes nothing. One graph either way (``torch.cond``)."""
+
+    def unchanged(positions):
+        return positions.clone(), destination[positions]
+
+    comptime(_enter_merge)
+    return torch.cond(positions.size(0) > 0, compute, unchanged, (positions,))
+
+
+def _enter_merge(context) -> None:
+    try:
+        claims.mark_merge_entered(context._ComptimeContext__tx)
+    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: the claim is refused
+        pass

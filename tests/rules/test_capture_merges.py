@@ -1,0 +1,338 @@
+"""Capture's branch on whether positions are empty (``rules/capture_merges.py``)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+from graphmend.counting import count_breaks
+from graphmend.runtime import claims
+from helpers import assert_equivalent, finding_reasons, original_and_mended
+
+PRELUDE = """
+import torch
+
+LINEAR = torch.nn.Linear(3, 3)
+NORM = torch.nn.BatchNorm1d(3).eval()
+"""
+
+
+def program(body: str) -> str:
+    return PRELUDE + textwrap.dedent(body)
+
+
+def counts(function, *args) -> tuple[int, int]:
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, count = count_breaks(function, *args)
+    return count.graphs, count.breaks
+
+
+def mended_pair(source: str):
+    """Both versions, each module's weights drawn from the same seed."""
+    state = torch.random.get_rng_state()
+    with _seeded_loads():
+        original, mended, result = original_and_mended(program(source))
+    torch.random.set_rng_state(state)
+    return original, mended, result
+
+
+@contextlib.contextmanager
+def _seeded_loads():
+    import helpers
+
+    load = helpers.load_module
+
+    def seeded(*args, **kwargs):
+        torch.manual_seed(0)
+        return load(*args, **kwargs)
+
+    helpers.load_module = seeded
+    try:
+        yield
+    finally:
+        helpers.load_module = load
+
+
+MUST_REWRITE = {
+    "len_greater_than_zero": """
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            if len(idx) > 0:
+                rows = x[idx] + 1
+                rows = LINEAR(rows)
+                merged[idx] = rows * 3
+            return merged + 1
+    """,
+    "numel_not_zero": """
+        def main(x, flags):
+            idx = (flags > 0).nonzero(as_tuple=True)[0]
+            merged = x.clone()
+            if idx.numel() != 0:
+                merged[idx] = torch.tanh(x[idx]) - merged[idx]
+            return merged
+    """,
+    "shape_at_least_one_with_a_batch_norm": """
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 1.5
+            if idx.shape[0] >= 1:
+                normed = NORM(x[idx])
+                merged[idx] = normed + merged[idx]
+            return merged
+    """,
+    "positions_from_the_caller": """
+        def fuse(x, idx):
+            merged = x - 1
+            if len(idx) > 0:
+                local = x[idx].contiguous()
+                batch, width = local.shape
+                local = local.view(batch * width).view(batch, width)
+                merged[idx] = LINEAR(local)
+            return merged
+
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            return fuse(x, idx) * 2
+    """,
+}
+
+X = torch.tensor([[1.0, -2.0, 3.0], [-1.0, 5.0, 0.5], [2.0, 2.5, -3.0], [0.0, -1.0, 4.0]])
+FLAGS = {
+    "some rows": torch.tensor([1.0, -1.0, 1.0, -1.0]),
+    "no row": torch.tensor([-1.0, -1.0, -1.0, -1.0]),
+    "every row": torch.tensor([1.0, 1.0, 1.0, 1.0]),
+    "one row": torch.tensor([-1.0, -1.0, -1.0, 2.0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REWRITE))
+def test_must_rewrite(name):
+    original, mended, result = mended_pair(MUST_REWRITE[name])
+    assert result.changed and not finding_reasons(result, "Capture"), result.findings
+    assert any("are empty" in f.message and f.fixed for f in result.findings)
+    with torch.no_grad():
+        original_graphs, original_breaks = counts(original.main, X, FLAGS["some rows"])
+        assert original_breaks >= 1
+        assert counts(mended.main, X, FLAGS["some rows"]) == (1, 0)
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REWRITE))
+def test_one_graph_over_calls_with_and_without_rows(name):
+    """The branch is in the graph, not in a guard: calls with rows, without, with one,
+    compile nothing more."""
+    _, mended, _ = mended_pair(MUST_REWRITE[name])
+    from graphmend.counting import CountingBackend
+
+    backend = CountingBackend()
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.main, backend=backend, fullgraph=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for flags in FLAGS.values():
+            compiled(X, flags)
+    assert backend.graphs == 1
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REWRITE))
+@pytest.mark.parametrize("rows", sorted(FLAGS))
+def test_differential(name, rows):
+    original, mended, _ = mended_pair(MUST_REWRITE[name])
+    with torch.no_grad():
+        assert_equivalent(original.main, mended.main, X, FLAGS[rows], backends=("eager", "aot_eager"))
+
+
+def test_differential_under_autograd():
+    """Under autograd the joined graph would record it: the claim is refused and the
+    branch keeps its break, with the original's gradients."""
+    original, mended, _ = mended_pair(MUST_REWRITE["len_greater_than_zero"])
+    for flags in FLAGS.values():
+        assert_equivalent(original.main, mended.main, X.clone().requires_grad_(), flags,
+                          backends=("eager", "aot_eager"))
+
+
+MUST_NOT_REWRITE = {
+    # tests_whether_positions_are_empty
+    "branch_has_an_else": ("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            if len(idx) > 0:
+                merged[idx] = x[idx] * 3
+            else:
+                merged = merged + 1
+            return merged
+    """, "the branch has an `else`"),
+    # ends_by_writing_rows_at_the_positions
+    "body_does_not_end_by_writing_rows": ("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            if len(idx) > 0:
+                merged[idx] = x[idx] * 3
+                merged = merged + 1
+            return merged
+    """, "does not end by writing rows at the positions"),
+    # body_only_binds_names
+    "body_appends_to_a_list": ("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            seen = []
+            if len(idx) > 0:
+                seen.append(x[idx].sum())
+                merged[idx] = x[idx] * 3
+            return merged, len(seen)
+    """, "does more than bind names"),
+    "body_prints": ("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            if len(idx) > 0:
+                print("rows", x[idx].sum())
+                merged[idx] = x[idx] * 3
+            return merged
+    """, "the body holds another rule's rewrite"),
+    "body_calls_super": ("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            if len(idx) > 0:
+                rows = vars()
+                merged[idx] = x[idx] * 3
+            return merged
+    """, "reads the enclosing frame"),
+    # body_reads_its_names_after_binding_them
+    "body_reads_a_name_before_binding_it": ("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            rows = x + 1
+            merged = x * 2
+            if len(idx) > 0:
+                rows = rows[idx] * 2
+                merged[idx] = rows
+            return merged
+    """, "reads `rows` before binding it"),
+    "body_binds_the_positions": ("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            if len(idx) > 0:
+                idx = idx.flip(0)
+                merged[idx] = x[idx] * 3
+            return merged
+    """, "the body binds `idx`"),
+    # body_names_stay_in_the_body
+    "name_read_after_the_branch": ("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            rows = x
+            if len(idx) > 0:
+                rows = x[idx] * 3
+                merged[idx] = rows
+            return merged + rows.sum()
+    """, "is read after the branch"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUST_NOT_REWRITE))
+def test_must_not_rewrite(name):
+    source, reason = MUST_NOT_REWRITE[name]
+    original, mended, result = mended_pair(source)
+    reasons = [f.reason for f in result.findings if "are empty" in f.message and not f.fixed]
+    assert reasons and reason in reasons[0], result.findings
+    with torch.no_grad():
+        for flags in FLAGS.values():
+            assert_equivalent(original.main, mended.main, X, flags, backends=("eager",))
+
+
+def test_a_test_of_another_count_is_no_candidate():
+    _, _, result = mended_pair("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            if len(idx) > 1:
+                merged[idx] = x[idx] * 3
+            return merged
+    """)
+    assert not [f for f in result.findings if "are empty" in f.message]
+
+
+def test_positions_of_a_known_size_keep_the_branch_as_written():
+    """Positions whose size tracing knows do not break the original: the branch is
+    traced as written (checked while tracing)."""
+    original, mended, result = mended_pair("""
+        def main(x, flags):
+            idx = torch.arange(2)
+            merged = x * 2
+            if len(idx) > 0:
+                merged[idx] = x[idx] * 3
+            return merged
+    """)
+    assert result.changed
+    with torch.no_grad():
+        assert counts(mended.main, X, FLAGS["some rows"]) == counts(original.main, X, FLAGS["some rows"]) == (1, 0)
+        assert_equivalent(original.main, mended.main, X, FLAGS["some rows"], backends=("eager", "aot_eager"))
+
+
+HOOKED = """
+    CALLS = []
+    HOOKED = torch.nn.Linear(3, 3)
+    HOOKED.register_forward_hook(lambda module, inputs, output: CALLS.append(output.shape[0]))
+
+    def main(x, flags):
+        (idx,) = torch.where(flags > 0)
+        merged = x * 2
+        if len(idx) > 0:
+            rows = HOOKED(x[idx])
+            merged[idx] = rows
+        return merged
+"""
+
+
+def test_a_body_cond_cannot_capture_is_traced_again_as_written():
+    """A forward hook appends to a list: ``torch.cond`` cannot capture that branch, and
+    tracing fails (UncapturedHigherOrderOpError) where the original broke the graph.
+    The frame is traced again with the branch as written: the hook runs as often as
+    eagerly, the results are the original's."""
+    original, mended, result = mended_pair(HOOKED)
+    assert result.changed
+    with torch.no_grad():
+        expected = [original.main(X, flags) for flags in FLAGS.values()]
+        expected_calls = list(original.CALLS)
+        torch._dynamo.reset()
+        compiled = torch.compile(mended.main, backend="eager")
+        got = [compiled(X, flags) for flags in FLAGS.values()]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert mended.CALLS == expected_calls
+    site_reasons = [reason for reason in claims.trace_time_declines.values() if "torch.cond could not capture" in reason]
+    assert site_reasons
+
+
+def test_a_batch_norm_that_updates_its_statistics_is_traced_again_as_written():
+    """In training mode the norm updates its running statistics, which a ``torch.cond``
+    branch may not: traced again as written, the statistics are the original's."""
+    original, mended, _ = mended_pair("""
+        TRAINING = torch.nn.BatchNorm1d(3)
+
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            if len(idx) > 0:
+                merged[idx] = TRAINING(x[idx])
+            return merged
+    """)
+    with torch.no_grad():
+        expected = original.main(X, FLAGS["some rows"])
+        torch._dynamo.reset()
+        got = torch.compile(mended.main, backend="eager")(X, FLAGS["some rows"])
+    assert torch.equal(got, expected)
+    assert torch.equal(mended.TRAINING.running_mean, original.TRAINING.running_mean)
+    assert torch.equal(mended.TRAINING.running_var, original.TRAINING.running_var)
