@@ -337,6 +337,15 @@ def draws_random_numbers(node, output=None) -> bool:
     functions and tensor methods keep ATen's names). Dropout in eval mode or with
     ``p=0`` draws nothing, nor does attention with ``dropout_p=0``."""
     target = node.target
+    if node.op == "call_function" and target is getattr(torch.ops.higher_order, "cond", None):
+        # The branches are graphs of their own (Capture's merged branches): a draw in
+        # either is a draw at the ``cond``.
+        modules = getattr(output, "nn_modules", {}) if output is not None else {}
+        branches = [getattr(a, "target", None) for a in node.args[1:3]]
+        return any(
+            not isinstance(modules.get(name), torch.fx.GraphModule) or _draws_any(modules[name], output)
+            for name in branches
+        )
     if node.op == "call_module":
         module = getattr(output, "nn_modules", {}).get(target) if output is not None else None
         if isinstance(module, (torch.nn.modules.dropout._DropoutNd, torch.nn.RReLU)):
@@ -386,9 +395,9 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     return None
 
 
-def _draws_any(graph_module) -> bool:
+def _draws_any(graph_module, output=None) -> bool:
     return any(
-        node.op in ("call_function", "call_method") and draws_random_numbers(node)
+        node.op in ("call_function", "call_method") and draws_random_numbers(node, output)
         for node in graph_module.graph.nodes
     )
 
@@ -601,7 +610,7 @@ def _check_the_compiled_graph(call_user_compiler):
     draws eagerly."""
 
     def wrapped(self, graph_module, *args, **kwargs):
-        if _compiled_from_mended_code(self) and _draws_any(graph_module):
+        if _compiled_from_mended_code(self) and _draws_any(graph_module, self):
             import torch._inductor.config as inductor_config
 
             with inductor_config.patch(fallback_random=True):
