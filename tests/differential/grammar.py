@@ -122,6 +122,13 @@ NORM = torch.nn.BatchNorm1d(3).eval()
 '''
 
 
+MERGE_DEFINITIONS = '''\
+ROW_NORM = torch.nn.BatchNorm1d(1).eval()
+ROW_HOOKED = torch.nn.Linear(1, 1)
+ROW_HOOKED.register_forward_hook(lambda module, inputs, output: HISTORY.append(output.shape[0]))
+'''
+
+
 @dataclass
 class Program:
     seed: int
@@ -151,7 +158,7 @@ def other_module_source(library: str) -> str:
 
 class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
-                 layouts: bool = True):
+                 layouts: bool = True, merges: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -190,6 +197,11 @@ class _Generator:
         self.layouts_enabled = layouts
         self.layouts = False
         self.layout_counter = 0
+        # A branch on whether positions are empty that writes rows back, own stream.
+        self.merge_rng = random.Random(f"merge-{seed}")
+        self.merges_enabled = merges
+        self.merges = False
+        self.merge_counter = 0
 
     # small helpers ---------------------------------------------------------------
 
@@ -300,7 +312,53 @@ class _Generator:
             lines = lines + self.positions_statement(names)
         if self.layouts_enabled and self.layout_rng.random() < 0.05:
             lines = lines + self.layout_statement(names)
+        if self.merges_enabled and self.merge_rng.random() < 0.05:
+            lines = lines + self.merge_statement(names)
         return lines
+
+    def merge_statement(self, names: list[str]) -> list[str]:
+        """Rows gathered at captured positions, computed, written back, under a test of
+        whether there are any (CLAP's fusion); the body sometimes draws random numbers,
+        calls a batch norm (which asks whether its input is empty), calls a module with
+        a forward hook (which ``torch.cond`` cannot capture), divides by a Python count
+        that may be zero, prints, or binds a name read after the branch."""
+        self.merges = True
+        rng = self.merge_rng
+        self.merge_counter += 1
+        suffix = f"_m{self.merge_counter}"
+        name = rng.choice(names)
+        target = rng.choice(self.rebindable(names))
+        flat, positions, total, rows = f"flat{suffix}", f"pos{suffix}", f"acc{suffix}", f"rows{suffix}"
+        threshold = rng.choice(("0.0", "0.5", "10.0"))  # 10.0: no position at all
+        test = rng.choice((f"len({positions}) > 0", f"{positions}.numel() != 0", f"{positions}.shape[0] >= 1"))
+        kind = rng.choice(("plain", "random", "norm", "hooked", "count", "print", "read-after"))
+        self.feature(f"merge-{kind}")
+        body = [f"{rows} = {flat}[{positions}] * 2.0 + torch.tanh({total}[{positions}])"]
+        if kind == "random":
+            body.append(f"{rows} = {rows} + torch.rand_like({rows}) * 0.1")
+        elif kind == "norm":
+            body.append(f"{rows} = ROW_NORM({rows}.reshape(-1, 1)).reshape(-1)")
+        elif kind == "hooked":
+            body.append(f"{rows} = ROW_HOOKED({rows}.reshape(-1, 1)).reshape(-1)")
+        elif kind == "count":
+            body.append(f"{rows} = {rows} * (1.0 / len(items))")
+        elif kind == "print":
+            body.append(f'print("rows", {rows}.sum())')
+        body.append(f"{total}[{positions}] = {rows}")
+        after = [f"{target} = {target} + {total}.reshape({target}.shape)"]
+        if kind == "read-after":
+            after = [f"{rows} = {flat}", f"if {test}:"] + ["    " + line for line in body] + [
+                f"{target} = {target} + {total}.reshape({target}.shape) + {rows}.sum() * 0.25"
+            ]
+            body = None
+        lines = [
+            f"{flat} = {name}.flatten()",
+            f"({positions},) = torch.where({flat} > {threshold})",
+            f"{total} = {flat} * 0.5",
+        ]
+        if body is not None:
+            lines += [f"if {test}:"] + ["    " + line for line in body]
+        return lines + after
 
     def layout_statement(self, names: list[str]) -> list[str]:
         """Tensors whose strides the trace must get as the kernels lay them out: the
@@ -845,6 +903,8 @@ class _Generator:
             lines.append(POSITIONS_DEFINITIONS)
         if self.layouts:
             lines.append(LAYOUT_DEFINITIONS)
+        if self.merges:
+            lines.append(MERGE_DEFINITIONS)
         lines += [helper + "\n\n" for helper in self.helpers]
         lines.append("def f(x, y, box, items, table):\n" + "\n".join(self.indent(body)) + "\n")
         if compile_site == "module":
@@ -862,12 +922,14 @@ class _Generator:
 
 
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
-             layouts: bool = True) -> Program:
+             layouts: bool = True, merges: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
-    positions construct existed (the seeds of earlier long runs; it implies the three
+    positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
     ``finally_reads=False``: before ``finally`` blocks read the try body's names;
-    ``layouts=False``: before tensors whose traced layout must match the kernels'."""
+    ``layouts=False``: before tensors whose traced layout must match the kernels';
+    ``merges=False``: before branches on whether positions are empty."""
     return _Generator(
-        seed, positions, item_checks and positions, finally_reads and positions, layouts and positions
+        seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
+        merges and positions,
     ).program()

@@ -94,6 +94,10 @@ def main(argv=None) -> int:
         help="draw programs as the grammar did before 2-D positions and batch norms of transposed tensors",
     )
     parser.add_argument(
+        "--without-merges", action="store_true",
+        help="draw programs as the grammar did before branches on whether positions are empty",
+    )
+    parser.add_argument(
         "--without-item-checks", action="store_true",
         help="draw programs as the grammar did before checks of .item() counts (the seeds of earlier runs)",
     )
@@ -138,6 +142,7 @@ def main(argv=None) -> int:
         program = generate(
             seed, positions=not options.without_positions, item_checks=not options.without_item_checks,
             finally_reads=not options.without_finally_reads, layouts=not options.without_layouts,
+            merges=not options.without_merges,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
