@@ -28,7 +28,8 @@ Legality conditions (each a function, returning the reason it fails):
   ``>= 1``, or ``len(P)`` alone; ``P.numel()``, ``P.shape[0]`` and ``P.size(0)``
   alike) with ``P`` a name, and the branch has no ``else``.
 - ``ends_by_writing_rows_at_the_positions``: the body's last statement is
-  ``D[P] = V`` with ``D`` a name other than ``P``.
+  ``D[P] = V`` with ``D`` a name other than ``P`` (a branch that does not is no
+  candidate: a list's length, a count).
 - ``body_only_binds_names``: every other statement binds names (``a = ...``, ``a, b =
   ...``) from expressions that neither yield, await, bind with ``:=`` nor read the
   enclosing frame (``super()``, ``locals()``...); nothing else (an output, a ``raise``,
@@ -239,9 +240,12 @@ def apply(context: FunctionContext) -> None:
         reason, positions = tests_whether_positions_are_empty(context, branch)
         if positions is None:
             return None  # not a candidate: nothing to report
-        write = destination = None
-        if reason is None:
-            reason, write = ends_by_writing_rows_at_the_positions(branch, positions)
+        write_reason, write = ends_by_writing_rows_at_the_positions(branch, positions)
+        if write_reason is not None:
+            # A branch on a list's length, a count...: not rows merged at positions, and
+            # no break of this kind (a candidate only when it writes rows back).
+            return None
+        destination = None
         if reason is None:
             destination = write.targets[0].value.id
             reason = body_only_binds_names(branch, write)
