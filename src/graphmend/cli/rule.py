@@ -35,7 +35,10 @@ _RULE_MODULES = {
     DYNAMIC_SHAPE_OPERATOR: "graphmend.rules.capture",
 }
 # Further files of the same rule, documented after its main one.
-_MORE_RULE_MODULES = {VALIDATION_GUARD: ("graphmend.rules.trap_checks",)}
+_MORE_RULE_MODULES = {
+    VALIDATION_GUARD: ("graphmend.rules.trap_checks",),
+    DYNAMIC_SHAPE_OPERATOR: ("graphmend.rules.capture_loops", "graphmend.rules.capture_merges"),
+}
 
 _UNFIXED = {
     TENSOR_ITEM: (
@@ -69,6 +72,9 @@ and the frame traced again where
   - an op after it fails while TorchDynamo traces it (no_later_op_failed_while_tracing);
   - the joined graph records autograd (joined_graph_records_no_autograd);
   - random draws sit on both sides of it (random_draws_stay_on_their_side);
+  - a batch norm reads a tensor that is not contiguous, under a backend that plans
+    views by the traced strides (batch_norms_read_contiguous_tensors);
+  - TorchDynamo broke the graph at a merged branch's torch.cond (merged_branches_were_traced);
   - output shares the graph with a lowered guard (outputs_share_no_graph_with_a_lowered_guard)
     or, under a backend that may reorder, with an input written in place
     (outputs_share_no_graph_with_an_input_written_in_place);
