@@ -13,9 +13,9 @@ import warnings
 import pytest
 import torch
 
-from graphmend.counting import count_breaks
 from graphmend.runtime import conversion_failures
 from helpers import assert_equivalent, finding_reasons, original_and_mended
+from helpers import graphs_and_breaks as counts
 
 PRELUDE = """
 import torch
@@ -25,13 +25,6 @@ import torch.nn.functional as F
 
 def program(body: str) -> str:
     return PRELUDE + textwrap.dedent(body)
-
-
-def counts(function, *args) -> tuple[int, int]:
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _, count = count_breaks(function, *args)
-    return count.graphs, count.breaks
 
 
 MUST_REWRITE = {

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import textwrap
 import warnings
 
 import pytest
 import torch
 
-from graphmend.counting import count_breaks
 from graphmend.runtime import claims
 from helpers import assert_equivalent, finding_reasons, original_and_mended
+from helpers import graphs_and_breaks as counts
 
 PRELUDE = """
 import torch
@@ -24,13 +23,6 @@ NORM = torch.nn.BatchNorm1d(3).eval()
 
 def program(body: str) -> str:
     return PRELUDE + textwrap.dedent(body)
-
-
-def counts(function, *args) -> tuple[int, int]:
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _, count = count_breaks(function, *args)
-    return count.graphs, count.breaks
 
 
 def mended_pair(source: str):
