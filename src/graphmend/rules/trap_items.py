@@ -87,7 +87,16 @@ def assigns_one_local(context: FunctionContext, name: str) -> str | None:
 
 def _reads_reached(context: FunctionContext, statement: ast.Assign, name: str):
     """The reads of ``name`` this assignment reaches, each with its CFG node; None when
-    a reach cannot be placed (a read the analysis has no node for)."""
+    a reach cannot be placed (a read the analysis has no node for). Computed once per
+    assignment: three conditions ask."""
+    cache = context.__dict__.setdefault("_trap_items_reads_reached", {})
+    key = (id(statement), name)
+    if key not in cache:
+        cache[key] = _find_reads_reached(context, statement, name)
+    return cache[key]
+
+
+def _find_reads_reached(context: FunctionContext, statement: ast.Assign, name: str):
     facts = context.facts
     reads = []
     for node in ast.walk(facts.function):
