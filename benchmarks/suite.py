@@ -93,22 +93,32 @@ def model_file_module_name(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-def _declared_name(path: str) -> str | None:
-    """The file's top-level ``NAME = "..."``, read without importing the file."""
+def _declared_constants(path: str) -> dict:
+    """The file's top-level ``NAME = "..."`` and ``PACKAGES = (...)`` (strings), read
+    without importing the file."""
     try:
         with open(path, encoding="utf-8") as handle:
             tree = ast.parse(handle.read(), filename=path)
     except (OSError, SyntaxError, ValueError):
-        return None
+        return {}
+    declared = {}
     for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and any(isinstance(target, ast.Name) and target.id == "NAME" for target in node.targets)
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
-        ):
-            return node.value.value
-    return None
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Name) and target.id in ("NAME", "PACKAGES"):
+                try:
+                    declared[target.id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+    name = declared.get("NAME")
+    packages = declared.get("PACKAGES")
+    return {
+        "NAME": name if isinstance(name, str) else None,
+        "PACKAGES": tuple(packages)
+        if isinstance(packages, (tuple, list)) and all(isinstance(item, str) for item in packages)
+        else (),
+    }
 
 
 def load_model_file(path: str, *, import_module: bool = True) -> BenchModel:
@@ -134,8 +144,11 @@ def load_model_file(path: str, *, import_module: bool = True) -> BenchModel:
         user_module = module or import_user_module()
         return user_module.build()
 
-    name = getattr(module, "NAME", None) or _declared_name(path) or module_name
-    packages = tuple(getattr(module, "PACKAGES", ())) if module else ()
+    declared = _declared_constants(path)
+    name = getattr(module, "NAME", None) or declared.get("NAME") or module_name
+    # The worker reads the file without importing it: the packages it names must still
+    # be rewritten in the graphmend arm.
+    packages = tuple(getattr(module, "PACKAGES", ())) if module else declared.get("PACKAGES", ())
     return BenchModel(
         name=name,
         build=build,

@@ -88,6 +88,15 @@ def test_load_model_file_reads_name_without_importing(tmp_path):
     assert model.module_file == str(path)
 
 
+def test_load_model_file_reads_packages_without_importing(tmp_path):
+    # The worker loads the file this way: the graphmend arm must still rewrite the
+    # packages it names (florence2's file named transformers and got none).
+    path = tmp_path / "my_bench_packages.py"
+    path.write_text('NAME = "mine"\nPACKAGES = ("transformers", "helpers")\nraise SystemExit("imported")\n')
+    model = load_model_file(str(path), import_module=False)
+    assert model.packages == ("my_bench_packages", "transformers", "helpers")
+
+
 def test_load_model_file_builds_from_the_file(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     path = tmp_path / "bench_file_two.py"
