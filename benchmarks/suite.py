@@ -575,6 +575,46 @@ def build_chronos_bolt():
     return model, {"context": torch.randn(2, 32)}
 
 
+def build_florence2():
+    import torch
+    from transformers import Florence2Config, Florence2ForConditionalGeneration
+
+    vision = {
+        "depths": [1, 1, 1, 1],
+        "embed_dim": [16, 16, 16, 16],
+        "num_heads": [1, 1, 1, 1],
+        "num_groups": [1, 1, 1, 1],
+        "window_size": 2,
+        "projection_dim": 16,
+        "max_temporal_embeddings": 4,
+        "max_position_embeddings": 8,
+        "drop_path_rate": 0.0,
+    }
+    text = {
+        "model_type": "bart",
+        "vocab_size": 100,
+        "d_model": 16,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2,
+        "encoder_ffn_dim": 16,
+        "decoder_ffn_dim": 16,
+        "max_position_embeddings": 64,
+    }
+    config = Florence2Config(vision_config=vision, text_config=text, image_token_id=7)
+    # A 64x64 image leaves 5 image features (4 patches and the pooled one): the prompt
+    # holds 5 image tokens, which the placeholder check counts against them.
+    input_ids = torch.tensor([[7] * 5 + [3, 4, 5]])
+    inputs = {
+        "input_ids": input_ids,
+        "pixel_values": torch.randn(1, 3, 64, 64),
+        "attention_mask": torch.ones_like(input_ids),
+        "decoder_input_ids": torch.tensor([[2, 3, 4]]),
+    }
+    return Florence2ForConditionalGeneration(config), inputs
+
+
 def _register_builtin_models() -> None:
     T5_NOTE = "t5-base and t5-3b are the same class with bigger sizes"
     builtin = (
@@ -657,6 +697,14 @@ def _register_builtin_models() -> None:
             packages=("transformers", "chronos"),
             requires=("transformers", "chronos"),
             notes="needs the chronos-forecasting package; skipped without it",
+        ),
+        BenchModel(
+            "florence2",
+            build_florence2,
+            "Florence-2-large",
+            "Florence2ForConditionalGeneration",
+            requires=("transformers", "transformers.models.florence2"),
+            notes="transformers 5's own class (the paper ran the hub's remote code); skipped where transformers lacks it",
         ),
         # Past the paper: models whose breaks the paper's rules do not reach.
         BenchModel(

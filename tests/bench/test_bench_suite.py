@@ -20,6 +20,7 @@ BUILTIN = [
     "grounding-dino",
     "clap",
     "chronos-bolt",
+    "florence2",
 ]
 # Models past the paper's Table 2 (no paper row): their breaks need the Capture rule.
 PAST_THE_PAPER = ["qwen2-audio", "mixtral", "qwen2-moe"]

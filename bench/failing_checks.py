@@ -1,0 +1,95 @@
+"""What a failing validation check raises, eagerly and compiled, original and graphmend.
+
+transformers 5's ``torch_compilable_check(cond, msg, error_type)`` raises
+``error_type(msg)`` eagerly; traced by TorchDynamo it becomes ``torch._check_tensor_all``
+and a failing input raises TorchDynamo's RuntimeError instead (issue 19). graphmend's bar
+is the eager exception. Each suite model named here is built (seeded, eval mode) and
+called with inputs that fail its multimodal placeholder check (one image or audio token
+fewer than the features it merges), in a fresh interpreter per arm:
+
+    python bench/failing_checks.py florence2,qwen2-audio      # from the checkout
+
+Prints one JSON line per model and run: eager, compiled (``eager`` backend) and
+``fullgraph=True``, each with the exception's type and message (or "returned").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Which token id marks the merged features in each model's prompt (the suite's builds).
+PLACEHOLDER_TOKEN = {"florence2": 7, "qwen2-audio": 7}
+
+_CHILD = r"""
+import json, sys
+arm, name, token = sys.argv[1], sys.argv[2], int(sys.argv[3])
+from benchmarks.suite import get_model
+bench_model = get_model(name)
+if arm == "graphmend":
+    import graphmend.hook
+    graphmend.hook.install(list(bench_model.packages))
+import torch
+torch.manual_seed(0)
+model, kwargs = bench_model.build()
+model.eval()
+ids = kwargs["input_ids"].clone()
+first = (ids == token).nonzero()[0]
+ids[first[0], first[1]] = 3  # one placeholder fewer than the features
+kwargs["input_ids"] = ids
+
+def outcome(call):
+    try:
+        with torch.no_grad():
+            call(**kwargs)
+    except Exception as error:
+        return f"{type(error).__module__}.{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    return "returned"
+
+runs = {}
+if arm == "original":
+    runs["eager"] = outcome(model)
+torch._dynamo.reset()
+runs["compiled"] = outcome(torch.compile(model, backend="eager", dynamic=False))
+torch._dynamo.reset()
+runs["fullgraph"] = outcome(torch.compile(model, backend="eager", dynamic=False, fullgraph=True))
+print(json.dumps({"arm": arm, "model": name, **runs}))
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", help=f"comma-separated, of: {', '.join(PLACEHOLDER_TOKEN)}")
+    options = parser.parse_args(argv)
+    names = options.models.split(",")
+    unknown = [name for name in names if name not in PLACEHOLDER_TOKEN]
+    if unknown:
+        parser.error(f"no failing input is known for {', '.join(unknown)}")
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [CHECKOUT, os.path.join(CHECKOUT, "src"), environment.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
+    failed = 0
+    for name in names:
+        for arm in ("original", "graphmend"):
+            completed = subprocess.run(
+                [sys.executable, "-c", _CHILD, arm, name, str(PLACEHOLDER_TOKEN[name])],
+                capture_output=True, text=True, env=environment,
+            )
+            lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+            if completed.returncode != 0 or not lines:
+                failed += 1
+                last = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+                print(json.dumps({"arm": arm, "model": name, "error": last}), flush=True)
+            else:
+                print(lines[-1], flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
