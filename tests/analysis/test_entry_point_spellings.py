@@ -11,7 +11,7 @@ import pytest
 
 import graphmend
 from graphmend.analysis.bindings import ModuleBindings
-from graphmend.analysis.entry_points import find_entry_points, model_classes
+from graphmend.analysis.entry_points import find_entry_points, method_decorators, model_classes
 
 PRELUDE = "import functools\nimport torch\nimport torch.nn as nn\n"
 
@@ -145,3 +145,51 @@ def test_entry_scope_without_a_compile_call_mends_model_code_and_what_it_reaches
     result = graphmend.mend_module_source(MODEL_ONLY, scope="entry")
     assert {f.function for f in result.findings} == {"helper"}
     assert {f.function for f in graphmend.mend_module_source(MODEL_ONLY).findings} == {"helper", "unrelated"}
+
+
+# transformers 4.52.4's ``dynamic_rope_update``: put on Phi-3's rotary embedding's
+# ``forward`` in another file; its wrapper holds the LongRoPE branch that breaks.
+METHOD_DECORATOR = """
+import functools
+import torch
+
+
+def dynamic_update(rope_forward):
+    def update(self, position_ids):
+        if torch.max(position_ids) + 1 > self.limit:
+            print("long")
+
+    @functools.wraps(rope_forward)
+    def wrapper(self, x, position_ids):
+        update(self, position_ids)
+        return rope_forward(self, x, position_ids)
+
+    return wrapper
+
+
+def unrelated(x):
+    print("unrelated")
+    return x
+"""
+
+NOT_METHOD_DECORATORS = {
+    "wrapper_without_self": "def d(f):\n    def w(x):\n        return f(x)\n    return w\n",
+    "wrapper_not_returned": "def d(f):\n    def w(self, x):\n        return f(self, x)\n    return f\n",
+    "wrapper_not_calling_the_decorated": "def d(f):\n    def w(self, x):\n        return x\n    return w\n",
+    "no_parameter": "def d():\n    def w(self, x):\n        return x\n    return w\n",
+}
+
+
+def test_method_decorators_wrap_a_method_and_return_the_wrapper():
+    tree = ast.parse(METHOD_DECORATOR)
+    assert method_decorators(tree) == {"dynamic_update"}
+
+
+@pytest.mark.parametrize("name", NOT_METHOD_DECORATORS)
+def test_not_a_method_decorator(name):
+    assert method_decorators(ast.parse(NOT_METHOD_DECORATORS[name])) == set()
+
+
+def test_entry_scope_takes_in_a_method_decorator_and_what_its_wrapper_reaches():
+    result = graphmend.mend_module_source(METHOD_DECORATOR, scope="entry")
+    assert {f.function for f in result.findings} == {"dynamic_update.<locals>.update"}

@@ -62,8 +62,8 @@ def test_entry_points_only_unless_all(cli, write, library_module):
     assert narrow.out.splitlines() == [
         "No break candidates found; 1 file checked.",
         (
-            "Scope: code reachable from torch.compile calls in the files given, and nn.Module "
-            "classes; 1 file of those checked has none of it and was not looked at. Pass the files "
+            "Scope: code reachable from torch.compile calls in the files given, nn.Module "
+            "classes and method decorators; 1 file of those checked has none of it and was not looked at. Pass the files "
             "that compile them too, or use --all to check every function."
         ),
     ]

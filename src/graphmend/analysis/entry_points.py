@@ -23,7 +23,7 @@ name in ``EntryPoints.imported``, so a caller that sees several files
 
 ``model_classes`` names the classes that look like ``nn.Module`` code (a ``forward``
 method, or an ``nn.Module`` base): code compiled from somewhere out of sight is
-usually there.
+usually there; ``method_decorators`` names the functions that wrap such methods.
 """
 
 from __future__ import annotations
@@ -315,6 +315,38 @@ def model_classes(tree: ast.Module, bindings: ModuleBindings) -> set[str]:
                 models.add(name)
                 changed = True
     return models
+
+
+def method_decorators(tree: ast.Module) -> set[str]:
+    """Module functions that wrap a method: ``def update(forward): ... def wrapper(self,
+    ...): ... forward(self, ...) ... return wrapper`` (transformers' ``dynamic_rope_update``).
+
+    The wrapper runs on every call of the method it decorates, and the methods such a
+    decorator is put on out of sight are usually model code, as ``model_classes`` are.
+    The wrapper takes ``self`` first, calls the decorated function and is returned."""
+    found = set()
+    for function in tree.body:
+        if not isinstance(function, _FUNCTION_NODES) or not function.args.args:
+            continue
+        decorated = function.args.args[0].arg
+        returned = {
+            node.value.id
+            for node in ast.walk(function)
+            if isinstance(node, ast.Return) and isinstance(node.value, ast.Name)
+        }
+        for inner in function.body:
+            if (
+                isinstance(inner, _FUNCTION_NODES)
+                and inner.name in returned
+                and inner.args.args
+                and inner.args.args[0].arg == "self"
+                and any(
+                    isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == decorated
+                    for call in ast.walk(inner)
+                )
+            ):
+                found.add(function.name)
+    return found
 
 
 # Run when an object is built, copied or loaded, not when a compiled model is called:

@@ -11,7 +11,9 @@ What is looked at (without ``--all``): code reachable from ``torch.compile`` ent
 points in any spelling, followed across the files given (``torch.compile(Model())`` in
 ``main.py`` reaches ``Model`` in ``model.py``; so does a compiling helper defined in
 one file and called in another), and every ``nn.Module`` class with what it reaches,
-since a model is usually compiled from somewhere out of sight. A first, quick walk
+since a model is usually compiled from somewhere out of sight, and so is every
+decorator that wraps a method (``dynamic_rope_update``: its wrapper runs whenever the
+model method it is put on does). A first, quick walk
 over the files finds the compile calls (only files that mention ``compile`` or
 ``optimize`` are parsed); the second checks each file. When some files hold none of
 that code, a last line says so and how to widen the scope (``--all``): "no break
@@ -332,8 +334,8 @@ class Summary:
         files = plural(count, "file")
         verb = "has" if count == 1 else "have"
         return (
-            f"Scope: code reachable from torch.compile calls in the files given, and nn.Module "
-            f"classes; {files} of those checked {verb} none of it and {'was' if count == 1 else 'were'} "
+            f"Scope: code reachable from torch.compile calls in the files given, nn.Module "
+            f"classes and method decorators; {files} of those checked {verb} none of it and {'was' if count == 1 else 'were'} "
             f"not looked at. Pass the files that compile them too, or use --all to check "
             f"every function."
         )

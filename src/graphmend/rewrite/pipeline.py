@@ -17,6 +17,7 @@ from graphmend.analysis.bindings import ModuleBindings
 from graphmend.analysis.entry_points import (
     EntryPoints,
     find_entry_points,
+    method_decorators,
     model_classes,
     reachable_functions,
 )
@@ -119,9 +120,11 @@ def _entry_scope(
 ) -> tuple[set[int], EntryPoints]:
     """What ``scope="entry"`` looks at: what the module's compile calls (any spelling),
     the compile calls of other modules (``compiled_elsewhere``) and ``nn.Module`` code
-    reach. Model classes are always in: they are what gets compiled from out of sight."""
+    reach. Model classes are always in: they are what gets compiled from out of sight;
+    so are the decorators that wrap their methods."""
     entry = find_entry_points(tree, bindings, known_helpers, compiled_elsewhere)
     entry.classes |= model_classes(tree, bindings)
+    entry.functions |= method_decorators(tree)
     if not entry.found:
         return set(), entry
     return {id(node) for node in reachable_functions(tree, entry)}, entry
