@@ -46,6 +46,12 @@ def branch_dependence(source: str) -> list[bool]:
         ("def f(x):\n    n = 0\n    n += x.max()\n    if n:\n        pass", [True]),
         # A builtin called with the same name as a tensor method is not a tensor value.
         ("import math\ndef f(x):\n    if math.floor(2.5) > 1:\n        pass", [False]),
+        # Which object a name holds is static, even a name a tensor value reaches
+        # (qwen2-audio's `if labels is not None:` after labels came from merged rows)...
+        ("def f(x, y):\n    y = None if y is None else y * x.sum()\n    if y is not None:\n        pass", [False]),
+        ("def f(x, y):\n    y = x.sum()\n    if y is x or self.cache is None:\n        pass", [False]),
+        # ...but an operand that computes may read tensor values.
+        ("def f(x):\n    if bool(x.sum()) is True:\n        pass", [True]),
     ],
 )
 def test_data_dependence_is_flow_sensitive(source, expected):

@@ -47,6 +47,20 @@ DYNAMIC_SHAPE_FUNCTIONS = frozenset(
 )
 
 
+def is_identity_test(expression: ast.AST) -> bool:
+    """``labels is not None``, ``a is b``: which object a name holds, never what a tensor
+    holds, so TorchDynamo answers it while tracing (the operands are plain references:
+    an operand that computes could itself read tensor values)."""
+    return (
+        isinstance(expression, ast.Compare)
+        and all(isinstance(op, (ast.Is, ast.IsNot)) for op in expression.ops)
+        and all(
+            isinstance(operand, (ast.Name, ast.Attribute, ast.Constant))
+            for operand in (expression.left, *expression.comparators)
+        )
+    )
+
+
 class DataDependence:
     """Answers ``is_data_dependent(expression, at_node)`` for one function."""
 
@@ -101,6 +115,8 @@ class DataDependence:
             if isinstance(expression.func, ast.Attribute) and expression.func.attr in STATIC_METHODS:
                 return False
         if isinstance(expression, ast.Attribute) and expression.attr in STATIC_ATTRIBUTES:
+            return False
+        if is_identity_test(expression):
             return False
         if isinstance(expression, ast.Name) and isinstance(expression.ctx, ast.Load):
             if at is None:
