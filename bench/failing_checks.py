@@ -16,12 +16,9 @@ Prints one JSON line per model and run: eager, compiled (``eager`` backend) and
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from arm_children import run_per_arm
 
 # Which token id marks the merged features in each model's prompt (the suite's builds).
 PLACEHOLDER_TOKEN = {"florence2": 7, "qwen2-audio": 7}
@@ -70,24 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in names if name not in PLACEHOLDER_TOKEN]
     if unknown:
         parser.error(f"no failing input is known for {', '.join(unknown)}")
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [CHECKOUT, os.path.join(CHECKOUT, "src"), environment.get("PYTHONPATH", "")]
-    ).rstrip(os.pathsep)
-    failed = 0
-    for name in names:
-        for arm in ("original", "graphmend"):
-            completed = subprocess.run(
-                [sys.executable, "-c", _CHILD, arm, name, str(PLACEHOLDER_TOKEN[name])],
-                capture_output=True, text=True, env=environment,
-            )
-            lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-            if completed.returncode != 0 or not lines:
-                failed += 1
-                last = (completed.stderr.strip().splitlines() or ["no output"])[-1]
-                print(json.dumps({"arm": arm, "model": name, "error": last}), flush=True)
-            else:
-                print(lines[-1], flush=True)
+    failed = sum(run_per_arm(_CHILD, name, str(PLACEHOLDER_TOKEN[name])) for name in names)
     return 1 if failed else 0
 
 

@@ -13,12 +13,9 @@ Prints one JSON line per model and arm: the graphs compiled in all, and per call
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from arm_children import run_per_arm
 
 _CHILD = r"""
 import contextlib, copy, io, json, sys
@@ -55,24 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", help="comma-separated suite model names")
     parser.add_argument("--calls", type=int, default=10)
     options = parser.parse_args(argv)
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [CHECKOUT, os.path.join(CHECKOUT, "src"), environment.get("PYTHONPATH", "")]
-    ).rstrip(os.pathsep)
-    failed = 0
-    for name in options.models.split(","):
-        for arm in ("original", "graphmend"):
-            completed = subprocess.run(
-                [sys.executable, "-c", _CHILD, arm, name, str(options.calls)],
-                capture_output=True, text=True, env=environment,
-            )
-            lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-            if completed.returncode != 0 or not lines:
-                failed += 1
-                last = (completed.stderr.strip().splitlines() or ["no output"])[-1]
-                print(json.dumps({"arm": arm, "model": name, "error": last}), flush=True)
-            else:
-                print(lines[-1], flush=True)
+    failed = sum(run_per_arm(_CHILD, name, str(options.calls)) for name in options.models.split(","))
     return 1 if failed else 0
 
 
