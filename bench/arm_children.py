@@ -11,9 +11,27 @@ import sys
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARMS = ("original", "graphmend")
 
+# What every child starts with: its arm and model from argv, the model built (seeded,
+# eval mode) after the graphmend arm installed the import hook for its packages; the
+# child's own arguments follow in ``sys.argv[3:]``.
+BUILD_IN_ARM = r"""
+import sys
+arm, name = sys.argv[1], sys.argv[2]
+from benchmarks.suite import get_model
+bench_model = get_model(name)
+if arm == "graphmend":
+    import graphmend.hook
+    graphmend.hook.install(list(bench_model.packages))
+import torch
+torch.manual_seed(0)
+model, example_kwargs = bench_model.build()
+model.eval()
+"""
+
 
 def run_per_arm(child: str, model: str, *arguments: str) -> int:
-    """``python -c child ARM MODEL ARGUMENTS...`` for each arm; the number that failed."""
+    """``python -c BUILD_IN_ARM+child ARM MODEL ARGUMENTS...`` for each arm; the number
+    that failed."""
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(
         [CHECKOUT, os.path.join(CHECKOUT, "src"), environment.get("PYTHONPATH", "")]
@@ -21,7 +39,7 @@ def run_per_arm(child: str, model: str, *arguments: str) -> int:
     failed = 0
     for arm in ARMS:
         completed = subprocess.run(
-            [sys.executable, "-c", child, arm, model, *arguments],
+            [sys.executable, "-c", BUILD_IN_ARM + child, arm, model, *arguments],
             capture_output=True, text=True, env=environment,
         )
         lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]

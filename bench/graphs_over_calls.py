@@ -18,17 +18,8 @@ import sys
 from arm_children import run_per_arm
 
 _CHILD = r"""
-import contextlib, copy, io, json, sys
-arm, name, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-from benchmarks.suite import get_model
-bench_model = get_model(name)
-if arm == "graphmend":
-    import graphmend.hook
-    graphmend.hook.install(list(bench_model.packages))
-import torch
-torch.manual_seed(0)
-model, example_kwargs = bench_model.build()
-model.eval()
+import contextlib, copy, io, json
+calls = int(sys.argv[3])
 graphs = []
 
 def counting_backend(graph_module, example_inputs):
