@@ -144,10 +144,10 @@ def load_model_file(path: str, *, import_module: bool = True) -> BenchModel:
         user_module = module or import_user_module()
         return user_module.build()
 
-    declared = _declared_constants(path)
+    # The worker reads the file without importing it: its name and the packages it names
+    # (to be rewritten in the graphmend arm) come from the text then.
+    declared = _declared_constants(path) if module is None else {}
     name = getattr(module, "NAME", None) or declared.get("NAME") or module_name
-    # The worker reads the file without importing it: the packages it names must still
-    # be rewritten in the graphmend arm.
     packages = tuple(getattr(module, "PACKAGES", ())) if module else declared.get("PACKAGES", ())
     return BenchModel(
         name=name,
