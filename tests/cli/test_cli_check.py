@@ -92,6 +92,7 @@ def test_json_document(cli, write, compiled_module):
         "fixed": True,
         "reason": None,
         "outcome": "fixed by Defer",
+        "follows": None,
     }
     assert [f["code"] for f in document["findings"]] == ["LC", "DC", "TI"]
     assert document["errors"] == [
@@ -108,6 +109,7 @@ def test_json_document(cli, write, compiled_module):
         "scope": "entry",
         "files_without_compiled_code": 0,
         "suppressed": 0,
+        "follow_ons": 0,
     }
 
 

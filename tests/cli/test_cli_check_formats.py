@@ -74,3 +74,64 @@ def test_unknown_format_is_a_one_line_usage_error(cli, write):
     result = cli("check", "--format", "xml", "clean.py")
     assert result.code == 2
     assert len(result.err.strip().splitlines()) == 1 and "xml" in result.err
+
+
+# The positions are made in `main` (a break in the original program, at `torch.where`);
+# the branch on whether they are empty is a break only once Capture keeps them in the graph.
+FOLLOW_ON_MODULE = """\
+import torch
+
+LINEAR = torch.nn.Linear(3, 3)
+
+
+def fuse(x, idx):
+    merged = x - 1
+    if len(idx) > 0:
+        merged[idx] = LINEAR(x[idx].contiguous())
+    return merged
+
+
+@torch.compile
+def main(x, flags):
+    (idx,) = torch.where(flags > 0)
+    return fuse(x, idx) * 2
+"""
+
+
+def test_a_follow_on_site_is_listed_but_not_counted_as_a_candidate(cli, write):
+    write("model.py", FOLLOW_ON_MODULE)
+    result = cli("check", "model.py")
+    assert result.code == 1
+    lines = result.out.splitlines()
+    assert lines[0] == (
+        "model.py:8:5: DS branch on whether positions `idx` are empty (a data-dependent size), "
+        "a break only once the positions `idx` are kept in the graph (fixed by Capture)"
+    )
+    assert lines[1].startswith("model.py:15:14: DS `torch.where` has a data-dependent output shape")
+    assert lines[2] == (
+        "Found 1 break candidate in 1 file (1 fixable, 0 not fixable); 1 file checked. 1 follow-on site "
+        "(a break only once graphmend keeps an earlier value in the graph) listed too, not counted."
+    )
+
+
+def test_a_file_with_only_a_follow_on_site_has_no_candidates(cli, write):
+    write("fuse.py", FOLLOW_ON_MODULE.split("\n\n@torch.compile")[0] + "\n")
+    result = cli("check", "--all", "fuse.py")
+    assert result.code == 0
+    assert result.out.splitlines()[-1].startswith("No break candidates found; 1 file checked. 1 follow-on site")
+
+
+def test_follow_on_sites_in_json_sarif_and_github(cli, write):
+    write("model.py", FOLLOW_ON_MODULE)
+    document = json.loads(cli("check", "--format", "json", "model.py").out)
+    follows = [finding["follows"] for finding in document["findings"]]
+    assert follows == ["the positions `idx` are kept in the graph", None]
+    assert (document["summary"]["break_candidates"], document["summary"]["follow_ons"]) == (1, 1)
+    (run,) = json.loads(cli("check", "--format", "sarif", "model.py").out)["runs"]
+    first, second = run["results"]
+    assert (first["level"], first["kind"], first["properties"]["follows"]) == (
+        "note", "informational", "the positions `idx` are kept in the graph",
+    )
+    assert "kind" not in second
+    annotations = cli("check", "--format", "github", "model.py").out.splitlines()
+    assert annotations[0].startswith("::notice file=model.py,line=8,")

@@ -235,6 +235,16 @@ def test_must_not_rewrite(name):
             assert_equivalent(original.main, mended.main, X, flags, backends=("eager",))
 
 
+def test_the_branch_is_reported_as_following_the_positions():
+    # The original breaks where the positions are made (`torch.where`, reported
+    # there); the branch is a break only once Capture keeps them in the graph.
+    _, _, result = mended_pair(MUST_REWRITE["positions_from_the_caller"])
+    (branch,) = [f for f in result.findings if f.message.startswith("branch on whether positions")]
+    (where,) = [f for f in result.findings if "torch.where" in f.message]
+    assert branch.follows == "the positions `idx` are kept in the graph"
+    assert where.follows is None
+
+
 def test_a_body_that_does_not_end_by_writing_rows_is_no_candidate():
     """ends_by_writing_rows_at_the_positions: a branch on a list's length or a count
     that does not write rows back is not this break."""

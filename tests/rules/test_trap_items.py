@@ -74,6 +74,27 @@ def test_must_rewrite(name):
         assert_equivalent(original.main, mended.main, *arguments, backends=("eager", "aot_eager"))
 
 
+def test_the_check_after_a_kept_item_is_reported_as_following_it():
+    # In the original the break is at `.item()` (line 6 of MERGE): the check then
+    # compares Python ints. It is a break only once Trap keeps the count a tensor.
+    _, _, result = original_and_mended(program(MERGE))
+    (item,) = [f for f in result.findings if f.category == "TI"]
+    (check,) = [f for f in result.findings if f.category == "VG"]
+    assert check.fixed and item.follows is None
+    assert check.follows == f"the `.item()` at line {item.line} is kept in the graph"
+
+
+def test_a_check_on_tensor_values_follows_nothing():
+    source = """
+        def main(x):
+            torch_compilable_check((x > 0).all(), "not all positive")
+            return x + 1
+    """
+    _, _, result = original_and_mended(program(source))
+    (check,) = [f for f in result.findings if f.category == "VG"]
+    assert check.fixed and check.follows is None
+
+
 def test_qwen2_audio_merge_is_one_graph():
     original, mended, _ = original_and_mended(program(MERGE))
     _, before = count_breaks(original.main, *merge_arguments(4))

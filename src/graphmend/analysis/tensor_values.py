@@ -46,6 +46,10 @@ DYNAMIC_SHAPE_FUNCTIONS = frozenset(
     f"torch.{name}" for name in ("nonzero", "unique", "unique_consecutive", "masked_select", "argwhere")
 )
 
+# Set by Trap on the value it binds in place of an ``.item()`` it keeps in the graph:
+# the line of that ``.item()``.
+LIFTED_ITEM_LINE = "_graphmend_lifted_item_line"
+
 
 def is_identity_test(expression: ast.AST) -> bool:
     """``labels is not None``, ``a is b``: which object a name holds, never what a tensor
@@ -64,11 +68,16 @@ def is_identity_test(expression: ast.AST) -> bool:
 class DataDependence:
     """Answers ``is_data_dependent(expression, at_node)`` for one function."""
 
-    def __init__(self, facts: FunctionFacts, items_are_python: bool = False):
+    def __init__(self, facts: FunctionFacts, items_are_python: bool = False, lifted_items_are_python: bool = False):
         self.facts = facts
         # ``.item()`` / ``.tolist()`` results are Python values: TorchDynamo breaks at
         # the call (under its default config), not where the value is used later.
         self.items_are_python = items_are_python
+        # An ``.item()`` that Trap keeps as a tensor (``n = _gm_item_1`` on the compiled
+        # path) is a Python value in the original program: with this, its value is one
+        # too, and the lines of the ``.item()`` calls met are kept in ``lifted_items_met``.
+        self.lifted_items_are_python = lifted_items_are_python
+        self.lifted_items_met: set[int] = set()
         self._definition_cache: dict[Definition, bool] = {}
 
     def is_value_operation(self, node: ast.AST) -> bool:
@@ -103,6 +112,10 @@ class DataDependence:
 
     def _depends(self, expression, at, explored: set) -> bool:
         if expression is None:
+            return False
+        lifted_from = getattr(expression, LIFTED_ITEM_LINE, None)
+        if lifted_from is not None and self.lifted_items_are_python:
+            self.lifted_items_met.add(lifted_from)
             return False
         if isinstance(expression, ast.Call):
             if self.items_are_python and self.first_item_call(expression) is expression:

@@ -75,6 +75,13 @@ class FileReport:
     result: MendResult | None = None
     source: SourceFile | None = None
     suppressed: int = 0  # findings left out for a ``# graphmend: ignore`` comment
+    # Sites that are a break only once graphmend keeps an earlier value in the graph
+    # (``Finding.follows``): rewritten with that value, no candidates of their own.
+    follow_ons: list[Finding] = field(default_factory=list)
+
+    def listed(self) -> list[Finding]:
+        """The candidates and follow-on sites, in line order."""
+        return sorted(self.findings + self.follow_ons, key=lambda f: (f.line, f.col))
 
     @property
     def nothing_in_scope(self) -> bool:
@@ -267,8 +274,10 @@ def mend_file(
         )
     else:
         reported = [f for f in report.result.findings if settings.reports(f.category)]
-        report.findings = [f for f in reported if not f.suppressed]
-        report.suppressed = len(reported) - len(report.findings)
+        shown = [f for f in reported if not f.suppressed]
+        report.suppressed = len(reported) - len(shown)
+        report.findings = [f for f in shown if f.follows is None]
+        report.follow_ons = [f for f in shown if f.follows is not None]
     return report
 
 
@@ -285,6 +294,7 @@ class Summary:
     scope: str = "entry"
     files_without_compiled_code: int = 0
     suppressed: int = 0
+    follow_ons: int = 0
 
     def add(self, report: FileReport) -> None:
         if report.error is not None:
@@ -294,6 +304,7 @@ class Summary:
         if report.nothing_in_scope:
             self.files_without_compiled_code += 1
         self.suppressed += report.suppressed
+        self.follow_ons += len(report.follow_ons)
         if report.findings:
             self.files_with_findings += 1
         for finding in report.findings:
@@ -319,6 +330,11 @@ class Summary:
             )
         else:
             text = f"No break candidates found; {files} checked."
+        if self.follow_ons:
+            text += (
+                f" {plural(self.follow_ons, 'follow-on site')} (a break only once graphmend keeps an "
+                f"earlier value in the graph) listed too, not counted."
+            )
         if self.suppressed:
             text += f" {self.suppressed} suppressed by `# graphmend: ignore` comments."
         if self.errors:
@@ -413,7 +429,7 @@ def check_command(argv: list[str]) -> int:
             summary.add(report)
             if report.error is not None:
                 output.error(report.path, report.error)
-            for finding in report.findings:
+            for finding in report.listed():
                 output.finding(finding)
     output.finish(summary)
     sys.stdout.flush()

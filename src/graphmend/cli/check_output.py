@@ -1,6 +1,10 @@
 """The forms ``graphmend check`` writes its findings in (``--format``).
 
 - ``text``: one ``path:line:col: CODE message (outcome)`` line per finding, then a summary;
+
+A follow-on site (``Finding.follows``: a break only once graphmend keeps an earlier
+value in the graph) is listed with the others, saying so, and counted apart: it is no
+candidate of its own. GitHub and SARIF give it the lowest level (notice, note).
 - ``json``: one document, written as findings arrive;
 - ``github``: GitHub Actions workflow commands, which the runner turns into annotations
   on the pull request's lines (``::warning file=...,line=...::...``);
@@ -28,11 +32,6 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def outcome(finding: Finding) -> str:
-    """What graphmend does about it: the part of ``Finding.describe`` in parentheses."""
-    return finding.describe()[len(finding.message) + 2 : -1]
-
-
 def format_finding(finding: Finding) -> str:
     return f"{finding.path}:{finding.line}:{finding.col}: {finding.category} {finding.describe()}"
 
@@ -49,7 +48,8 @@ def finding_as_json(finding: Finding) -> dict:
         "rule": finding.rule,
         "fixed": finding.fixed,
         "reason": finding.reason,
-        "outcome": outcome(finding),
+        "outcome": finding.outcome(),
+        "follows": finding.follows,
     }
 
 
@@ -108,7 +108,7 @@ class GithubOutput:
     plain line (the runner shows it in the log)."""
 
     def finding(self, finding: Finding) -> None:
-        level = "notice" if finding.fixed else "warning"
+        level = "notice" if finding.fixed or finding.follows else "warning"
         title = f"{finding.category} {CATEGORY_TITLES.get(finding.category, '')}".rstrip()
         print(
             _github_command(
@@ -150,7 +150,8 @@ class SarifOutput:
     def finding(self, finding: Finding) -> None:
         self.results.append({
             "ruleId": finding.category,
-            "level": "note" if finding.fixed else "warning",
+            "level": "note" if finding.fixed or finding.follows else "warning",
+            **({"kind": "informational"} if finding.follows else {}),
             "message": {"text": finding.describe()},
             "locations": [{
                 "physicalLocation": {
@@ -159,7 +160,9 @@ class SarifOutput:
                 },
                 "logicalLocations": [{"name": finding.function, "kind": "function"}],
             }],
-            "properties": {"rule": finding.rule, "fixed": finding.fixed, "reason": finding.reason},
+            "properties": {
+                "rule": finding.rule, "fixed": finding.fixed, "reason": finding.reason, "follows": finding.follows,
+            },
         })
 
     def error(self, path: str, message: str) -> None:

@@ -42,15 +42,23 @@ class Finding:
     # ``# graphmend: ignore`` (or ``ignore[CODE,...]`` naming this category) on the
     # statement's lines: not rewritten, and ``check`` does not report it.
     suppressed: bool = False
+    # Set when the site is a break only once graphmend keeps an earlier value in the
+    # graph (a branch on positions Capture keeps, a check on an ``.item()`` Trap keeps):
+    # what that value is, in words. In the original program the break is at that value
+    # (reported there); this site is rewritten with it and is no candidate of its own.
+    follows: str | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def describe(self) -> str:
+    def outcome(self) -> str:
+        """What graphmend does about it."""
         if self.fixed:
-            outcome = f"fixed by {self.rule}"
-        elif self.rule:
-            outcome = f"{self.rule} declined: {self.reason}"
-        else:
-            outcome = f"not fixable: {self.reason}" if self.reason else "not fixable"
-        return f"{self.message} ({outcome})"
+            return f"fixed by {self.rule}"
+        if self.rule:
+            return f"{self.rule} declined: {self.reason}"
+        return f"not fixable: {self.reason}" if self.reason else "not fixable"
+
+    def describe(self) -> str:
+        condition = f", a break only once {self.follows}" if self.follows else ""
+        return f"{self.message}{condition} ({self.outcome()})"

@@ -44,7 +44,7 @@ class ModuleContext:
         return self._counter
 
     def report(self, facts: FunctionFacts, node: ast.AST, category: str, message: str,
-               rule: str | None, reason: str | None) -> Finding:
+               rule: str | None, reason: str | None, follows: str | None = None) -> Finding:
         suppressed = is_suppressed(self.suppressions, node, category)
         if suppressed and rule is not None and reason is None:
             reason = "suppressed by a `# graphmend: ignore` comment"
@@ -59,6 +59,7 @@ class ModuleContext:
             reason=reason,
             path=self.filename,
             suppressed=suppressed,
+            follows=follows,
         )
         self.findings.append(finding)
         return finding
@@ -79,6 +80,15 @@ class FunctionContext:
         if self._data_past_items is None:
             self._data_past_items = DataDependence(self.facts, items_are_python=True)
         return not self._data_past_items.is_data_dependent(expression, node)
+
+    def lifted_items_read(self, expression: ast.AST, node) -> list[int]:
+        """The lines of the ``.item()`` calls Trap keeps as tensors that ``expression``
+        depends on, when it depends on tensor values through nothing else: it is then a
+        break only because Trap keeps them in the graph (the original breaks at them)."""
+        data = DataDependence(self.facts, items_are_python=True, lifted_items_are_python=True)
+        if data.is_data_dependent(expression, node):
+            return []
+        return sorted(data.lifted_items_met)
 
     def may_depend_on_tensor_values(self) -> bool:
         """Parameters are static, so no predicate is data-dependent unless the function

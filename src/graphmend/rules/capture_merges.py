@@ -257,6 +257,7 @@ def apply(context: FunctionContext) -> None:
         finding = context.module.report(
             context.facts, branch, DYNAMIC_SHAPE_OPERATOR,
             f"branch on whether positions `{positions}` are empty (a data-dependent size)", RULE, reason,
+            follows=f"the positions `{positions}` are kept in the graph",
         )
         if not finding.fixed:
             return None

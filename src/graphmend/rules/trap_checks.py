@@ -211,6 +211,10 @@ def apply(context: FunctionContext) -> None:
             return None  # a Python condition: TorchDynamo checks it while tracing
         if context.depends_only_through_items(condition, node):
             return None  # a Python value from ``.item()``: the break is at that call
+        lifted = context.lifted_items_read(condition, node)
+        follows = (
+            f"the `.item()` at line {', '.join(map(str, lifted))} is kept in the graph" if lifted else None
+        )
         # Without an error_type the helper's default is a builtin: stand it in for the
         # source checks, which look only at its shape.
         error_type = arguments.get("error_type", ast.Name(id="ValueError", ctx=ast.Load()))
@@ -235,7 +239,7 @@ def apply(context: FunctionContext) -> None:
             reason += _KEPT_AS_A_CALL
         finding = context.module.report(
             context.facts, statement, VALIDATION_GUARD,
-            f"validation check `{ast.unparse(call.func)}({ast.unparse(condition)}, ...)`", RULE, reason,
+            f"validation check `{ast.unparse(call.func)}({ast.unparse(condition)}, ...)`", RULE, reason, follows,
         )
         if not finding.fixed:
             return _kept_as_a_call(context, statement, call)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ast
 
+from graphmend.analysis.tensor_values import LIFTED_ITEM_LINE
 from graphmend.rewrite.findings import TENSOR_ITEM
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
@@ -259,6 +260,7 @@ def apply(context: FunctionContext) -> None:
         temporary = f"_gm_item_{context.module.fresh_suffix()}"
         computed = statements(f"{temporary} = VALUE", VALUE=call.func.value)
         kept = statements(f"{name} = {temporary}")
+        setattr(kept[0].value, LIFTED_ITEM_LINE, call.lineno)
         copied = statements(f"{name} = {temporary}.item()")
         place(computed + kept + copied, statement)
         keeps = statements(f"{RUNTIME_NAME}.checks.keeps_item_tensor({temporary})")[0].value
