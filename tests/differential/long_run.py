@@ -123,6 +123,7 @@ def main(argv=None) -> int:
     torch_own = Counter()
     checks_made_eagerly = Counter()
     numeric = Counter()
+    traced_op_failures = Counter()
     crashes = []
     coverage = Counter()
     programs = 0
@@ -163,6 +164,8 @@ def main(argv=None) -> int:
             checks_made_eagerly[difference_class(difference)] += 1
         for difference in report.numeric:
             numeric[difference.mode] += 1
+        for difference in report.traced_op_failures:
+            traced_op_failures[difference_class(difference)] += 1
         minimised_here = set()
         for difference in report.differences:
             klass = difference_class(difference)
@@ -209,6 +212,12 @@ def main(argv=None) -> int:
         print(f"  {count:5d}  {klass}")
     print(f"TorchDynamo's own differences (original compiled differs the same way): {sum(torch_own.values())}")
     for klass, count in torch_own.most_common():
+        print(f"  {count:5d}  {klass}")
+    print(
+        "TorchDynamo's trace-time error for the op eager fails at, where torch's compiler failed on "
+        f"the original first (no original run to compare): {sum(traced_op_failures.values())}"
+    )
+    for klass, count in traced_op_failures.most_common():
         print(f"  {count:5d}  {klass}")
     print(f"inductor float-bit-only differences (allclose): {sum(numeric.values())}")
     print(f"harness crashes: {len(crashes)}")

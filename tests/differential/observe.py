@@ -38,6 +38,7 @@ import math
 import os
 import re
 import sys
+import traceback
 import types
 import warnings
 from dataclasses import dataclass, field
@@ -66,6 +67,11 @@ class Observation:
     globals: object = None
     rng: object = None
     events: list = field(default_factory=list)
+    # Not compared; what ``traced_op_failures`` needs: the program line the error was
+    # raised at (for TorchDynamo's trace-time error, the line of the op it traced) and
+    # whether torch's compiler itself failed (not the program).
+    error_site: object = None
+    compiler_failed: bool = False
 
 
 @dataclass
@@ -208,6 +214,44 @@ def _without_dynamo_suffix(text: str) -> str:
     raised by the original compiled with fewer graphs would not carry it, so it is no
     part of the comparison."""
     return text.split(DYNAMO_MESSAGE_SUFFIX, 1)[0]
+
+
+_COMPILER_DIRECTORIES = tuple(
+    os.path.join(TORCH_DIRECTORY, part) + os.sep for part in ("_dynamo", "_functorch", "_inductor", "_subclasses")
+)
+
+
+def error_site(error: BaseException, program_files: set[str]) -> tuple[str, int] | None:
+    """Where in the program ``error`` was raised: for TorchDynamo's error about an op
+    it traced, that op's line (its ``real_stack``); else the innermost frame of the
+    traceback in a program file."""
+    if isinstance(error, torch._dynamo.exc.TorchRuntimeError):
+        stack = getattr(error, "real_stack", None) or []
+        return (stack[-1].filename, stack[-1].lineno) if stack else None
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename in program_files]
+    return (frames[-1].filename, frames[-1].lineno) if frames else None
+
+
+def _program_files(module_names: set[str]) -> set[str]:
+    return {
+        value.__code__.co_filename
+        for name in module_names
+        for value in vars(sys.modules.get(name, types.ModuleType(name))).values()
+        if isinstance(value, types.FunctionType)
+    }
+
+
+def compiler_failed(error: BaseException) -> bool:
+    """torch's compiler, not the program, failed: TorchDynamo crashed transforming the
+    frame (seed 132739: an AssertionError from its bytecode transformation), or a backend
+    rejected a graph (133609: ``BackendCompilerFailed``). TorchDynamo's error about an op
+    of the program that fails while traced is the program's."""
+    if isinstance(error, torch._dynamo.exc.TorchRuntimeError):
+        return False
+    if isinstance(error, (torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.InternalTorchDynamoError)):
+        return True
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and frames[-1].filename.startswith(_COMPILER_DIRECTORIES)
 
 
 def exception_key(error: BaseException, module_names: set[str]) -> tuple:
@@ -438,6 +482,8 @@ def _call(program, module, target, module_names, index, x_value, y_value, item_c
             observation.value = normalise(value)
         except Exception as error:  # noqa: BLE001 - the exception is what is compared
             observation.error = exception_key(error, module_names)
+            observation.error_site = error_site(error, _program_files(module_names))
+            observation.compiler_failed = compiler_failed(error)
     if observation.error is None and program.requires_grad:
         observation.gradients = _gradients(value, x, y, normalise)
     observation.arguments = normalise((x, y, box, items, table))
@@ -485,6 +531,9 @@ class Report:
     # The original compiled with its check helper made outside TorchDynamo differs the same way.
     checks_made_eagerly: list[Difference] = field(default_factory=list)
     numeric: list[Difference] = field(default_factory=list)  # inductor: float bits only, allclose
+    # TorchDynamo's trace-time error for the op eager fails at, where the original compiled
+    # is no reference: torch's compiler failed on it first (see ``traced_op_failures``).
+    traced_op_failures: list[Difference] = field(default_factory=list)
     modes_run: list[str] = field(default_factory=list)
     crashed: str | None = None
 
@@ -555,6 +604,14 @@ def compare(
             # frame eagerly on every later call, where it traces the mended one and a
             # later op fails while tracing). Reported apart, in the summary.
             report.checks_made_eagerly.append(difference)
+        elif _each_call_is_the_originals(
+            reference, traced_op_failures(reference, original_compiled, actual), actual,
+            output_lines_apart=under_inductor, draws_kept=draws_kept, zero_signs_aside=joint_backward,
+        ):
+            # Seeds 132739 and 133609: TorchDynamo (or AOTAutograd) failed on the original
+            # on every call, so no original run shows what TorchDynamo does at the op the
+            # mended run reached; it is what it does at any op that fails while traced.
+            report.traced_op_failures.append(difference)
         elif under_inductor and _each_call_is_the_originals(
             reference, original_compiled, actual, float_bits_aside=True, output_lines_apart=True,
             draws_kept=draws_kept,
@@ -563,6 +620,31 @@ def compare(
         else:
             report.differences.append(difference)
     return report
+
+
+def traced_op_failures(
+    eager: list[Observation], original_compiled: list[Observation], actual: list[Observation]
+) -> list[Observation]:
+    """A reference where the original compiled is none: eager's observations, with the
+    error of each call on which (1) torch's compiler failed on the original compiled, and
+    (2) the mended compiled raised TorchDynamo's ``TorchRuntimeError`` for the op at the
+    very line where eager raised, replaced by that error. TorchDynamo reports an op that
+    fails while it traces it as its own error (the class counted as TorchDynamo's own
+    whenever the original compiled shows it); here the original compiled never got that
+    far. Every other piece of the call is still eager's (``_each_call_is_the_originals``
+    then sets the globals and generator aside from that call, as for any call that failed
+    as TorchDynamo did)."""
+    reference = []
+    for expected, original, observed in zip(eager, original_compiled, actual):
+        replaced = expected
+        if (
+            original.compiler_failed and expected.error is not None and observed.error is not None
+            and observed.error[:2] == ("torch._dynamo.exc", "TorchRuntimeError")
+            and expected.error_site is not None and observed.error_site == expected.error_site
+        ):
+            replaced = Observation(**{**vars(expected), "error": observed.error})
+        reference.append(replaced)
+    return reference
 
 
 # What a call observed, in pieces that can each be the original's eager or compiled one:

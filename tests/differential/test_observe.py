@@ -270,3 +270,35 @@ def test_under_inductor_numbers_in_printed_text_compare_as_float_bits_aside() ->
     assert each_call(eager, compiled, close, float_bits_aside=True, output_lines_apart=True)
     assert not each_call(eager, compiled, close, output_lines_apart=True)
     assert not each_call(eager, compiled, [printed("f -14.6\n")], float_bits_aside=True, output_lines_apart=True)
+
+
+def test_where_torch_failed_on_the_original_first_its_trace_time_error_is_the_reference() -> None:
+    """Seeds 132739 and 133609: torch's compiler fails on the original compiled (here
+    AOTAutograd rejects a graph with an in-place write to a value its backward needs),
+    the mended run gets further and TorchDynamo raises its ``TorchRuntimeError`` for the
+    op eager fails at, on the same line. Reported apart, not as a difference; a mended
+    run that also changes anything else, or fails on another line, still differs."""
+    from collections import Counter
+
+    from .grammar import HEADER
+
+    def source(update: str, failing: str = "    return y + torch.ones(5)\n") -> str:
+        return (
+            HEADER.format(shape=(4,)) + "\ndef f(x, y, box, items, table):\n"
+            "    a = x * 2.0\n"
+            "    b = a.sin()\n"
+            f"    {update}\n"
+            "    box.t = b\n"
+            '    print("between graphs")\n'
+            + failing
+        )
+
+    program = Program(seed=8, source=source("a.add_(1.0)"), requires_grad=True, features=Counter())
+    mended = source("a = a + 1.0")
+    report = compare(program, modes=("compiled:aot_eager",), mended_source=mended)
+    assert report.differences == [] and len(report.traced_op_failures) == 1
+    assert report.traced_op_failures[0].actual[:2] == ("torch._dynamo.exc", "TorchRuntimeError")
+    elsewhere = source("a = a + 1.0", "    z = y * 2.0\n    return z + torch.ones(5)\n")
+    assert compare(program, modes=("compiled:aot_eager",), mended_source=elsewhere).differences != []
+    changed = mended.replace("box.t = b", "box.t = b\n    box.n = 7")
+    assert compare(program, modes=("compiled:aot_eager",), mended_source=changed).differences != []
