@@ -262,3 +262,33 @@ def test_a_definition_in_try_reaches_its_finally_past_any_jump(jump):
     printed = graph.node_of[try_statement.finalbody[0]]
     values = {d.value.value for d in reaching.reaching(printed, "h") if d.value is not None}
     assert 2 in values
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        # a context manager may swallow an exception from the middle of its body
+        "with contextlib.suppress(RuntimeError):\n        h = 2\n        helper()\n        h = 3",
+        # an exception the inner handlers do not take goes on to the outer ones
+        "try:\n        try:\n            h = 2\n            helper()\n            h = 3\n"
+        "        except KeyError:\n            return x\n    except RuntimeError:\n        pass",
+        # inside a try, a `with` that does not swallow the exception passes it on
+        "try:\n        with open_thing():\n            h = 2\n            helper()\n            h = 3\n"
+        "    except RuntimeError:\n        pass",
+    ],
+    ids=["with-swallows", "nested-try", "with-in-try"],
+)
+def test_a_binding_before_a_raise_mid_block_reaches_the_code_after_it(block):
+    """A statement in the middle of a ``with`` (or of an inner ``try``) may raise; the
+    code after the block then sees the bindings made before it (``h = 2``), not only
+    those of the whole block or of none of it."""
+    from graphmend.analysis.cfg import ControlFlowGraph
+    from graphmend.analysis.reaching import ReachingDefinitions
+
+    source = f"def f(x):\n    h = 1\n    {block}\n    print(h)\n"
+    function = ast.parse(source).body[0]
+    graph = ControlFlowGraph(function)
+    reaching = ReachingDefinitions(graph)
+    printed = graph.node_of[function.body[-1]]
+    values = {d.value.value for d in reaching.reaching(printed, "h") if d.value is not None}
+    assert values == {1, 2, 3}

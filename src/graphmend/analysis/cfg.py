@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 @dataclass(eq=False)
 class CfgNode:
     statement: ast.AST | None
-    kind: str  # "entry", "exit", "statement", "test", "for", "with", "handler"
+    # "entry", "exit", "statement", "test", "for", "with", "handler", and "swallowed": where
+    # a ``with`` goes on when its context manager swallows an exception from its body
+    kind: str
     successors: list[CfgNode] = field(default_factory=list)
     predecessors: list[CfgNode] = field(default_factory=list)
 
@@ -52,9 +54,11 @@ class ControlFlowGraph:
     def _link(self, predecessors: list[CfgNode], node: CfgNode) -> None:
         for predecessor in predecessors:
             self._edge(predecessor, node)
-        # Any statement inside a try body may raise into its handlers.
-        if self._handlers:
-            for handler in self._handlers[-1]:
+        # Any statement inside a try body may raise into its handlers, or past them (an
+        # exception they do not take) into those of an enclosing try; inside a ``with``
+        # body, into the context manager's exit, which may swallow it.
+        for handlers in self._handlers:
+            for handler in handlers:
                 self._edge(node, handler)
 
     def _block(self, statements: list[ast.stmt], predecessors: list[CfgNode]) -> list[CfgNode]:
@@ -84,9 +88,16 @@ class ControlFlowGraph:
         if isinstance(statement, (ast.With, ast.AsyncWith)):
             header = self._new(statement, "with")
             self._link(predecessors, header)
-            # A context manager may swallow an exception raised anywhere in its body.
+            # The context manager's exit may swallow an exception raised by any statement
+            # of the body: execution goes on after the ``with`` with the bindings made
+            # before it (``contextlib.suppress``, an ``__exit__`` that returns True).
+            swallowed = CfgNode(statement, "swallowed")
+            self.nodes.append(swallowed)
+            self._edge(header, swallowed)
+            self._handlers.append([swallowed])
             exits = self._block(statement.body, [header])
-            return exits + [header]
+            self._handlers.pop()
+            return exits + [swallowed]
         if isinstance(statement, ast.Try) or type(statement).__name__ == "TryStar":
             return self._try(statement, predecessors)
         if isinstance(statement, ast.Match):
