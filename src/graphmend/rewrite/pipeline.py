@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import ModuleBindings
+from graphmend.analysis.compile_state import mark_never_compiled
 from graphmend.analysis.entry_points import (
     EntryPoints,
     find_entry_points,
@@ -306,6 +307,7 @@ def mend_module_source(
     in_scope = entry = None
     if scope == "entry":
         in_scope, entry = _entry_scope(tree, bindings, known_helpers, compiled_elsewhere)
+    mark_never_compiled(tree, bindings)
     summaries = _summarise_functions(tree)
     _report_unfixable(context, in_scope, summaries, capturing="capture" in selected, trapping="trap" in selected)
     for rule_name in selected:

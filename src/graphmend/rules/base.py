@@ -12,12 +12,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import ModuleBindings
+from graphmend.analysis.compile_state import DECIDED_WHILE_COMPILING, never_compiled
 from graphmend.analysis.purity import PurityAnalysis
 from graphmend.analysis.scopes import FunctionFacts
 from graphmend.analysis.tensor_values import DataDependence
 from graphmend.rewrite.findings import Finding
 from graphmend.rewrite.suppressions import is_suppressed
 from graphmend.rewrite.templates import is_guard, is_original
+
+NEVER_COMPILED_REASON = "never runs under torch.compile (a compile-state test rules it out)"
 
 # A legality condition returns None when it holds, or the reason it fails.
 LegalityCondition = Callable[..., "str | None"]
@@ -45,6 +48,14 @@ class ModuleContext:
 
     def report(self, facts: FunctionFacts, node: ast.AST, category: str, message: str,
                rule: str | None, reason: str | None, follows: str | None = None) -> Finding:
+        if never_compiled(node) or getattr(node, DECIDED_WHILE_COMPILING, False):
+            # Never traced: no candidate, and no rule rewrites it (the caller sees a
+            # decline it does not act on; nothing is recorded).
+            return Finding(
+                line=node.lineno, col=node.col_offset + 1, category=category, message=message,
+                function=facts.qualified_name, rule=rule, fixed=False, reason=NEVER_COMPILED_REASON,
+                path=self.filename,
+            )
         suppressed = is_suppressed(self.suppressions, node, category)
         if suppressed and rule is not None and reason is None:
             reason = "suppressed by a `# graphmend: ignore` comment"
@@ -129,7 +140,13 @@ def rewrite_statements(
         index = 0
         while index < len(statements):
             statement = statements[index]
-            if is_original(statement):
+            if is_original(statement) or never_compiled(statement):
+                index += 1
+                continue
+            if getattr(statement, DECIDED_WHILE_COMPILING, False):
+                # TorchDynamo answers the test while tracing: only the arm it takes is offered.
+                for inner in statement_lists(statement):
+                    visit_list(inner)
                 index += 1
                 continue
             if is_guard(statement):
