@@ -158,7 +158,7 @@ def other_module_source(library: str) -> str:
 
 class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
-                 layouts: bool = True, merges: bool = True):
+                 layouts: bool = True, merges: bool = True, blocks: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -202,6 +202,11 @@ class _Generator:
         self.merges_enabled = merges
         self.merges = False
         self.merge_counter = 0
+        # Code a compile-state test rules out, and a ``with`` whose context manager
+        # swallows an exception from the middle of its body, from a stream of their own.
+        self.blocks_rng = random.Random(f"compile-state-{seed}")
+        self.blocks_enabled = blocks
+        self.compile_state_import = False
 
     # small helpers ---------------------------------------------------------------
 
@@ -314,7 +319,53 @@ class _Generator:
             lines = lines + self.layout_statement(names)
         if self.merges_enabled and self.merge_rng.random() < 0.05:
             lines = lines + self.merge_statement(names)
+        if self.blocks_enabled and self.blocks_rng.random() < 0.05:
+            lines = lines + self.block_statement(names)
         return lines
+
+    def block_statement(self, names: list[str]) -> list[str]:
+        """Code only eager runs (``if not is_compiling():``, the else arm of ``if
+        is_compiling()``, TorchDynamo answers the test while tracing), or a ``with``
+        whose context manager swallows an exception raised in the middle of its body
+        (the names bound before the raise are what the code after it reads)."""
+        rng = self.blocks_rng
+        target = rng.choice(self.rebindable(names))
+        name = rng.choice(names)
+        kind = rng.choice(("not-compiling", "not-compiling-and", "compiling-else", "suppress"))
+        self.feature(f"block-{kind}")
+        spelling = rng.choice(("torch.compiler.is_compiling()", "is_compiling()", "torch._dynamo.is_compiling()"))
+        if spelling == "is_compiling()":
+            self.compile_state_import = True
+        eager_only = [
+            f'print("eager only", {name}.sum())',
+            f"{target} = {target} * 2.0" if rng.random() < 0.5 else f'logger.warning("eager %s", {name}.sum())',
+        ]
+        if rng.random() < 0.5:
+            eager_only.append(f"if {name}.sum() > 0:")
+            eager_only.append(f"    {target} = {target} + 1.0")
+        if kind == "not-compiling":
+            return [f"if not {spelling}:"] + self.indent(eager_only)
+        if kind == "not-compiling-and":
+            return [f"if not {spelling} and box.n >= {rng.randint(0, 3)}:"] + self.indent(eager_only)
+        if kind == "compiling-else":
+            return [f"if {spelling}:", f"    {target} = {target} + 0.5", "else:"] + self.indent(eager_only)
+        raising = rng.choice((
+            f"{target} = {target} + torch.ones(5)",
+            f"{target} = {target} * (1.0 / len(items))",
+            f"{target} = helper_that_may_raise({target})",
+        ))
+        if "helper_that_may_raise" in raising and not any(h.startswith("def helper_that_may_raise") for h in self.helpers):
+            self.helpers.append(
+                "def helper_that_may_raise(t):\n    if t.sum() > 0:\n        raise RuntimeError(\"positive\")\n    return t - 1.0"
+            )
+        return [
+            "with contextlib.suppress(RuntimeError, ZeroDivisionError):",
+            f"    {target} = {target} * 3.0",
+            f"    {raising}",
+            f"    {target} = {target} - 2.0",
+            f"if {self.condition([target])}:",
+            f"    {target} = {target} * 0.5",
+        ]
 
     def merge_statement(self, names: list[str]) -> list[str]:
         """Rows gathered at captured positions, computed, written back, under a test of
@@ -905,6 +956,10 @@ class _Generator:
             lines.append(LAYOUT_DEFINITIONS)
         if self.merges:
             lines.append(MERGE_DEFINITIONS)
+        if any(f.startswith("block-") for f in self.features):
+            lines.append("import contextlib\n")
+        if self.compile_state_import:
+            lines.append("from torch.compiler import is_compiling\n")
         lines += [helper + "\n\n" for helper in self.helpers]
         lines.append("def f(x, y, box, items, table):\n" + "\n".join(self.indent(body)) + "\n")
         if compile_site == "module":
@@ -922,14 +977,15 @@ class _Generator:
 
 
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
-             layouts: bool = True, merges: bool = True) -> Program:
+             layouts: bool = True, merges: bool = True, blocks: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
     ``finally_reads=False``: before ``finally`` blocks read the try body's names;
     ``layouts=False``: before tensors whose traced layout must match the kernels';
-    ``merges=False``: before branches on whether positions are empty."""
+    ``merges=False``: before branches on whether positions are empty;
+    ``blocks=False``: before compile-state tests and ``with`` blocks that swallow."""
     return _Generator(
         seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
-        merges and positions,
+        merges and positions, blocks and positions,
     ).program()

@@ -98,6 +98,10 @@ def main(argv=None) -> int:
         help="draw programs as the grammar did before branches on whether positions are empty",
     )
     parser.add_argument(
+        "--without-blocks", action="store_true",
+        help="draw programs as the grammar did before compile-state tests and with blocks that swallow",
+    )
+    parser.add_argument(
         "--without-item-checks", action="store_true",
         help="draw programs as the grammar did before checks of .item() counts (the seeds of earlier runs)",
     )
@@ -143,7 +147,7 @@ def main(argv=None) -> int:
         program = generate(
             seed, positions=not options.without_positions, item_checks=not options.without_item_checks,
             finally_reads=not options.without_finally_reads, layouts=not options.without_layouts,
-            merges=not options.without_merges,
+            merges=not options.without_merges, blocks=not options.without_blocks,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
