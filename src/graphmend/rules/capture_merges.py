@@ -23,6 +23,10 @@ destination's rows at them, none, and the write after it changes nothing. The bo
 exactly when the original's did, on the same values, and the same rows are written with
 the same numbers, so the result is bit for bit the original's.
 
+In the original program the positions' producer breaks the graph first (reported
+there), and the branch then tests a size Python knows: ``check`` lists the branch as a
+follow-on ("a break only once the positions are kept in the graph"), not a candidate.
+
 Legality conditions (each a function, returning the reason it fails):
 - ``tests_whether_positions_are_empty``: the test is ``len(P) > 0`` (``!= 0``,
   ``>= 1``, or ``len(P)`` alone; ``P.numel()``, ``P.shape[0]`` and ``P.size(0)``

@@ -20,6 +20,10 @@ double that compares with Python floats in double precision (the tensor in float
 and a narrower integer dtype cannot hold every integer it may be compared with, which
 ``keeps_item_tensor`` checks while tracing (with a plain 0-d tensor type).
 
+``check`` reports the ``.item()`` (the break of the original program); the check it
+keeps a tensor for is listed as a follow-on ("a break only once the ``.item()`` at line
+N is kept in the graph"), not a candidate of its own.
+
 Legality conditions (each a function, returning the reason it fails):
 - ``assigns_one_local``: ``NAME = EXPR.item()``, ``NAME`` a plain local (no
   ``global``/``nonlocal``, not read by a nested function).
