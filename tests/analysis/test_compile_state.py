@@ -101,3 +101,30 @@ def test_a_test_a_tensor_part_runs_before_is_still_a_candidate():
     """
     result = mend_module_source(textwrap.dedent(source))
     assert "DC" in [f.category for f in result.findings]
+
+
+def test_a_method_only_an_eager_only_arm_calls_is_out_of_checks_scope():
+    """qwen2-audio (transformers 5.x) merges its inputs the legacy way only under `if not
+    is_torchdynamo_compiling() and legacy_processing:`: that method is never compiled."""
+    source = """
+        import torch
+
+        class Model(torch.nn.Module):
+            def forward(self, x, legacy):
+                if not torch.compiler.is_compiling() and legacy:
+                    x = self._legacy_merge(x)
+                return self._merge(x)
+
+            def _legacy_merge(self, x):
+                if x.sum() > 0:
+                    raise ValueError("legacy")
+                return x
+
+            def _merge(self, x):
+                print("merge")
+                return x
+    """
+    result = mend_module_source(textwrap.dedent(source), scope="entry")
+    assert [(f.category, f.function) for f in result.findings] == [("LC", "Model._merge")]
+    everything = mend_module_source(textwrap.dedent(source), scope="all")
+    assert ("VG", "Model._legacy_merge") in [(f.category, f.function) for f in everything.findings]

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import ModuleBindings
+from graphmend.analysis.compile_state import never_compiled
 
 # Called with the target as the first argument (or ``model=``).
 COMPILE_NAMES = frozenset({"torch.compile", "torch.nn.Module.compile"})
@@ -445,6 +446,8 @@ def reachable_functions(tree: ast.Module, entry: EntryPoints) -> set[ast.AST]:
         reached.add(node)
         called = {id(call.func) for call in ast.walk(node) if isinstance(call, ast.Call)}
         for inner in ast.walk(node):
+            if never_compiled(inner):
+                continue  # an arm a compile-state test rules out: what it names is not reached
             if inner is not node and isinstance(inner, _FUNCTION_NODES):
                 pending.append(inner)
             if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Load):

@@ -304,10 +304,10 @@ def mend_module_source(
         suppressions=suppressions_in(source),
         output_calls_in_place=output_calls_in_place,
     )
+    mark_never_compiled(tree, bindings)
     in_scope = entry = None
     if scope == "entry":
         in_scope, entry = _entry_scope(tree, bindings, known_helpers, compiled_elsewhere)
-    mark_never_compiled(tree, bindings)
     summaries = _summarise_functions(tree)
     _report_unfixable(context, in_scope, summaries, capturing="capture" in selected, trapping="trap" in selected)
     for rule_name in selected:
