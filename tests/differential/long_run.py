@@ -128,6 +128,7 @@ def main(argv=None) -> int:
     checks_made_eagerly = Counter()
     numeric = Counter()
     traced_op_failures = Counter()
+    compile_state_answers = Counter()
     crashes = []
     coverage = Counter()
     programs = 0
@@ -170,6 +171,8 @@ def main(argv=None) -> int:
             numeric[difference.mode] += 1
         for difference in report.traced_op_failures:
             traced_op_failures[difference_class(difference)] += 1
+        for difference in report.compile_state_answers:
+            compile_state_answers[difference_class(difference)] += 1
         minimised_here = set()
         for difference in report.differences:
             klass = difference_class(difference)
@@ -222,6 +225,12 @@ def main(argv=None) -> int:
         f"the original first (no original run to compare): {sum(traced_op_failures.values())}"
     )
     for klass, count in traced_op_failures.most_common():
+        print(f"  {count:5d}  {klass}")
+    print(
+        "the program's own compile-state test answering as traced where the original compiled ran "
+        f"that code eagerly: {sum(compile_state_answers.values())}"
+    )
+    for klass, count in compile_state_answers.most_common():
         print(f"  {count:5d}  {klass}")
     print(f"inductor float-bit-only differences (allclose): {sum(numeric.values())}")
     print(f"harness crashes: {len(crashes)}")

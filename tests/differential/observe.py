@@ -357,6 +357,16 @@ class LoadedCode:
 _CHECK_IMPORT = "from graphmend_fuzz_checks import torch_compilable_check"
 CHECKS_MADE_EAGERLY = "original-checks-made-eagerly"
 
+# The original program with each compile-state test answering as while TorchDynamo
+# traces (``is_compiling()`` is True), run eagerly: what the program does where every
+# statement is traced. The original compiled runs some frames eagerly (after a break it
+# cannot resume from, after an error while tracing) and there the test answers False;
+# graphmend lets TorchDynamo trace code the original ran eagerly, and the program's own
+# test then answers True there (seed 140784: `if torch.compiler.is_compiling():` took the
+# traced arm in the mended compiled run, the eager arm in the original compiled one).
+COMPILE_STATE_AS_TRACED = "original-compile-state-as-traced"
+_COMPILE_STATE_TEST = re.compile(r"\b(?:torch\.compiler\.|torch\._dynamo\.)?is_compiling\(\)")
+
 
 def prepare(
     program: Program, variant: str, backend: str, filename: str, module_name: str, mended_source: str | None = None
@@ -364,6 +374,8 @@ def prepare(
     source = with_backend(program.source, backend)
     if variant == CHECKS_MADE_EAGERLY:
         source = source.replace(_CHECK_IMPORT, _CHECK_IMPORT + "_eagerly as torch_compilable_check")
+    if variant == COMPILE_STATE_AS_TRACED:
+        source = _COMPILE_STATE_TEST.sub("True", source)
     if variant == "mended" and mended_source is not None:  # the harness's own tests: a hand-made "mended" text
         source, variant = with_backend(mended_source, backend), "given"
     main_name = main_code = None
@@ -531,6 +543,9 @@ class Report:
     # The original compiled with its check helper made outside TorchDynamo differs the same way.
     checks_made_eagerly: list[Difference] = field(default_factory=list)
     numeric: list[Difference] = field(default_factory=list)  # inductor: float bits only, allclose
+    # The program's own compile-state test answered True where the original compiled ran
+    # the code eagerly (see ``COMPILE_STATE_AS_TRACED``).
+    compile_state_answers: list[Difference] = field(default_factory=list)
     # TorchDynamo's trace-time error for the op eager fails at, where the original compiled
     # is no reference: torch's compiler failed on it first (see ``traced_op_failures``).
     traced_op_failures: list[Difference] = field(default_factory=list)
@@ -591,6 +606,11 @@ def compare(
             zero_signs_aside=joint_backward,
         ):
             report.torch_own.append(difference)
+        elif _tests_compile_state(program) and _each_call_is_the_originals(
+            reference, original_compiled, actual, output_lines_apart=under_inductor, draws_kept=draws_kept,
+            zero_signs_aside=joint_backward, others=(observe(COMPILE_STATE_AS_TRACED, "eager"),),
+        ):
+            report.compile_state_answers.append(difference)
         elif program.features.get("check-call") and _each_call_is_the_originals(
             reference, observe(CHECKS_MADE_EAGERLY, mode), actual, output_lines_apart=under_inductor,
             draws_kept=draws_kept, zero_signs_aside=joint_backward,
@@ -620,6 +640,10 @@ def compare(
         else:
             report.differences.append(difference)
     return report
+
+
+def _tests_compile_state(program: Program) -> bool:
+    return bool(_COMPILE_STATE_TEST.search(program.source))
 
 
 def traced_op_failures(
@@ -654,7 +678,7 @@ _OBSERVED_TOGETHER = (("error", "value"), ("gradients",), ("arguments",), ("glob
 
 def _each_call_is_the_originals(
     eager: list[Observation], compiled: list[Observation], actual, float_bits_aside: bool = False,
-    output_lines_apart: bool = False, draws_kept=None, zero_signs_aside: bool = False,
+    output_lines_apart: bool = False, draws_kept=None, zero_signs_aside: bool = False, others=(),
 ) -> bool:
     """True when, on every call, each piece of what the mended run observed (its outcome,
     the gradients, the arguments, the globals, the generator, the output) is what the
@@ -689,7 +713,8 @@ def _each_call_is_the_originals(
     ``zero_signs_aside`` (AOTAutograd's backends): gradients compare with the sign of
     their zeros set aside. The backward AOTAutograd traces computes a zero gradient as
     +0 where eager autograd's may give -0 (seed 71221: ``y.neg_()`` before a product
-    with a zero draw); every other bit still counts."""
+    with a zero draw); every other bit still counts. ``others``: further observations a
+    piece may equal (``COMPILE_STATE_AS_TRACED``)."""
 
     def piece(observation, names, index=None):
         values = tuple(getattr(observation, name) for name in names)
@@ -736,7 +761,10 @@ def _each_call_is_the_originals(
     for call, (reference, original, observed) in enumerate(zip(eager, compiled, actual)):
         torch_failure_now = observed.error != reference.error
         for names, index in pieces(observed, after_torch_failure, torch_failure_now):
-            if piece(observed, names, index) in (piece(reference, names, index), piece(original, names, index)):
+            if piece(observed, names, index) in (
+                piece(reference, names, index), piece(original, names, index),
+                *(piece(other[call], names, index) for other in others if call < len(other)),
+            ):
                 continue
             if names == ("rng",) and draws_kept is not None:
                 kept = kept if kept is not None else draws_kept()

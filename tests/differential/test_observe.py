@@ -302,3 +302,26 @@ def test_where_torch_failed_on_the_original_first_its_trace_time_error_is_the_re
     assert compare(program, modes=("compiled:aot_eager",), mended_source=elsewhere).differences != []
     changed = mended.replace("box.t = b", "box.t = b\n    box.n = 7")
     assert compare(program, modes=("compiled:aot_eager",), mended_source=changed).differences != []
+
+
+def test_a_compile_state_test_answering_as_traced_is_reported_apart() -> None:
+    """Seed 140784: the original compiled runs the frame eagerly after an error while
+    tracing, so its `if torch.compiler.is_compiling():` takes the eager arm; graphmend's
+    compiled run traces it and takes the other. The reference for that is the original
+    with each compile-state test answering True, run eagerly; a mended run whose traced
+    arm computes anything else still differs."""
+    from graphmend.rewrite.pipeline import mend_module_source
+
+    from .grammar import generate
+    from .observe import with_backend
+
+    program = generate(140784)
+    report = compare(program, modes=("compiled:eager",))
+    assert report.differences == [] and len(report.compile_state_answers) == 1
+    mended = mend_module_source(
+        with_backend(program.source, "eager"), filename=f"/graphmend-fuzz/program_{program.seed}.py",
+        module_name=f"gm_fuzz_{program.seed}", scope="entry",
+    ).source
+    assert "x = x + 0.5" in mended
+    changed = mended.replace("x = x + 0.5", "x = x + 0.75")
+    assert compare(program, modes=("compiled:eager",), mended_source=changed).differences != []
