@@ -10,6 +10,7 @@ before each rule, never patched by hand.
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -249,10 +250,19 @@ def _collect_edits(tree: ast.Module) -> list[Edit]:
 _OTHER_FRAMEWORKS = ("tensorflow", "jax", "flax", "keras")
 
 
-def is_other_frameworks_code(bindings: ModuleBindings) -> bool:
+# transformers names each TensorFlow and Flax file so, whatever it imports: the models
+# (``modeling_tf_t5.py``), their auto classes (``modeling_tf_auto.py``, which imports no
+# framework) and the weight converters between them and torch (``modeling_tf_pytorch_utils.py``).
+_OTHER_FRAMEWORK_FILE_PREFIXES = ("modeling_tf_", "modeling_flax_")
+
+
+def is_other_frameworks_code(bindings: ModuleBindings, filename: str = "<string>") -> bool:
     """A module that imports TensorFlow, JAX, Flax or Keras and not torch is not torch
     code: torch.compile never traces it, so it has no break candidates
-    (``modeling_tf_t5.py``, ``modeling_flax_t5.py``)."""
+    (``modeling_tf_t5.py``, ``modeling_flax_t5.py``); nor is a file transformers names as
+    another framework's."""
+    if os.path.basename(filename).startswith(_OTHER_FRAMEWORK_FILE_PREFIXES) and filename.endswith(".py"):
+        return True
     targets = [target.split(".", 1)[0] for target in bindings.imports.values()]
     return "torch" not in targets and any(target in _OTHER_FRAMEWORKS for target in targets)
 
@@ -293,7 +303,7 @@ def mend_module_source(
     if RUNTIME_NAME in bindings.binding_counts:
         # Already rewritten (or the name is taken): rewriting again could not be exact.
         return MendResult(source=source, changed=False, tree=tree)
-    if is_other_frameworks_code(bindings):
+    if is_other_frameworks_code(bindings, filename):
         return MendResult(source=source, changed=False, tree=tree)
     context = ModuleContext(
         tree=tree,
