@@ -221,6 +221,17 @@ MUST_NOT_REWRITE = {
                 merged[idx] = rows
             return merged + rows.sum()
     """, "is read after the branch"),
+    # body_reads_only_bound_names
+    "name_maybe_unbound_at_the_branch": ("""
+        def main(x, flags):
+            if x.shape[0] > 100:
+                scale = 2.0
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            if len(idx) > 0:
+                merged[idx] = x[idx] * scale
+            return merged
+    """, "may be unbound at the branch"),
 }
 
 

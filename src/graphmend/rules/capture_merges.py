@@ -43,6 +43,10 @@ Legality conditions (each a function, returning the reason it fails):
   becomes a function, where such a read finds no value).
 - ``body_names_stay_in_the_body``: no read after the branch sees a name the body binds
   (on the compiled path the body's names live in its function).
+- ``body_reads_only_bound_names``: every name of the enclosing function the body reads
+  is bound wherever the branch is reached (the body's function takes them as defaults,
+  evaluated where it is defined: no cell of the frame, which TorchDynamo would return
+  from the graph and AOTAutograd would then give a gradient).
 Checked while tracing (``graphmend.runtime.dynamic_shapes.may_merge_rows``): ``P`` is a
 1-D integer tensor of a size tracing does not know (a captured one; a known size
 does not break), ``D`` a tensor, and the claim on the break holds. Where ``torch.cond``
@@ -219,12 +223,42 @@ def _keeping_locations(nodes: list[ast.AST]) -> list[ast.AST]:
     return copies
 
 
-def _merged_form(branch: ast.If, positions: str, write: ast.Assign, number: int) -> list[ast.stmt]:
+def _enclosing_names_read(context: FunctionContext, branch: ast.If, positions: str, bound: set[str]) -> list[str]:
+    """The enclosing function's names the body reads (not the positions, not what it binds)."""
+    read = {
+        node.id for statement in branch.body for node in ast.walk(statement)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    }
+    return sorted(name for name in read - bound - {positions} if context.facts.is_local(name))
+
+
+def body_reads_only_bound_names(context: FunctionContext, branch: ast.If, enclosing: list[str]) -> str | None:
+    """The enclosing names the body reads are bound wherever the branch is reached: its
+    function takes them as defaults, evaluated where it is defined (an unbound one would
+    raise there, on positions the original's body never ran on)."""
+    node = context.facts.node_for(branch)
+    if node is None:
+        return "the analysis cannot place the branch"
+    for name in enclosing:
+        if not context.facts.reaching.definitely_assigned(node, name):
+            return f"the body reads `{name}`, which may be unbound at the branch"
+    return None
+
+
+def _merged_form(
+    branch: ast.If, positions: str, write: ast.Assign, number: int, enclosing: list[str]
+) -> list[ast.stmt]:
     compute, at, values = f"_gm_rows_{number}", f"_gm_at_{number}", f"_gm_values_{number}"
     destination = write.targets[0].value.id
     (value,) = _keeping_locations([write.value])
+    # The body's function gets the enclosing names it reads as defaults, not from cells:
+    # a name a nested function reads becomes a cell of the frame, which TorchDynamo
+    # returns from the graph (it may be read later); a tensor returned so, that requires
+    # grad, gets AOTAutograd's zero gradient, and so do the inputs it was made from, where
+    # the original left them None (run 14, seed 137064).
+    defaults = "".join(f", {name}={name}" for name in enclosing)
     function = statements(
-        f"def {compute}({positions}):\n"
+        f"def {compute}({positions}{', *' if enclosing else ''}{defaults}):\n"
         f"    {positions} = {RUNTIME_NAME}.dynamic_shapes.positions_known_nonempty({positions})\n"
         "    BODY\n"
         f"    return {positions}, VALUE",
@@ -258,6 +292,9 @@ def apply(context: FunctionContext) -> None:
             reason, bound = body_reads_its_names_after_binding_them(context, branch, positions, destination)
         if reason is None:
             reason = body_names_stay_in_the_body(context, branch, bound)
+        enclosing = _enclosing_names_read(context, branch, positions, bound) if reason is None else []
+        if reason is None:
+            reason = body_reads_only_bound_names(context, branch, enclosing)
         finding = context.module.report(
             context.facts, branch, DYNAMIC_SHAPE_OPERATOR,
             f"branch on whether positions `{positions}` are empty (a data-dependent size)", RULE, reason,
@@ -266,7 +303,7 @@ def apply(context: FunctionContext) -> None:
         if not finding.fixed:
             return None
         context.module.uses_runtime = True
-        compiled = _merged_form(branch, positions, write, context.module.fresh_suffix())
+        compiled = _merged_form(branch, positions, write, context.module.fresh_suffix(), enclosing)
         claimed = expression(
             f"{RUNTIME_NAME}.dynamic_shapes.may_merge_rows({positions}, {destination})"
         )
