@@ -111,3 +111,7 @@ def mark_never_compiled(tree: ast.AST, bindings: ModuleBindings) -> None:
 
 def never_compiled(node: ast.AST) -> bool:
     return getattr(node, NEVER_COMPILED, False)
+
+
+def decided_while_compiling(node: ast.AST) -> bool:
+    return getattr(node, DECIDED_WHILE_COMPILING, False)

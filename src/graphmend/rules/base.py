@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import ModuleBindings
-from graphmend.analysis.compile_state import DECIDED_WHILE_COMPILING, never_compiled
+from graphmend.analysis.compile_state import decided_while_compiling, never_compiled
 from graphmend.analysis.purity import PurityAnalysis
 from graphmend.analysis.scopes import FunctionFacts
 from graphmend.analysis.tensor_values import DataDependence
@@ -48,7 +48,7 @@ class ModuleContext:
 
     def report(self, facts: FunctionFacts, node: ast.AST, category: str, message: str,
                rule: str | None, reason: str | None, follows: str | None = None) -> Finding:
-        if never_compiled(node) or getattr(node, DECIDED_WHILE_COMPILING, False):
+        if never_compiled(node) or decided_while_compiling(node):
             # Never traced: no candidate, and no rule rewrites it (the caller sees a
             # decline it does not act on; nothing is recorded).
             return Finding(
@@ -143,7 +143,7 @@ def rewrite_statements(
             if is_original(statement) or never_compiled(statement):
                 index += 1
                 continue
-            if getattr(statement, DECIDED_WHILE_COMPILING, False):
+            if decided_while_compiling(statement):
                 # TorchDynamo answers the test while tracing: only the arm it takes is offered.
                 for inner in statement_lists(statement):
                     visit_list(inner)
