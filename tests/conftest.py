@@ -4,6 +4,9 @@ Slow tests build transformers models, compile with TorchInductor, run most of th
 generated-program differential seeds, or start fresh interpreters. ``.ci/run`` runs the
 full tier. A test is slow when it carries ``@pytest.mark.slow`` or is listed in
 ``SLOW_TESTS`` below (which marks tests of files that are edited elsewhere in one place).
+The many-case differential tests keep one case in ``DEFAULT_TIER_STRIDE[test]`` in the
+default tier (every rule's must-rewrite and must-not tests stay whole): the default tier
+must run in under 3 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -15,16 +18,32 @@ import pytest
 
 TESTS = Path(__file__).parent
 # The default tier keeps the first seeds of the generated-program differential tests.
-DEFAULT_TIER_SEEDS = 10
+DEFAULT_TIER_SEEDS = 4
+
+# "file::test" -> k: the default tier keeps cases 0, k, 2k, ... of a parametrized test (in
+# collection order; k prime to the parameter lists' lengths spreads the cases over all of them).
+DEFAULT_TIER_STRIDE: dict[str, int] = {
+    "differential/test_fuzz_slice.py::test_grammar_program_behaves_the_same_once_mended": 4,
+    "rules/test_capture_merges.py::test_differential": 3,
+    "rules/test_capture.py::test_differential": 5,
+    "rules/test_where_soundness.py::test_differential_for_declined_classes": 3,
+    "rules/test_where_soundness.py::test_random_draw_traced_before_the_branch_keeps_the_original": 2,
+    "rules/test_trap_checks.py::test_differential": 3,
+}
 
 # file under tests/ -> {test function name (without parameters), or "*" for every test: why}
 SLOW_TESTS: dict[str, dict[str, str]] = {
     "test_examples.py": {
-        # The README's main command (the paper-figures example) stays in the default tier.
         "test_model_examples_compile_to_one_graph_under_graphmend_run": (
             "runs the model example scripts in fresh interpreters; they need transformers"
         ),
+        "test_paper_figures_lose_every_break_under_graphmend_run_with_the_same_output": (
+            "runs the README's example in two fresh interpreters"
+        ),
     },
+    "cli/test_cli_main.py": {"test_python_dash_m_graphmend": "fresh interpreter"},
+    "bench/test_bench_worker.py": {"test_a_worker_that_fails_still_writes_a_result": "fresh interpreter"},
+    "cli/test_cli_explain_runs.py": {"*": "runs scripts in fresh interpreters"},
     "hook/test_hook_remote_code.py": {
         "test_remote_code_module_is_mended": "builds a transformers remote-code model",
     },
@@ -85,9 +104,25 @@ def _is_listed_slow(item: pytest.Item) -> bool:
     return "*" in listed or getattr(item, "originalname", item.name) in listed
 
 
-@pytest.hookimpl(tryfirst=True)  # mark before -m selects by marks
+def _stride_key(item: pytest.Item) -> str | None:
+    try:
+        path = item.path.relative_to(TESTS).as_posix()
+    except ValueError:
+        return None
+    key = f"{path}::{getattr(item, 'originalname', item.name)}"
+    return key if key in DEFAULT_TIER_STRIDE and hasattr(item, "callspec") else None
+
+
+@pytest.hookimpl(tryfirst=True)  # mark before -m or -k selects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    cases_seen: dict[str, int] = {}
     for item in items:
+        key = _stride_key(item)
+        if key is not None:
+            index = cases_seen.get(key, 0)
+            cases_seen[key] = index + 1
+            if index % DEFAULT_TIER_STRIDE[key]:
+                item.add_marker(pytest.mark.slow)
         if _is_listed_slow(item):
             item.add_marker(pytest.mark.slow)
     # --full runs everything; an explicit -m expression (e.g. `-m slow`) chooses on its own.
