@@ -495,9 +495,36 @@ def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict):
         target_id = None if target is None else id(target)
         key = _register(kind, target_id, detail, template, slots, kwargs)
         if key >= 0:
+            if not tensors:
+                device = _graph_device()
+                if device is not None:
+                    tensors = [torch.empty(0, device=device)]
             torch.ops.graphmend.emit_effect(key, tensors, integers)
             return _IN_GRAPH
     return args, kwargs
+
+
+def _graph_device() -> str | None:
+    """The device of the graph's tensors so far, for an effect with no tensor operand
+    of its own: inductor gives an operator without tensors no device, and then does
+    not emit the kernels pending before it first (a kernel fused from code on both
+    sides of the effect ran after buffers it uses were freed: bart and marian under
+    transformers 4.52.4). An empty tensor on that device gives the operator one."""
+    device = None
+    comptime(_decide_graph_device)
+    return device
+
+
+def _decide_graph_device(context) -> None:
+    claims.decide_in_trace(context, "device", (), _device_of_traced_tensors)
+
+
+def _device_of_traced_tensors(translator) -> str | None:
+    for node in translator.output.graph.nodes:
+        example = node.meta.get("example_value")
+        if isinstance(example, torch.Tensor):
+            return str(example.device)
+    return str(torch.get_default_device())
 
 
 def print_in_graph(args: tuple, kwargs: dict):
