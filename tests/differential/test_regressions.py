@@ -243,3 +243,80 @@ def test_an_input_the_loss_does_not_use_keeps_no_gradient_under_aot_autograd():
     torch._dynamo.reset()
     assert gradients[0] is None
     assert gradients[1] is None
+
+
+_EFFECT_BETWEEN_LAYER_NORMS = """
+import torch
+import torch.nn.functional as F
+
+def f(x, residual, weight, bias, table, ids):
+    encoded = F.layer_norm(x + residual, (32,), weight, bias)
+    print("between the encoder and the decoder")
+    embedded = table[ids] * 2.0
+    decoded = F.layer_norm(embedded + torch.arange(6).unsqueeze(-1).float(), (32,), weight, bias)
+    return encoded, decoded
+"""
+
+
+def _layer_norm_inputs():
+    generator = torch.Generator().manual_seed(0)
+    return (
+        torch.randn(2, 8, 32, generator=generator), torch.randn(2, 8, 32, generator=generator),
+        torch.randn(32, generator=generator), torch.randn(32, generator=generator),
+        torch.randn(66, 32, generator=generator), torch.randint(0, 66, (2, 6), generator=generator),
+    )
+
+
+def _mended_module(source: str, name: str):
+    import types
+
+    from graphmend.rewrite.pipeline import mend_module_source
+
+    filename = f"/graphmend-differential/{name}.py"
+    result = mend_module_source(textwrap.dedent(source), filename=filename)
+    module = types.ModuleType(name)
+    exec(compile(result.tree, filename, "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+def test_an_output_without_tensors_gives_its_operator_a_tensor_on_the_graphs_device():
+    """Inductor gives an operator with no tensor operand no device, and then does not emit
+    the kernels pending before it first: a kernel fused from code on both sides of the
+    output ran after buffers it reads were freed (bart, marian, blenderbot and whisper under
+    transformers 4.52.4 failed under inductor). The effect takes an empty tensor instead."""
+    module = _mended_module(_EFFECT_BETWEEN_LAYER_NORMS, "gm_regression_effect_device")
+    operands = []
+
+    def backend(graph_module, example_inputs):
+        for node in graph_module.graph.nodes:
+            if node.op == "call_function" and "emit_effect" in str(node.target):
+                operands.append([value.meta["example_value"].device for value in node.args[1]])
+        return graph_module.forward
+
+    claims.forget_refusals()
+    torch._dynamo.reset()
+    try:
+        torch.compile(module.f, backend=backend, fullgraph=True)(*_layer_norm_inputs())
+    finally:
+        torch._dynamo.reset()
+    assert operands == [[torch.device("cpu")]]
+
+
+@pytest.mark.slow
+def test_an_output_between_two_fused_layer_norms_runs_under_inductor(capsys):
+    import types
+
+    original = types.ModuleType("gm_regression_layer_norms_original")
+    exec(compile(textwrap.dedent(_EFFECT_BETWEEN_LAYER_NORMS), "<original>", "exec"), original.__dict__)  # noqa: S102
+    mended = _mended_module(_EFFECT_BETWEEN_LAYER_NORMS, "gm_regression_layer_norms")
+    expected = original.f(*_layer_norm_inputs())
+    eager_text = capsys.readouterr().out
+    claims.forget_refusals()
+    torch._dynamo.reset()
+    try:
+        actual = torch.compile(mended.f, backend="inductor", fullgraph=True)(*_layer_norm_inputs())
+    finally:
+        torch._dynamo.reset()
+    assert capsys.readouterr().out == eager_text == "between the encoder and the decoder\n"
+    for want, got in zip(expected, actual):
+        torch.testing.assert_close(got, want)
