@@ -226,12 +226,35 @@ def declined_reasons():
     return list(traps.trace_time_declines.values())
 
 
-CAUGHT_BY_CALLER = """
+def caller_in_another_module(helper_module, caller_source: str):
+    """``main`` from ``caller_source``, unmended, in a namespace of its own that binds
+    ``helper`` to ``helper_module``'s: this module's static conditions cannot see it, so
+    the trace-time conditions decide."""
+    namespace = {"torch": torch, "contextlib": __import__("contextlib"), "helper": helper_module.helper}
+    exec(textwrap.dedent(caller_source), namespace)  # noqa: S102
+    return namespace["main"]
+
+
+def assert_same_with_a_caller_elsewhere(helper_source, caller_source, *arguments):
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(helper_source))
+    assert result.changed, result.findings
+    reference, _ = run(caller_in_another_module(original, caller_source), original, arguments)
+    main = caller_in_another_module(mended, caller_source)
+    for backend in (None, "eager", "aot_eager"):
+        outcome, _ = run(main, mended, arguments, backend)
+        assert outcome.key() == reference.key(), (backend, outcome.key(), reference.key())
+    return main
+
+
+HELPER = """
 def helper(x):
     if (x < 0).any():
         raise ValueError("negative")
     return x + 1
+"""
 
+
+CAUGHT_BY_CALLER = """
 def main(x):
     try:
         y = helper(x)
@@ -245,19 +268,14 @@ def test_no_handler_in_traced_frames__caller_catches():
     """The helper's guard is inlined into the caller's graph inside its `try`."""
     x = torch.arange(4.0)
     traps.trace_time_declines.clear()
-    _, mended = assert_same_everywhere(CAUGHT_BY_CALLER, x - 10)
+    main = assert_same_with_a_caller_elsewhere(HELPER, CAUGHT_BY_CALLER, x - 10)
     assert any("inside a `try` or `with`" in reason for reason in declined_reasons())
-    assert breaks(mended.main, x) >= 1  # declined: the original graph break stays
-    assert_same_everywhere(CAUGHT_BY_CALLER, x)
+    assert breaks(main, x) >= 1  # declined: the original graph break stays
+    assert_same_with_a_caller_elsewhere(HELPER, CAUGHT_BY_CALLER, x)
 
 
 def test_no_handler_in_traced_frames__caller_suppresses_with_context_manager():
-    source = """
-    def helper(x):
-        if (x < 0).any():
-            raise ValueError("negative")
-        return x + 1
-
+    caller = """
     def main(x):
         y = x * 2
         with contextlib.suppress(ValueError):
@@ -265,8 +283,29 @@ def test_no_handler_in_traced_frames__caller_suppresses_with_context_manager():
         return y
     """
     x = torch.arange(4.0)
-    assert_same_everywhere(source, x - 10)
-    assert_same_everywhere(source, x)
+    assert_same_with_a_caller_elsewhere(HELPER, caller, x - 10)
+    assert_same_with_a_caller_elsewhere(HELPER, caller, x)
+
+
+@pytest.mark.parametrize("caller", ["try", "suppress", "module_level_try"])
+def test_not_called_inside_a_handler_in_this_module(caller):
+    """A function this module calls inside a `try` (or a `with` that is not torch's) keeps
+    its guard, whatever the trace would decide: a graph lowered where nothing catches is
+    reused when the function is later entered from an eager caller's `try`."""
+    callers = {
+        "try": "def main(x):\n    try:\n        return helper(x)\n    except ValueError:\n        return x * 0\n",
+        "suppress": "def main(x):\n    with contextlib.suppress(ValueError):\n        return helper(x)\n",
+        "module_level_try": "try:\n    helper(torch.ones(1))\nexcept ValueError:\n    pass\n",
+    }
+    result = mend(PRELUDE + textwrap.dedent(HELPER) + callers[caller], rules=("trap",))
+    assert not result.changed
+    reasons = finding_reasons(result, "Trap")
+    assert any("calls `helper` inside a `try` or `with` block" in reason for reason in reasons), reasons
+
+
+def test_not_called_inside_a_handler_in_this_module__torch_context_managers_do_not_count():
+    source = HELPER + "def main(x):\n    with torch.no_grad():\n        return helper(x)\n"
+    assert mend(PRELUDE + textwrap.dedent(source), rules=("trap",)).changed
 
 
 def test_no_handler_in_traced_frames__guard_in_except_body_chains_context():
@@ -290,12 +329,7 @@ def test_no_handler_in_traced_frames__guard_in_except_body_chains_context():
 def test_no_handler_in_eager_callers__caller_runs_eagerly_inside_compiled_call():
     """A graph break in a `try` makes TorchDynamo run the caller eagerly and compile the
     helper as its own frame: its RuntimeError would pass the caller's `except`."""
-    source = """
-    def helper(x):
-        if (x < 0).any():
-            raise ValueError("negative")
-        return x + 1
-
+    caller = """
     def main(x):
         try:
             torch._dynamo.graph_break()
@@ -305,8 +339,8 @@ def test_no_handler_in_eager_callers__caller_runs_eagerly_inside_compiled_call()
         return y
     """
     x = torch.arange(4.0)
-    assert_same_everywhere(source, x - 10)
-    assert_same_everywhere(source, x)
+    assert_same_with_a_caller_elsewhere(HELPER, caller, x - 10)
+    assert_same_with_a_caller_elsewhere(HELPER, caller, x)
 
 
 def test_raised_class_is_exception__factory_behind_an_attribute():
@@ -612,33 +646,43 @@ def test_restored_traceback_names_the_users_source_line_in_format():
 
 
 
+CAUGHT_EAGERLY_AFTER_A_BREAK = """
+def main(x):
+    try:
+        torch._dynamo.graph_break()
+        y = helper(x)
+    except ValueError:
+        y = x * 0
+    return y
+"""
+
+
+def test_cached_lowering_not_reused_under_an_eager_callers_try_in_this_module():
+    """The helper is first compiled straight from the compiled call (nothing catches
+    there), then entered from `main`'s `try`, which TorchDynamo runs eagerly: the static
+    condition kept the guard, so no lowered graph is there to be reused."""
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(HELPER + CAUGHT_EAGERLY_AFTER_A_BREAK))
+    x = torch.arange(4.0)
+    torch._dynamo.reset()
+    torch.compile(mended.helper, backend="eager")(x)
+    expected = original.main(x - 10)
+    assert torch.equal(torch.compile(mended.main, backend="eager")(x - 10), expected)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="open: a frame lowered when called straight from the compiled-call boundary keeps "
-    "its cached graph when later entered from an eager caller's `try` inside a compiled call "
+    "its cached graph when later entered from an eager caller's `try` in another module "
     "(trap_lowerable adds no guard, and no guard can see the caller)",
 )
-def test_open_cached_lowering_reused_under_an_eager_callers_try():
-    source = """
-    def helper(x):
-        if (x < 0).any():
-            raise ValueError("negative")
-        return x + 1
-
-    def main(x):
-        try:
-            torch._dynamo.graph_break()
-            y = helper(x)
-        except ValueError:
-            y = x * 0
-        return y
-    """
-    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(source))
+def test_open_cached_lowering_reused_under_an_eager_callers_try_in_another_module():
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(HELPER))
     x = torch.arange(4.0)
     torch._dynamo.reset()
     torch.compile(mended.helper, backend="eager")(x)  # lowered: nothing catches here
-    expected = original.main(x - 10)
-    assert torch.equal(torch.compile(mended.main, backend="eager")(x - 10), expected)
+    expected = caller_in_another_module(original, CAUGHT_EAGERLY_AFTER_A_BREAK)(x - 10)
+    main = caller_in_another_module(mended, CAUGHT_EAGERLY_AFTER_A_BREAK)
+    assert torch.equal(torch.compile(main, backend="eager")(x - 10), expected)
 
 
 def test_a_site_message_naming_another_site_is_not_restored_as_that_site():

@@ -40,6 +40,8 @@ class ModuleContext:
     # Defer's calls as ``graphmend fix`` writes them (see mend_module_source)
     output_calls_in_place: bool = False
     callee_edits: list = field(default_factory=list)
+    # what a rule computes once per module (key: the rule's name for it)
+    memo: dict = field(default_factory=dict)
     _counter: int = 0
 
     def fresh_suffix(self) -> int:

@@ -23,7 +23,7 @@ Legality conditions (each a function below, returning the reason it fails):
 ``guard_body_only_raises``, ``why_not_tensorizable`` (conditions.py),
 ``exception_restorable``, ``raised_name_may_be_a_class``, ``message_restorable``,
 ``message_free_of_effects``, ``not_caught_in_function``,
-``no_in_place_write_before_guard``. What the source cannot show (the callers, what
+``not_called_inside_a_handler_in_this_module``, ``no_in_place_write_before_guard``. What the source cannot show (the callers, what
 the traced region wrote before the guard, what the raised name holds) is checked
 while tracing by ``graphmend.runtime.traps.trap_lowerable``; a guard it refuses
 keeps the original ``if``. It also keeps the original ``if`` where TorchDynamo would
@@ -70,6 +70,59 @@ def not_caught_in_function(context: FunctionContext, statement: ast.stmt) -> str
         if isinstance(outer, (ast.With, ast.AsyncWith)):
             return "a `with` block may suppress the exception"
     return None
+
+
+def not_called_inside_a_handler_in_this_module(context: FunctionContext) -> str | None:
+    """The graph of a lowered guard is cached without a guard on its callers: once
+    compiled where nothing catches (straight from the compiled call), TorchDynamo
+    reuses it when the function is later entered from a caller running eagerly inside
+    a `try`, which would then see the assertion's RuntimeError instead of the original
+    exception. So a function this module calls inside a `try` (or a `with` whose
+    context manager is not torch's) keeps its guard. Callers in other modules are
+    checked only while tracing (``traps.no_handler_in_eager_callers``)."""
+    name = context.facts.function.name
+    callers = _called_inside_a_handler(context.module)
+    if name in callers:
+        return f"`{callers[name]}` calls `{name}` inside a `try` or `with` block, maybe eagerly"
+    return None
+
+
+def _called_inside_a_handler(module) -> dict[str, str]:
+    """Names called (``f(...)``, ``obj.f(...)``) inside a ``try`` body or a ``with`` body
+    that may suppress, each with the function that calls it so (or ``<module>``)."""
+    if "trap: called inside a handler" in module.memo:
+        return module.memo["trap: called inside a handler"]
+    found: dict[str, str] = {}
+
+    def visit(node: ast.AST, function: str, inside: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            function, inside = getattr(node, "name", "<lambda>"), False
+        if isinstance(node, ast.Call) and inside:
+            callee = node.func
+            name = callee.id if isinstance(callee, ast.Name) else getattr(callee, "attr", None)
+            if name is not None:
+                found.setdefault(name, function)
+        protected: list[ast.AST] = []
+        if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            protected = list(node.body)
+        elif isinstance(node, (ast.With, ast.AsyncWith)) and not _only_torch_context_managers(module, node):
+            protected = list(node.body)
+        for child in ast.iter_child_nodes(node):
+            visit(child, function, inside or any(child is statement for statement in protected))
+
+    visit(module.tree, "<module>", False)
+    module.memo["trap: called inside a handler"] = found
+    return found
+
+
+def _only_torch_context_managers(module, statement: ast.With | ast.AsyncWith) -> bool:
+    """torch's context managers (``no_grad``, ``autocast``, ...) never suppress."""
+    for item in statement.items:
+        manager = item.context_expr.func if isinstance(item.context_expr, ast.Call) else item.context_expr
+        qualified = module.bindings.qualified_name(manager)
+        if qualified is None or not qualified.startswith("torch."):
+            return False
+    return True
 
 
 def statement_in(statements, target) -> bool:
@@ -315,6 +368,7 @@ def apply(context: FunctionContext) -> None:
             lambda: message_restorable(context, raise_statement, node),
             lambda: message_free_of_effects(context, raise_statement),
             lambda: not_caught_in_function(context, statement),
+            lambda: not_called_inside_a_handler_in_this_module(context),
             lambda: no_in_place_write_before_guard(context, statement),
         )
         shown = f"assert {ast.unparse(statement.test)}" if isinstance(statement, ast.Assert) else (

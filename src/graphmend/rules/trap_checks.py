@@ -33,8 +33,9 @@ caught as eagerly (fuzz seed 72508).
 Legality conditions (each a function, returning the reason it fails):
 ``arguments_bind``, ``message_is_text``, ``message_holes_formattable``,
 ``message_calls_are_pure`` here; ``why_not_tensorizable``, ``exception_restorable``,
-``raised_name_may_be_a_class``, ``message_restorable``, ``not_caught_in_function`` and
-``no_in_place_write_before_guard`` from Trap. While tracing,
+``raised_name_may_be_a_class``, ``message_restorable``, ``not_caught_in_function``,
+``not_called_inside_a_handler_in_this_module`` and ``no_in_place_write_before_guard``
+from Trap. While tracing,
 ``graphmend.runtime.checks.check_lowerable`` checks that the callee is the known
 helper itself (identity and signature), that its checks are enabled and that
 ``error_type`` is an Exception class, then Trap's trace-time conditions.
@@ -57,6 +58,7 @@ from graphmend.rules.trap import (
     first_call_with_effects,
     message_restorable,
     no_in_place_write_before_guard,
+    not_called_inside_a_handler_in_this_module,
     not_caught_in_function,
     raised_name_may_be_a_class,
 )
@@ -233,6 +235,7 @@ def apply(context: FunctionContext) -> None:
             ),
             lambda: message_calls_are_pure(context, message),
             lambda: not_caught_in_function(context, statement),
+            lambda: not_called_inside_a_handler_in_this_module(context),
             lambda: no_in_place_write_before_guard(context, statement),
         )
         if reason is not None:
