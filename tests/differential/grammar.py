@@ -158,7 +158,7 @@ def other_module_source(library: str) -> str:
 
 class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
-                 layouts: bool = True, merges: bool = True, blocks: bool = True):
+                 layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -207,6 +207,10 @@ class _Generator:
         self.blocks_rng = random.Random(f"compile-state-{seed}")
         self.blocks_enabled = blocks
         self.compile_state_import = False
+        # Output without tensors between two layer norms inductor fuses into one kernel,
+        # from a stream of their own; such a program is compiled with inductor too.
+        self.fusion_rng = random.Random(f"fused-output-{seed}")
+        self.fusions_enabled = fusions
 
     # small helpers ---------------------------------------------------------------
 
@@ -321,7 +325,27 @@ class _Generator:
             lines = lines + self.merge_statement(names)
         if self.blocks_enabled and self.blocks_rng.random() < 0.05:
             lines = lines + self.block_statement(names)
+        if self.fusions_enabled and self.fusion_rng.random() < 0.005:
+            lines = lines + self.fused_output_statement(names)
         return lines
+
+    def fused_output_statement(self, names: list[str]) -> list[str]:
+        """Two layer norms sharing their inputs (inductor fuses them into one kernel) with
+        console or log output between them that has no tensor in it (an operator inductor
+        gives no device unless graphmend gives it a tensor)."""
+        rng = self.fusion_rng
+        kind = rng.choice(("print", "log"))
+        self.feature(f"fused-output-{kind}")
+        name, other = rng.choice(names), rng.choice(names)
+        target = rng.choice(self.rebindable(names))
+        first, second = self.fresh("norm"), self.fresh("norm")
+        output = 'print("between the norms")' if kind == "print" else 'logger.warning("between the norms")'
+        return [
+            f"{first} = torch.nn.functional.layer_norm({name} + {other}, {name}.shape[-1:])",
+            output,
+            f"{second} = torch.nn.functional.layer_norm({other} * 2.0 - {name}, {other}.shape[-1:])",
+            f"{target} = {target} + {first} * 0.5 + {second}",
+        ]
 
     def block_statement(self, names: list[str]) -> list[str]:
         """Code only eager runs (``if not is_compiling():``, the else arm of ``if
@@ -977,15 +1001,16 @@ class _Generator:
 
 
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
-             layouts: bool = True, merges: bool = True, blocks: bool = True) -> Program:
+             layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
     ``finally_reads=False``: before ``finally`` blocks read the try body's names;
     ``layouts=False``: before tensors whose traced layout must match the kernels';
     ``merges=False``: before branches on whether positions are empty;
-    ``blocks=False``: before compile-state tests and ``with`` blocks that swallow."""
+    ``blocks=False``: before compile-state tests and ``with`` blocks that swallow;
+    ``fusions=False``: before output between two layer norms inductor fuses."""
     return _Generator(
         seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
-        merges and positions, blocks and positions,
+        merges and positions, blocks and positions, fusions and positions,
     ).program()

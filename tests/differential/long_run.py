@@ -98,6 +98,10 @@ def main(argv=None) -> int:
         help="draw programs as the grammar did before branches on whether positions are empty",
     )
     parser.add_argument(
+        "--without-fusions", action="store_true",
+        help="draw programs as the grammar did before output between two fused layer norms",
+    )
+    parser.add_argument(
         "--without-blocks", action="store_true",
         help="draw programs as the grammar did before compile-state tests and with blocks that swallow",
     )
@@ -149,11 +153,14 @@ def main(argv=None) -> int:
             seed, positions=not options.without_positions, item_checks=not options.without_item_checks,
             finally_reads=not options.without_finally_reads, layouts=not options.without_layouts,
             merges=not options.without_merges, blocks=not options.without_blocks,
+            fusions=not options.without_fusions,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
             modes.append("compiled:aot_eager")
-        if options.inductor_every and seed % options.inductor_every == 0:
+        # Output between fused kernels shows its class only under inductor.
+        fused = any(feature.startswith("fused-output") for feature in program.features)
+        if (options.inductor_every and seed % options.inductor_every == 0) or fused:
             modes.append("compiled:inductor")
         try:
             report = compare(program, modes=tuple(modes))
