@@ -302,6 +302,22 @@ def test_an_output_without_tensors_gives_its_operator_a_tensor_on_the_graphs_dev
     assert operands == [[torch.device("cpu")]]
 
 
+def test_the_effects_tensor_is_on_an_accelerator_the_graph_uses_before_the_cpu():
+    """A CPU tensor in a CUDA graph would keep inductor from recording a CUDA graph."""
+    import types
+
+    from graphmend.runtime import deferred
+
+    def translator_with(*devices):
+        nodes = [types.SimpleNamespace(meta={"example_value": torch.empty(0, device=d)}) for d in devices]
+        nodes.append(types.SimpleNamespace(meta={}))
+        return types.SimpleNamespace(output=types.SimpleNamespace(graph=types.SimpleNamespace(nodes=nodes)))
+
+    assert deferred._device_of_traced_tensors(translator_with("cpu", "meta", "cpu")) == "meta"
+    assert deferred._device_of_traced_tensors(translator_with("cpu")) == "cpu"
+    assert deferred._device_of_traced_tensors(translator_with()) == str(torch.get_default_device())
+
+
 @pytest.mark.slow
 def test_an_output_between_two_fused_layer_norms_runs_under_inductor(capsys):
     import types

@@ -264,6 +264,17 @@ def main(x):
 """
 
 
+CAUGHT_EAGERLY_AFTER_A_BREAK = """
+def main(x):
+    try:
+        torch._dynamo.graph_break()
+        y = helper(x)
+    except ValueError:
+        y = x * 0
+    return y
+"""
+
+
 def test_no_handler_in_traced_frames__caller_catches():
     """The helper's guard is inlined into the caller's graph inside its `try`."""
     x = torch.arange(4.0)
@@ -329,18 +340,9 @@ def test_no_handler_in_traced_frames__guard_in_except_body_chains_context():
 def test_no_handler_in_eager_callers__caller_runs_eagerly_inside_compiled_call():
     """A graph break in a `try` makes TorchDynamo run the caller eagerly and compile the
     helper as its own frame: its RuntimeError would pass the caller's `except`."""
-    caller = """
-    def main(x):
-        try:
-            torch._dynamo.graph_break()
-            y = helper(x)
-        except ValueError:
-            y = x * 0
-        return y
-    """
     x = torch.arange(4.0)
-    assert_same_with_a_caller_elsewhere(HELPER, caller, x - 10)
-    assert_same_with_a_caller_elsewhere(HELPER, caller, x)
+    assert_same_with_a_caller_elsewhere(HELPER, CAUGHT_EAGERLY_AFTER_A_BREAK, x - 10)
+    assert_same_with_a_caller_elsewhere(HELPER, CAUGHT_EAGERLY_AFTER_A_BREAK, x)
 
 
 def test_raised_class_is_exception__factory_behind_an_attribute():
@@ -644,17 +646,6 @@ def test_restored_traceback_names_the_users_source_line_in_format():
     assert "in main" in text and "During handling" not in text
     assert "graphmend-trap" not in text
 
-
-
-CAUGHT_EAGERLY_AFTER_A_BREAK = """
-def main(x):
-    try:
-        torch._dynamo.graph_break()
-        y = helper(x)
-    except ValueError:
-        y = x * 0
-    return y
-"""
 
 
 def test_cached_lowering_not_reused_under_an_eager_callers_try_in_this_module():

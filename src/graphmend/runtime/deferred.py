@@ -520,11 +520,16 @@ def _decide_graph_device(context) -> None:
 
 
 def _device_of_traced_tensors(translator) -> str | None:
+    """An accelerator the graph computes on, before the CPU: a CPU tensor in a CUDA
+    graph would keep inductor from recording it as a CUDA graph (reduce-overhead)."""
+    devices = []
     for node in translator.output.graph.nodes:
         example = node.meta.get("example_value")
-        if isinstance(example, torch.Tensor):
-            return str(example.device)
-    return str(torch.get_default_device())
+        if isinstance(example, torch.Tensor) and example.device not in devices:
+            devices.append(example.device)
+    accelerators = [device for device in devices if device.type != "cpu"]
+    chosen = (accelerators or devices or [torch.get_default_device()])[0]
+    return str(chosen)
 
 
 def print_in_graph(args: tuple, kwargs: dict):
