@@ -92,10 +92,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _is_listed_slow(item: pytest.Item) -> bool:
+def _path_under_tests(item: pytest.Item) -> str | None:
     try:
-        path = item.path.relative_to(TESTS).as_posix()
+        return item.path.relative_to(TESTS).as_posix()
     except ValueError:
+        return None
+
+
+def _is_listed_slow(item: pytest.Item) -> bool:
+    path = _path_under_tests(item)
+    if path is None:
         return False
     if path == GENERATED_PROGRAMS:
         seed = SEED.search(item.name)
@@ -105,9 +111,8 @@ def _is_listed_slow(item: pytest.Item) -> bool:
 
 
 def _stride_key(item: pytest.Item) -> str | None:
-    try:
-        path = item.path.relative_to(TESTS).as_posix()
-    except ValueError:
+    path = _path_under_tests(item)
+    if path is None:
         return None
     key = f"{path}::{getattr(item, 'originalname', item.name)}"
     return key if key in DEFAULT_TIER_STRIDE and hasattr(item, "callspec") else None

@@ -23,10 +23,10 @@ Legality conditions (each a function below, returning the reason it fails):
 ``guard_body_only_raises``, ``why_not_tensorizable`` (conditions.py),
 ``exception_restorable``, ``raised_name_may_be_a_class``, ``message_restorable``,
 ``message_free_of_effects``, ``not_caught_in_function``,
-``not_called_inside_a_handler_in_this_module``, ``no_in_place_write_before_guard``. What the source cannot show (the callers, what
-the traced region wrote before the guard, what the raised name holds) is checked
-while tracing by ``graphmend.runtime.traps.trap_lowerable``; a guard it refuses
-keeps the original ``if``. It also keeps the original ``if`` where TorchDynamo would
+``not_called_inside_a_handler_in_this_module``, ``no_in_place_write_before_guard``.
+What the source cannot show (the callers, what the traced region wrote before the
+guard, what the raised name holds) is checked while tracing by
+``graphmend.runtime.traps.trap_lowerable``; a guard it refuses keeps the original ``if``. It also keeps the original ``if`` where TorchDynamo would
 have run the original frame eagerly (a break in a loop), and when an op after the
 guard fails while TorchDynamo traces the frame (the trace is restarted).
 """
