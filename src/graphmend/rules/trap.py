@@ -26,9 +26,10 @@ Legality conditions (each a function below, returning the reason it fails):
 ``not_called_inside_a_handler_in_this_module``, ``no_in_place_write_before_guard``.
 What the source cannot show (the callers, what the traced region wrote before the
 guard, what the raised name holds) is checked while tracing by
-``graphmend.runtime.traps.trap_lowerable``; a guard it refuses keeps the original ``if``. It also keeps the original ``if`` where TorchDynamo would
-have run the original frame eagerly (a break in a loop), and when an op after the
-guard fails while TorchDynamo traces the frame (the trace is restarted).
+``graphmend.runtime.traps.trap_lowerable``; a guard it refuses keeps the original
+``if``. It also keeps the original ``if`` where TorchDynamo would have run the original
+frame eagerly (a break in a loop), and when an op after the guard fails while
+TorchDynamo traces the frame (the trace is restarted).
 """
 
 from __future__ import annotations
