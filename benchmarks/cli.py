@@ -65,7 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--iterations",
         type=int,
         default=10,
-        help="timed calls per process: 1 cold start + the rest steady state (default 10)",
+        help="timed calls per process: 1 cold start + the rest, for the time to each call "
+        "(default 10)",
+    )
+    parser.add_argument(
+        "--steady-calls",
+        type=int,
+        default=200,
+        help="calls after those whose mean is the steady state (default 200; 0: calls 2..N)",
     )
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--mode", default="default", choices=("default", "reduce-overhead"))
@@ -123,6 +130,8 @@ def _bench(argv: list[str]) -> int:
         return 0
     if args.repeats < 1 or args.iterations < 2:
         parser.error("--repeats must be at least 1 and --iterations at least 2")
+    if args.steady_calls < 0:
+        parser.error("--steady-calls must be 0 or more")
     reference = None
     if args.compare_to:
         reference = _read_json_or_fail(parser, "--compare-to", args.compare_to)
@@ -144,6 +153,7 @@ def _bench(argv: list[str]) -> int:
             timing_only=args.timing_only and not args.quick,
             repeats=1 if args.quick else args.repeats,
             iterations=args.iterations,
+            steady_calls=args.steady_calls,
             device=args.device,
             mode=args.mode,
             timeout=args.timeout,

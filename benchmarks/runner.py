@@ -50,6 +50,7 @@ class RunOptions:
     timing_only: bool = False
     repeats: int = 3
     iterations: int = 10
+    steady_calls: int = 200
     device: str = "cpu"
     mode: str = "default"
     threads: int = 1
@@ -161,6 +162,8 @@ def run_worker_process(
         options.mode,
         "--iterations",
         str(options.iterations),
+        "--steady-calls",
+        str(options.steady_calls),
         "--threads",
         str(options.threads),
         "--hook-cache-dir",

@@ -193,6 +193,26 @@ def test_a_recompilation_among_the_steady_calls_is_noted():
     assert "- " + notes[0] in report.render_markdown(run)
 
 
+def test_with_a_steady_window_a_slow_early_call_counts_in_the_time_to_the_last_call():
+    run = synthetic_run()
+    process = run["models"][0]["timing"]["graphmend"][0]
+    process["call_seconds"] = [30.0, 0.010, 17.5, 0.010, 0.011, 0.009, 0.010, 0.010, 0.010, 0.010]
+    process["steady_state_window"] = "after the first N calls"
+    notes = report.slow_steady_calls(run["models"])
+    assert len(notes) == 1 and notes[0].endswith("the time to the last call includes it")
+
+
+def test_the_median_call_is_the_steady_windows_median_where_there_is_one():
+    windowed = {
+        "call_seconds": [30.0, 0.004, 0.003],
+        "steady_state_window": "after the first N calls",
+        "steady_state_median_seconds": 0.001,
+    }
+    assert report._median_steady_call(windowed) == 0.001
+    older = {"call_seconds": [30.0, 0.004, 0.003], "steady_state_median_seconds": 0.001}
+    assert report._median_steady_call(older) == pytest.approx(0.0035)
+
+
 def test_a_slow_call_below_half_a_second_is_noise():
     run = synthetic_run()
     calls = [30.0, 0.001, 0.05, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001]

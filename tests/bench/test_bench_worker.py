@@ -226,3 +226,68 @@ def test_a_model_skipped_in_its_quick_pass_counts_its_timing_steps_as_done(monke
     assert [phase for _, _, phase in started] == ["quick"] * 4
     assert all(entry["skipped"] == "no chronos" for entry in run["models"])
     assert steps[-1] == (12, 12)
+
+
+class _Clock:
+    """A ``time.perf_counter`` that only the model's calls move: each call of the first
+    ``warm_calls`` takes 1 s, each later one 0.25 s."""
+
+    def __init__(self, warm_calls):
+        self.now, self.calls, self.warm_calls = 0.0, 0, warm_calls
+
+    def __call__(self):
+        return self.now
+
+    def model(self, **_):
+        self.calls += 1
+        self.now += 1.0 if self.calls <= self.warm_calls else 0.25
+        return torch.zeros(1)
+
+
+def _time_with_clock(monkeypatch, iterations, steady_calls):
+    from benchmarks import worker
+
+    clock = _Clock(warm_calls=iterations)
+    monkeypatch.setattr(worker.time, "perf_counter", clock)
+    monkeypatch.setattr(torch, "compile", lambda model, **_: model)
+    result, outputs = {}, {}
+    worker.run_timing(clock.model, {}, result, outputs, "cpu", "default", iterations, steady_calls)
+    return clock, result
+
+
+def test_the_steady_state_is_measured_over_calls_after_the_first_n(monkeypatch):
+    clock, result = _time_with_clock(monkeypatch, iterations=10, steady_calls=200)
+    assert "timing_error" not in result, result.get("timing_error")
+    assert clock.calls == 210
+    assert result["call_seconds"] == [1.0] * 10
+    assert result["cold_start_seconds"] == 1.0
+    assert result["steady_state_calls"] == 200
+    assert result["steady_state_window"] == "after the first N calls"
+    assert result["steady_state_seconds"] == pytest.approx(0.25)
+    assert result["steady_state_median_seconds"] == pytest.approx(0.25)
+    assert result["steady_state_max_seconds"] == pytest.approx(0.25)
+
+
+def test_without_a_steady_window_calls_two_to_n_are_the_steady_state(monkeypatch):
+    clock, result = _time_with_clock(monkeypatch, iterations=10, steady_calls=0)
+    assert clock.calls == 10
+    assert result["steady_state_calls"] == 9
+    assert result["steady_state_window"] == "calls 2..N"
+    assert result["steady_state_seconds"] == pytest.approx(1.0)
+
+
+def test_the_runner_passes_the_steady_window_to_each_timing_worker(monkeypatch, tmp_path):
+    commands = []
+
+    def fake_run(command, **_):
+        commands.append(command)
+        raise subprocess.TimeoutExpired(command, 1)
+
+    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    model = load_model_file(TINY_MODEL, import_module=False)
+    result = runner.run_worker_process(
+        model, "original", "timing", RunOptions(steady_calls=37), str(tmp_path), str(tmp_path)
+    )
+    assert result["exit_status"] == "timeout"
+    command = commands[0]
+    assert command[command.index("--steady-calls") + 1] == "37"

@@ -144,7 +144,13 @@ def main(argv=None) -> int:
         [int(seed) for seed in options.seeds.split(",")] if options.seeds
         else range(options.start, options.start + options.programs)
     )
-    shard, shards = (int(part) for part in options.shard.split("/"))
+    try:
+        shard, shards = (int(part) for part in options.shard.split("/"))
+    except ValueError:
+        parser.error(f"--shard takes K/N (e.g. 0/2), not {options.shard}")
+    if not 0 <= shard < shards:
+        # 2/2 would silently take every other seed from the third on (one skipped).
+        parser.error(f"--shard K/N needs 0 <= K < N (numbered from 0), not {options.shard}")
     seeds = list(seeds)[shard::shards]
     for seed in seeds:
         if options.time_limit and time.monotonic() - started > options.time_limit:
