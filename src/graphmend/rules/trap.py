@@ -14,10 +14,11 @@ becomes
 
 ``torch.equal`` keeps its meaning: shapes are compared statically first (so
 broadcasting cannot call a [4] and a [1, 4] tensor equal), values after dtype
-promotion. The message always reaches ``torch._assert_async`` (inductor drops an
-assertion without one), and the compiled-call boundary raises the original class
-with the original message, from a frame showing the user's file, line and
-function. ``assert C, msg`` is lowered the same way, under ``__debug__``.
+promotion. A failed guard raises the original class with the original message
+inside the graph (the ordered operator ``graphmend::fail_unless``), from a frame
+showing the user's file, line and function, so it leaves the compiled frame as
+itself and any eager caller's handler sees it. ``assert C, msg`` is lowered the same
+way, under ``__debug__``.
 
 Legality conditions (each a function below, returning the reason it fails):
 ``guard_body_only_raises``, ``why_not_tensorizable`` (conditions.py),

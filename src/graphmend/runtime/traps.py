@@ -1,12 +1,14 @@
 """Graph-native validation guards and the restoration of the exceptions they stand for.
 
-A lowered guard calls ``torch._assert_async(condition, message)``; the message
-carries a marker naming a *trap site*: the exception class of the original
-``raise`` (the object itself, found while tracing) and the file, line and function
-of that ``raise``. When a compiled call fails with such a message, the boundary
-raises the original class with the original message, from a frame that carries the
-user's file, line and function name, instead of TorchDynamo's RuntimeError.
-A message is always passed: without one, inductor drops the assertion.
+A lowered guard calls the ordered operator ``graphmend::fail_unless(condition,
+message)``; the message carries a marker naming a *trap site*: the exception class of
+the original ``raise`` (the object itself, found while tracing) and the file, line and
+function of that ``raise``. When the condition is false the operator raises the
+original class with the original message, from a frame that carries the user's file,
+line and function name, inside the graph, so the exception leaves the compiled frame
+as itself. The compiled-call boundary still maps a RuntimeError with such a message
+(a graph compiled with ``torch._assert_async`` by an earlier version, or a site not
+known in this process).
 
 Whether a guard may be lowered at all is decided while tracing, by
 ``trap_lowerable`` (which TorchDynamo calls for real and folds to a constant): the
@@ -115,12 +117,19 @@ def _resolve(module_name: str, exception_path: str):
 def raise_original_for_trap_failure(error: BaseException) -> None:
     """Raise the original exception if ``error`` is a failed lowered guard; else return.
 
-    Called in the boundary's ``except RuntimeError`` block. The exception is raised
-    from a frame with the user's file, line and function name; its ``__context__`` is
-    what the user's ``raise`` would have chained (the exception being handled around
-    the compiled call, which ``error`` chained when it was raised), not ``error``.
+    Called in the boundary's ``except RuntimeError`` block, for an assertion of a graph
+    compiled before guards failed inside the graph (``fail_unless``) or whose site was
+    not known there. The exception is raised from a frame with the user's file, line
+    and function name; its ``__context__`` is what the user's ``raise`` would have
+    chained (the exception being handled around the compiled call, which ``error``
+    chained when it was raised), not ``error``.
     """
-    text = str(error)
+    _raise_for_message(str(error), error.__context__, error)
+
+
+def _raise_for_message(text: str, context, error: BaseException | None) -> None:
+    """Raise the original exception a failed guard's message names; return if it names
+    none. ``context``: what the user's ``raise`` would have chained."""
     site_and_message = _parse_site(text)
     if site_and_message is not None:
         site, message = site_and_message
@@ -130,7 +139,7 @@ def raise_original_for_trap_failure(error: BaseException) -> None:
             if message is None:
                 raise TrapFailure(text) from error
         exception = site.exception_class() if message is None else site.exception_class(message)
-        _raise_at_site(exception, site, error.__context__)
+        _raise_at_site(exception, site, context)
     parsed = _parse(text)
     if parsed is None:
         return
@@ -170,16 +179,71 @@ def guard_holds(value, expected_truth: bool):
 def assert_guard(holds, message: str) -> None:
     """Fail with ``message`` unless ``holds``: inside the graph when ``holds`` is a tensor.
 
-    The assertion always runs on the CPU: on CUDA a failed device-side assertion is
-    fatal to the process (every later CUDA call fails), where the original raised an
+    The check always runs on the CPU: on CUDA a failed device-side assertion is fatal
+    to the process (every later CUDA call fails), where the original raised an
     exception the program could catch. Copying the truth value to the host is the
     synchronisation the original's ``if`` paid too."""
     if isinstance(holds, torch.Tensor):
         if holds.device.type != "cpu":
             holds = holds.cpu()
-        torch._assert_async(holds, message)
+        number = _message_number(message)
+        if number < 0:
+            torch._assert_async(holds, message)  # the boundary restores it
+        else:
+            torch.ops.graphmend.fail_unless(holds, number)
     elif not holds:
         raise RuntimeError(message)
+
+
+_messages_lock = threading.Lock()
+_messages: list[str] = []
+_message_numbers: dict[str, int] = {}
+
+
+def _message_number(message: str) -> int:
+    """The number of a guard's message (a constant of the trace): the graph names the
+    message by number, so its code shows no marker text (a traceback prints that line)."""
+    number = -1
+    comptime(_decide_message_number)
+    return number
+
+
+def _decide_message_number(context) -> None:
+    def number_of(_tracer, message):
+        with _messages_lock:
+            known = _message_numbers.get(message)
+            if known is None:
+                known = _message_numbers[message] = len(_messages)
+                _messages.append(message)
+            return known
+
+    claims.decide_in_trace(context, "number", ("message",), number_of)
+
+
+@torch.library.custom_op(
+    "graphmend::fail_unless", mutates_args=(), schema="(Tensor holds, int message) -> ()"
+)
+def fail_unless(holds: torch.Tensor, message: int) -> None:
+    """Raise the original exception where the graph reaches a guard that fails.
+
+    Raised inside the graph, the user's exception leaves the compiled frame as itself:
+    an eager caller's ``try`` between the graph and the compiled-call boundary sees
+    what the original raised (a graph is reused under callers its trace never saw)."""
+    if not bool(holds):
+        if not 0 <= message < len(_messages):
+            raise TrapFailure(f"a lowered guard failed; its message {message} is not known in this process")
+        text = _messages[message]
+        _raise_for_message(text, sys.exception(), None)
+        raise RuntimeError(text)
+
+
+@fail_unless.register_fake
+def _fail_unless_while_tracing(holds: torch.Tensor, message: int) -> None:
+    return None
+
+
+# Ordered: kept although it returns nothing, and never moved past an output effect.
+torch.library._register_effectful_op("graphmend::fail_unless", torch.library.EffectType.ORDERED)
 
 
 def _combine(values, deciding_truth: bool, combine):
