@@ -138,6 +138,12 @@ class Program:
     shape: tuple = (4,)
     log_level: int = 10
     compile_site: str = "test"
+    # Helpers the harness calls once before ``f`` (compiled alone in compiled modes),
+    # so that ``f`` may later enter a helper whose graph is already cached.
+    warm_helpers: tuple = ()
+    # compile_site "other-module": the other module calls ``f`` after a break inside a
+    # ``try`` (``caller``), and the harness first calls ``f`` compiled alone once.
+    caller_catches: bool = False
 
     def describe(self) -> str:
         return (
@@ -146,19 +152,35 @@ class Program:
         )
 
 
-def other_module_source(library: str) -> str:
-    """The module that compiles the program's ``f`` from elsewhere (``compile_site="other-module"``)."""
-    return (
+def other_module_source(library: str, caller_catches: bool = False) -> str:
+    """The module that compiles the program's ``f`` from elsewhere (``compile_site="other-module"``);
+    with ``caller_catches``, also a compiled ``caller`` that calls ``f`` after a break
+    inside a ``try`` (TorchDynamo runs it eagerly from there and enters ``f``'s frame,
+    whose graph may be cached, under a handler that ``f``'s module cannot see)."""
+    source = (
         "import torch\n\n"
         f"import {library} as library\n\n"
         f"{BACKEND_LINE}\n"
         "compiled_f = torch.compile(library.f, backend=BACKEND, dynamic=False)\n"
     )
+    if caller_catches:
+        source += (
+            "\n\ndef caller(x, y, box, items, table):\n"
+            "    try:\n"
+            "        torch._dynamo.graph_break()\n"
+            "        return library.f(x, y, box, items, table)\n"
+            "    except Exception as error:\n"
+            '        print("caught in caller", type(error).__name__, error)\n'
+            "        return x * 0.0\n\n\n"
+            "compiled_caller = torch.compile(caller, backend=BACKEND, dynamic=False)\n"
+        )
+    return source
 
 
 class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
-                 layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True):
+                 layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
+                 warm: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -211,6 +233,11 @@ class _Generator:
         # from a stream of their own; such a program is compiled with inductor too.
         self.fusion_rng = random.Random(f"fused-output-{seed}")
         self.fusions_enabled = fusions
+        # Helpers compiled alone first, and called later from a caller TorchDynamo runs
+        # eagerly inside a ``try``: a graph is reused under a caller its trace never saw.
+        self.warm_rng = random.Random(f"warm-{seed}")
+        self.warm_enabled = warm
+        self.warm_after_break = False
 
     # small helpers ---------------------------------------------------------------
 
@@ -292,6 +319,18 @@ class _Generator:
         body += [f"return {self.expression(['t', 'u'])}"]
         lines += ["    " + line for line in body]
         self.helpers.append("\n".join(lines))
+        return name
+
+    def guarded_helper(self) -> str:
+        """A helper that only validates (drawn from the warm-up stream): lowered when
+        compiled alone on the first input set, failing on later ones."""
+        name = self.fresh("helper")
+        condition = self.warm_rng.choice(["(t < 0).any()", "t.sum() < 0", "(t > 2.0).any()"])
+        self.feature("helper-guard")
+        self.helpers.append(
+            f"def {name}(t, u):\n    if {condition}:\n        raise ValueError(\"{name} rejects its input\")\n"
+            f"    return t + u"
+        )
         return name
 
     # statements of f --------------------------------------------------------------
@@ -848,8 +887,17 @@ class _Generator:
             target = self.pick(self.rebindable(names))
             helper = self.helper()
             self.feature("nested-helper-caught")
-            return [
-                "try:", f"    {target} = {helper}({target}, {self.pick(names)})",
+            lines = ["try:"]
+            if self.warm_enabled and self.warm_rng.random() < 0.5:
+                # A break inside the ``try``: TorchDynamo runs ``f`` eagerly from there
+                # and compiles the helper's frame on its own (or reuses its graph).
+                self.feature("helper-caught-after-break")
+                self.warm_after_break = True
+                lines.append("    torch._dynamo.graph_break()")
+                if self.warm_rng.random() < 0.5:
+                    helper = self.guarded_helper()
+            return lines + [
+                f"    {target} = {helper}({target}, {self.pick(names)})",
                 f"except {self.pick(['ValueError', 'Exception', 'RuntimeError', '(ValueError, RuntimeError)'])} as error:",
                 '    print("caught", type(error).__name__, error)',
                 f"    {target} = {target} * 0.0",
@@ -989,6 +1037,15 @@ class _Generator:
         if compile_site == "module":
             lines.append(f"\n{BACKEND_LINE}\ncompiled_f = torch.compile(f, backend=BACKEND, dynamic=False)\n")
         source = "\n".join(lines)
+        warm_helpers = ()
+        helper_names = tuple(h.split("(", 1)[0][len("def "):] for h in self.helpers if h.startswith("def helper")
+                             and not h.startswith("def helper_that_may_raise"))
+        if self.warm_enabled and helper_names and (self.warm_after_break or self.warm_rng.random() < 0.2):
+            self.feature("helpers-compiled-first")
+            warm_helpers = helper_names
+        caller_catches = compile_site == "other-module" and self.warm_enabled and self.warm_rng.random() < 0.5
+        if caller_catches:
+            self.feature("caller-in-other-module-catches")
         return Program(
             seed=self.seed,
             source=source,
@@ -997,11 +1054,14 @@ class _Generator:
             shape=shape,
             log_level=self.pick([10, 20]),
             compile_site=compile_site,
+            warm_helpers=warm_helpers,
+            caller_catches=caller_catches,
         )
 
 
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
-             layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True) -> Program:
+             layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
+             warm: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1009,8 +1069,9 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``layouts=False``: before tensors whose traced layout must match the kernels';
     ``merges=False``: before branches on whether positions are empty;
     ``blocks=False``: before compile-state tests and ``with`` blocks that swallow;
-    ``fusions=False``: before output between two layer norms inductor fuses."""
+    ``fusions=False``: before output between two layer norms inductor fuses;
+    ``warm=False``: before helpers compiled alone first and called after a break."""
     return _Generator(
         seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
-        merges and positions, blocks and positions, fusions and positions,
+        merges and positions, blocks and positions, fusions and positions, warm and positions,
     ).program()

@@ -102,6 +102,10 @@ def main(argv=None) -> int:
         help="draw programs as the grammar did before output between two fused layer norms",
     )
     parser.add_argument(
+        "--without-warm", action="store_true",
+        help="draw programs as the grammar did before helpers compiled alone first",
+    )
+    parser.add_argument(
         "--without-blocks", action="store_true",
         help="draw programs as the grammar did before compile-state tests and with blocks that swallow",
     )
@@ -159,7 +163,7 @@ def main(argv=None) -> int:
             seed, positions=not options.without_positions, item_checks=not options.without_item_checks,
             finally_reads=not options.without_finally_reads, layouts=not options.without_layouts,
             merges=not options.without_merges, blocks=not options.without_blocks,
-            fusions=not options.without_fusions,
+            fusions=not options.without_fusions, warm=not options.without_warm,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:

@@ -381,7 +381,7 @@ def prepare(
     main_name = main_code = None
     if program.compile_site == "other-module":
         main_name = module_name + "_main"
-        main_source = with_backend(other_module_source(module_name), backend)
+        main_source = with_backend(other_module_source(module_name, program.caller_catches), backend)
         main_filename = filename.replace(".py", "_main.py")
         main_code = _compile(main_source, main_filename, main_name, variant, scope="entry")
     scope = "entry" if program.compile_site == "module" else "all"
@@ -459,11 +459,54 @@ def run_program(program: Program, loaded: LoadedCode, mode: str, inputs) -> list
             target = torch.compile(module.f, backend=backend, dynamic=False)
     names = {loaded.module_name} | ({loaded.main_name} if loaded.main_name else set())
     observations = []
+    if program.warm_helpers:
+        observations.append(_warm_up(program, module, mode, names, inputs[0]))
+    if program.caller_catches:
+        # ``f`` alone first (its guards may be lowered: nothing catches there), then
+        # every call through the other module's ``caller``, which catches.
+        warm_target = module.f if mode == "eager" else main.compiled_f
+        observations.append(_call(program, module, warm_target, names, -1, *inputs[0][1:]))
+        target = main.caller if mode == "eager" else main.compiled_caller
     for index, (_, x_value, y_value, item_count, box_count) in enumerate(inputs):
         observations.append(
             _call(program, module, target, names, index, x_value, y_value, item_count, box_count)
         )
     return observations
+
+
+WARM_UP = ("warm-up", None, None, 0, 0)
+
+
+def call_labels(program: Program, inputs) -> list:
+    """The input set of each observation ``run_program`` makes, the warm-up first."""
+    warm_ups = bool(program.warm_helpers) + bool(program.caller_catches)
+    return [WARM_UP] * warm_ups + list(inputs)
+
+
+def _warm_up(program, module, mode, module_names, first_inputs) -> Observation:
+    """Each of ``program.warm_helpers`` called once, on the first input set, before
+    ``f``: compiled on its own in compiled modes, so that ``f`` may then enter a helper
+    whose graph TorchDynamo has cached (traced under no caller of ``f``'s)."""
+    _, x_value, y_value, _, _ = first_inputs
+    normalise = Normaliser({}, {})
+    observation = Observation()
+    torch.manual_seed(999)
+    outcomes = []
+    with observing(list(module_names), program.log_level, observation.events):
+        for name in program.warm_helpers:
+            helper = getattr(module, name, None)
+            if helper is None:  # the minimiser removed it
+                continue
+            if mode != "eager":
+                helper = torch.compile(helper, backend=mode.split(":", 1)[1], dynamic=False)
+            try:
+                outcomes.append(("value", normalise(helper(x_value.clone(), y_value.clone()))))
+            except Exception as error:  # noqa: BLE001 - compared like f's exceptions
+                outcomes.append(("error", exception_key(error, module_names)))
+    observation.value = tuple(outcomes)
+    observation.globals = tuple((name, normalise(module.__dict__.get(name))) for name in STATE_NAMES)
+    observation.rng = hashlib.md5(torch.get_rng_state().numpy().tobytes()).hexdigest()
+    return observation
 
 
 def _call(program, module, target, module_names, index, x_value, y_value, item_count, box_count) -> Observation:
@@ -587,7 +630,7 @@ def compare(
     for mode in modes:
         report.modes_run.append(mode)
         actual = observe("mended", mode)
-        difference = first_difference(mode, inputs, reference, actual)
+        difference = first_difference(mode, call_labels(program, inputs), reference, actual)
         if difference is None:
             continue
         difference.exposed = exposed_dynamo_error(difference)

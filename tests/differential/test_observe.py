@@ -325,3 +325,39 @@ def test_a_compile_state_test_answering_as_traced_is_reported_apart() -> None:
     assert "x = x + 0.5" in mended
     changed = mended.replace("x = x + 0.5", "x = x + 0.75")
     assert compare(program, modes=("compiled:eager",), mended_source=changed).differences != []
+
+
+GUARDED = 'z = x * 2\nif (x < 0).any():\n    raise ValueError("negative input")\nreturn z + y'
+
+
+def test_a_caller_in_another_module_that_catches_sees_the_exception_the_original_raised() -> None:
+    """``f`` compiled alone on the first input set (its guard lowered: nothing catches
+    there), then called from the other module's ``caller`` after a break inside a
+    ``try``: TorchDynamo reuses ``f``'s graph under a handler no trace saw. The warm-up
+    call is an observation of its own, compared like the others."""
+    program = Program(seed=0, source=program_of(GUARDED), compile_site="other-module", caller_catches=True)
+    report = compare(program, modes=("eager", "compiled:eager"))
+    assert report.differences == [] and report.torch_own == []
+    from .observe import call_labels, input_values
+
+    labels = [label[0] for label in call_labels(program, input_values(0, (4,)))]
+    assert labels == ["warm-up", "positive", "negative", "zeros", "small"]
+
+
+def test_the_warm_up_call_is_compared() -> None:
+    """A mended text whose first call (the warm-up) prints otherwise differs there."""
+    program = Program(seed=0, source=program_of(GUARDED), compile_site="other-module", caller_catches=True)
+    changed = program_of('print("first")\n' + GUARDED)
+    report = compare(program, modes=("eager",), mended_source=changed)
+    assert [(d.input_name, d.part) for d in report.differences] == [("warm-up", "events")]
+
+
+def test_helpers_compiled_first_are_called_before_f_and_compared() -> None:
+    source = program_of("return helper1(x, y)").replace(
+        "\n\ndef f(", '\n\ndef helper1(t, u):\n    print("helper1")\n    return t + u\n\n\ndef f('
+    )
+    program = Program(seed=0, source=source, warm_helpers=("helper1",))
+    assert compare(program, modes=("eager", "compiled:eager")).differences == []
+    changed = source.replace('print("helper1")', 'print("helper 1")')
+    report = compare(program, modes=("eager",), mended_source=changed)
+    assert [(d.input_name, d.part) for d in report.differences][:1] == [("warm-up", "events")]
