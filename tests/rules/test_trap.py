@@ -164,8 +164,9 @@ def test_a_guard_on_an_item_value_is_not_a_candidate():
     assert [finding.category for finding in result.findings] == ["TI"] and not result.changed
 
 
-def test_trap_failure_message_reaches_inductor_assertion():
-    """Without a message, inductor drops ``_assert_async``; with it, the guard still fires."""
+def test_a_lowered_guard_fires_under_inductor():
+    """Inductor keeps the guard's operator (an ordered effect that returns nothing) and
+    the user's exception leaves the compiled call as itself."""
     original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(MUST_REWRITE["any_raises_user_class"]))
     x = torch.arange(4.0)
     assert_equivalent(original.f, mended.f, x - 10, x, backends=("inductor",))
