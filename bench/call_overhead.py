@@ -1,7 +1,9 @@
 """What graphmend's compile boundary adds to each call of a compiled model.
 
-graphmend wraps what ``torch.compile`` returns so that deferred output is replayed and
-trapped exceptions restored when a compiled call ends (``runtime.compiled_calls``).
+graphmend wraps what ``torch.compile`` returns so that a failed lowered guard's
+RuntimeError from a graph compiled without ``graphmend::fail_unless`` (or naming a site
+unknown in the process) is mapped back to the user's exception when a compiled call
+ends (``runtime.compiled_calls``).
 This times one compiled object called directly and through that wrapper, alternating
 in rounds so that drift hits both, and prints the difference per call.
 
