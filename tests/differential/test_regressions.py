@@ -336,3 +336,68 @@ def test_an_output_between_two_fused_layer_norms_runs_under_inductor(capsys):
     assert capsys.readouterr().out == eager_text == "between the encoder and the decoder\n"
     for want, got in zip(expected, actual):
         torch.testing.assert_close(got, want)
+
+
+SEED_145052 = """
+import logging
+import sys
+import warnings
+import torch
+import torch.nn.functional as F
+logger = logging.getLogger(__name__)
+COUNT = 0
+TOTAL = torch.zeros((2, 3))
+HISTORY = []
+SEEN = []
+CACHE = {}
+import contextlib
+WRITTEN = []
+class OwnStream:
+    def write(self, text):
+        WRITTEN.append(text)
+        return len(text)
+    def flush(self):
+        pass
+OWN_STREAM = OwnStream()
+stream_logger = logging.getLogger(__name__ + ".own")
+stream_logger.addHandler(logging.StreamHandler(OWN_STREAM))
+class Router(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = torch.nn.ModuleList([torch.nn.Tanh(), torch.nn.Identity()])
+ROUTER = Router()
+def positions_as_list(positions):
+    return positions.tolist()
+def f(x, y, box, items, table):
+    h1 = x * torch.abs(x)
+    h2 = torch.sigmoid((h1 + 3.0))
+    flat_p1 = y.flatten()
+    pos_p1 = torch.argwhere(flat_p1 > 0.5)[:, 0]
+    acc_p1 = torch.zeros_like(flat_p1)
+    acc_p1.index_add_(0, pos_p1, flat_p1[pos_p1] * 2.0)
+    h1 = h1 + acc_p1.reshape(h1.shape)
+    if x.sum() > y.sum() or h1.mean() < 0:
+        z3 = x
+    else:
+        z3 = y
+    stream_logger.warning("own log %s", x.sum())
+    h1 = h2 * 3.0 * torch.abs(h2)
+    items.append(h1)
+    logger.debug("dbg %s", x.sum())
+    return z3, z3 is x
+"""
+
+
+def test_a_failure_explaining_a_recompilation_runs_the_rewritten_frame_eagerly():
+    """Long fuzz run seed 145052 (minimised): TorchDynamo explains why a resume
+    function's cached guards failed by evaluating their sources against the new call,
+    and a guard on `items[0]` raised IndexError there when the call's list was empty:
+    the mended program failed where the original ran (its frames break elsewhere). The
+    rewritten frame now runs eagerly instead, as for TorchDynamo's internal errors."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=145052, source=SEED_145052, shape=(2, 3), log_level=20)
+    report = compare(program, modes=("eager", "compiled:eager"))
+    assert report.differences == [], [d.describe() for d in report.differences]

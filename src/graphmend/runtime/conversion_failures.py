@@ -5,7 +5,10 @@ original: building the resume function after a graph break, it raised
 ``AssertionError: exception table entry start instruction has no offset`` for a
 branch break followed by loops and ``try`` blocks holding rewritten statements (long
 fuzz run seed 41568). Without graphmend the program compiled; with it, the call raised
-TorchDynamo's internal error.
+TorchDynamo's internal error. And explaining why a rewritten resume function's cached
+guards failed before compiling it again, TorchDynamo evaluated a guard's source against
+the new call and raised IndexError (seed 145052), where the original's frames, broken
+elsewhere, compiled again without it.
 
 TorchDynamo converts a frame before any of it runs (a resume function, before the rest
 of its frame runs), so running the frame eagerly instead is exact: the rewritten code's
@@ -31,6 +34,23 @@ frames_run_eagerly: dict[tuple[str, int, str], str] = {}
 
 def _is_rewritten(frame) -> bool:
     return RUNTIME_NAME in getattr(frame, "f_globals", {})
+
+
+# TorchDynamo explains why a cached graph's guards failed before it compiles again, and
+# evaluates the sources of its guards against the new call to do so; a guard on an item
+# of a list the new call's list no longer has raised IndexError there (long fuzz run
+# seed 145052: `items[0]` of a resume function, called again with an empty list).
+_RECOMPILATION_EXPLAINERS = frozenset({"get_and_maybe_log_recompilation_reasons", "get_guard_fail_reason"})
+
+
+def _failed_explaining_a_recompilation(error: BaseException) -> bool:
+    traceback = error.__traceback__
+    while traceback is not None:
+        code = traceback.tb_frame.f_code
+        if code.co_name in _RECOMPILATION_EXPLAINERS and code.co_filename.endswith("guards.py"):
+            return True
+        traceback = traceback.tb_next
+    return False
 
 
 def _run_eagerly_on_internal_error(convert):
@@ -62,7 +82,10 @@ def _run_eagerly_on_internal_error(convert):
         sizes_before = dynamic_shapes.sizes_made()
         try:
             return convert_without_failed_merges(self, frame, *args, **kwargs)
-        except (AssertionError, InternalTorchDynamoError, GuardOnDataDependentSymNode) as error:
+        except Exception as error:  # noqa: BLE001 - only the internal errors below are handled
+            internal = isinstance(error, (AssertionError, InternalTorchDynamoError, GuardOnDataDependentSymNode))
+            if not (internal or _failed_explaining_a_recompilation(error)):
+                raise
             if isinstance(error, GuardOnDataDependentSymNode) and dynamic_shapes.sizes_made() == sizes_before:
                 raise  # not a size graphmend made: the original would fail the same way
             inner = getattr(self, "_inner_convert", None)
