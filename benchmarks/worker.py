@@ -241,6 +241,19 @@ def run_quick(model, example_kwargs, result: dict, outputs: dict) -> None:
     torch._dynamo.reset()
 
 
+def _timed_calls(compiled, example_kwargs, device: str, count: int):
+    """Seconds of each of ``count`` calls, and the last call's output."""
+    seconds, output = [], None
+    for _ in range(count):
+        arguments = dict(example_kwargs)
+        _synchronize(device)
+        start = time.perf_counter()
+        output = compiled(**arguments)
+        _synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    return seconds, output
+
+
 def run_timing(
     model,
     example_kwargs,
@@ -257,24 +270,10 @@ def run_timing(
     compile_mode = None if mode == "default" else mode
     try:
         compiled = torch.compile(model, backend="inductor", mode=compile_mode, dynamic=False)
-        seconds = []
-        output = None
         with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
-            for _ in range(iterations):
-                arguments = dict(example_kwargs)
-                _synchronize(device)
-                start = time.perf_counter()
-                output = compiled(**arguments)
-                _synchronize(device)
-                seconds.append(time.perf_counter() - start)
-            steady = []
-            for _ in range(steady_calls):
-                arguments = dict(example_kwargs)
-                _synchronize(device)
-                start = time.perf_counter()
-                output = compiled(**arguments)
-                _synchronize(device)
-                steady.append(time.perf_counter() - start)
+            seconds, output = _timed_calls(compiled, example_kwargs, device, iterations)
+            steady, last = _timed_calls(compiled, example_kwargs, device, steady_calls)
+            output = last if steady else output
         result["call_seconds"] = seconds
         result["cold_start_seconds"] = seconds[0]
         # Without a window of its own, calls 2..N stand for the steady state (as before).
