@@ -19,7 +19,6 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -258,9 +257,7 @@ def check_holds(cond):
 # ---------------------------------------------------------------------------
 # Messages with tensor values: rendered inside the graph when the check fails.
 
-_templates_lock = threading.Lock()
-_templates: list[tuple] = []
-_template_numbers: dict[tuple, int] = {}
+_templates = claims.Numbering()
 
 
 def assert_check(holds, site_number: int, line: int, function_name: str, pieces: tuple) -> None:
@@ -313,15 +310,7 @@ def _template_number(template: tuple) -> int:
 
 
 def _decide_template(context) -> None:
-    def number_of(tracer, template):
-        with _templates_lock:
-            known = _template_numbers.get(template)
-            if known is None:
-                known = _template_numbers[template] = len(_templates)
-                _templates.append(template)
-            return known
-
-    claims.decide_in_trace(context, "number", ("template",), number_of)
+    _templates.decide(context, "template")
 
 
 def render(template_number: int, values: list) -> str:
@@ -330,7 +319,7 @@ def render(template_number: int, values: list) -> str:
     (``Tensor.__format__``)."""
     remaining = iter(values)
     text = []
-    for piece in _templates[template_number]:
+    for piece in _templates.values[template_number]:
         if isinstance(piece, tuple):
             text.append(piece[0])
         else:

@@ -34,6 +34,7 @@ checks cannot be made, and every claim is refused (``trace_checks_unavailable``)
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -114,6 +115,30 @@ def decide_in_trace(context, result_name: str, argument_names: tuple, decide, re
         translator.symbolic_locals[result_name] = ConstantVariable.create(answer)
     except Exception:  # noqa: BLE001 - TorchDynamo internals changed, or a value is not constant
         pass
+
+
+class Numbering:
+    """Numbers for hashable values met while tracing (a message, a template), so that a
+    graph names the value by a constant int; the values, by number, for the operators
+    that run the graph."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.values: list = []
+        self._numbers: dict = {}
+
+    def number(self, value) -> int:
+        with self._lock:
+            known = self._numbers.get(value)
+            if known is None:
+                known = self._numbers[value] = len(self.values)
+                self.values.append(value)
+            return known
+
+    def decide(self, context, argument_name: str) -> None:
+        """``comptime`` body: bind the traced function's local ``number`` to the number
+        of its argument ``argument_name``."""
+        decide_in_trace(context, "number", (argument_name,), lambda _tracer, value: self.number(value))
 
 
 def input_written_in_place_so_far(translator) -> str | None:

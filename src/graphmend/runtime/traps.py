@@ -195,9 +195,7 @@ def assert_guard(holds, message: str) -> None:
         raise RuntimeError(message)
 
 
-_messages_lock = threading.Lock()
-_messages: list[str] = []
-_message_numbers: dict[str, int] = {}
+_messages = claims.Numbering()
 
 
 def _message_number(message: str) -> int:
@@ -209,15 +207,7 @@ def _message_number(message: str) -> int:
 
 
 def _decide_message_number(context) -> None:
-    def number_of(_tracer, message):
-        with _messages_lock:
-            known = _message_numbers.get(message)
-            if known is None:
-                known = _message_numbers[message] = len(_messages)
-                _messages.append(message)
-            return known
-
-    claims.decide_in_trace(context, "number", ("message",), number_of)
+    _messages.decide(context, "message")
 
 
 @torch.library.custom_op(
@@ -230,9 +220,9 @@ def fail_unless(holds: torch.Tensor, message: int) -> None:
     an eager caller's ``try`` between the graph and the compiled-call boundary sees
     what the original raised (a graph is reused under callers its trace never saw)."""
     if not bool(holds):
-        if not 0 <= message < len(_messages):
+        if not 0 <= message < len(_messages.values):
             raise TrapFailure(f"a lowered guard failed; its message {message} is not known in this process")
-        text = _messages[message]
+        text = _messages.values[message]
         _raise_for_message(text, sys.exception(), None)
         raise RuntimeError(text)
 
