@@ -1,14 +1,14 @@
 """Graph-native validation guards and the restoration of the exceptions they stand for.
 
 A lowered guard calls the ordered operator ``graphmend::fail_unless(condition,
-message)``; the message carries a marker naming a *trap site*: the exception class of
-the original ``raise`` (the object itself, found while tracing) and the file, line and
-function of that ``raise``. When the condition is false the operator raises the
-original class with the original message, from a frame that carries the user's file,
-line and function name, inside the graph, so the exception leaves the compiled frame
-as itself. The compiled-call boundary still maps a RuntimeError with such a message
-(a graph compiled with ``torch._assert_async`` by an earlier version, or a site not
-known in this process).
+message number)``; the message (numbered while tracing) carries a marker naming a
+*trap site*: the exception class of the original ``raise`` (the object itself, found
+while tracing) and the file, line and function of that ``raise``. When the condition
+is false the operator raises the original class with the original message, from a
+frame that carries the user's file, line and function name, inside the graph, so the
+exception leaves the compiled frame as itself. The compiled-call boundary still maps a
+RuntimeError with such a message (a graph compiled with ``torch._assert_async`` by an
+earlier version, or a site not known in this process).
 
 Whether a guard may be lowered at all is decided while tracing, by
 ``trap_lowerable`` (which TorchDynamo calls for real and folds to a constant): the
