@@ -504,9 +504,13 @@ def _warm_up(program, module, mode, module_names, first_inputs) -> Observation:
             except Exception as error:  # noqa: BLE001 - compared like f's exceptions
                 outcomes.append(("error", exception_key(error, module_names)))
     observation.value = tuple(outcomes)
+    _record_globals_and_rng(observation, module, normalise)
+    return observation
+
+
+def _record_globals_and_rng(observation: Observation, module, normalise) -> None:
     observation.globals = tuple((name, normalise(module.__dict__.get(name))) for name in STATE_NAMES)
     observation.rng = hashlib.md5(torch.get_rng_state().numpy().tobytes()).hexdigest()
-    return observation
 
 
 def _call(program, module, target, module_names, index, x_value, y_value, item_count, box_count) -> Observation:
@@ -542,8 +546,7 @@ def _call(program, module, target, module_names, index, x_value, y_value, item_c
     if observation.error is None and program.requires_grad:
         observation.gradients = _gradients(value, x, y, normalise)
     observation.arguments = normalise((x, y, box, items, table))
-    observation.globals = tuple((name, normalise(module.__dict__.get(name))) for name in STATE_NAMES)
-    observation.rng = hashlib.md5(torch.get_rng_state().numpy().tobytes()).hexdigest()
+    _record_globals_and_rng(observation, module, normalise)
     return observation
 
 
