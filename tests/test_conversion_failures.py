@@ -101,3 +101,59 @@ def test_fullgraph_keeps_torchdynamos_error():
 def test_an_error_of_the_users_code_is_not_an_internal_error():
     with pytest.raises(ValueError, match="user"):
         _failing(ValueError("user"))(_converter(), _frame())
+
+
+def test_an_op_failing_while_traced_runs_the_frame_eagerly_for_that_call_only():
+    from torch._dynamo.exc import TorchRuntimeError
+
+    result = _failing(TorchRuntimeError("RuntimeError when making fake tensor call"))(_converter(), _frame())
+    assert "graphmend" in result.skip_reason and result.apply_to_code is False
+
+
+def test_fullgraph_keeps_torchdynamos_error_for_an_op_failing_while_traced():
+    from torch._dynamo.exc import TorchRuntimeError
+
+    with pytest.raises(TorchRuntimeError, match="fake tensor call"):
+        failing = _failing(TorchRuntimeError("RuntimeError when making fake tensor call"))
+        failing(_converter(error_on_graph_break=True), _frame())
+
+
+# Where joins the branch, so TorchDynamo traces `y.mul_` in the mended frame on the first
+# call; the original's resume function traced it too, but which of the original's frames
+# TorchDynamo traces again depends on the calls before (long fuzz run seed 142378).
+WRITES_AN_ARGUMENT_IN_PLACE = """
+import torch
+def f(x, y):
+    if x.sum() > 0:
+        z = x * 2
+    else:
+        z = x * 3
+    y.mul_(0.5)
+    return z + y
+"""
+
+
+def test_an_op_failing_while_traced_raises_the_users_own_error_and_the_next_call_compiles():
+    from graphmend.counting import CountingBackend
+
+    original, mended, result = original_and_mended(WRITES_AN_ARGUMENT_IN_PLACE, scope="all")
+    assert result.changed
+    leaf = torch.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable") as eager_error:
+        original.f(torch.ones(3), leaf)
+    torch._dynamo.reset()
+    conversion_failures.frames_run_eagerly.clear()
+    backend = CountingBackend()
+    compiled = torch.compile(mended.f, backend=backend)
+    with pytest.raises(RuntimeError) as mended_error:
+        compiled(torch.ones(3), leaf)
+    assert type(mended_error.value) is RuntimeError and str(mended_error.value) == str(eager_error.value)
+    assert [name for file, _, name in conversion_failures.frames_run_eagerly if file == mended.__file__] == [
+        "torch_dynamo_resume_in_f_at_4"
+    ]
+    assert backend.graphs == 1  # the frame up to the branch's break, as the original's
+    not_a_leaf = torch.ones(3, requires_grad=True) * 1.0
+    assert compiled(torch.ones(3), not_a_leaf).tolist() == [2.5, 2.5, 2.5]
+    # The failed op refused Where's claim (claims._restart_trace_without_claims): the
+    # frame keeps the original's break, and its resume function compiles on this call.
+    assert backend.graphs == 2

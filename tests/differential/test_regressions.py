@@ -401,3 +401,37 @@ def test_a_failure_explaining_a_recompilation_runs_the_rewritten_frame_eagerly()
     program = Program(seed=145052, source=SEED_145052, shape=(2, 3), log_level=20)
     report = compare(program, modes=("eager", "compiled:eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
+
+
+SEED_142378 = """
+import torch
+def helper2(t, u):
+    t.mul_(0.5)
+def f(x, y, box, items, table):
+    if y.sum() > 0:
+        y = torch.relu(y)
+    flat_p1 = x.flatten()
+    pos_p1 = torch.argwhere(flat_p1 > -1.0)[:, 0]
+    y = helper2(y, x)
+    for i in range(3):
+        try:
+            flat_p2 = y.flatten()
+        except UserWarning as error:
+            pass
+"""
+
+
+def test_an_op_failing_while_traced_in_a_rewritten_frame_raises_the_users_error():
+    """Long fuzz run seed 142378 (minimised): Capture took the argwhere into the graph on
+    the first call, so the mended frame never got the resume function the original's
+    break made, which TorchDynamo ran eagerly from then on (its trace failed on the first
+    call). On the next call TorchDynamo traced `t.mul_` on a leaf that requires grad in a
+    fresh resume function and raised its TorchRuntimeError, where the original raised
+    the plain RuntimeError. Such a frame now runs eagerly for that call."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=142378, source=SEED_142378, shape=(2, 3), log_level=20, requires_grad=True)
+    report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
+    assert report.differences == [], [d.describe() for d in report.differences]
