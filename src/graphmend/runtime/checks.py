@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch._dynamo.comptime import comptime
 
-from graphmend.runtime import claims, traps
+from graphmend.runtime import claims, operators, traps
 
 
 @dataclass(frozen=True)
@@ -327,18 +327,17 @@ def render(template_number: int, values: list) -> str:
     return "".join(text)
 
 
-@torch.library.custom_op(
-    "graphmend::check_message",
-    mutates_args=(),
-    schema="(Tensor holds, int template, Tensor[] values) -> Tensor",
-)
-def check_message(holds: torch.Tensor, template: int, values: list[torch.Tensor]) -> torch.Tensor:
+def _check_message(holds: torch.Tensor, template: int, values: list[torch.Tensor]) -> torch.Tensor:
     """``holds`` itself; when it is false, first render the message for the boundary."""
     if not bool(holds):
         traps.render_failed_message(render(template, values))
     return holds.clone()
 
 
-@check_message.register_fake
 def _check_message_while_tracing(holds: torch.Tensor, template: int, values: list[torch.Tensor]) -> torch.Tensor:
     return torch.empty_like(holds)
+
+
+check_message = operators.define(
+    "check_message(Tensor holds, int template, Tensor[] values) -> Tensor", _check_message, _check_message_while_tracing
+)

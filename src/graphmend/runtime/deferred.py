@@ -43,7 +43,7 @@ import warnings
 import torch
 from torch._dynamo.comptime import comptime
 
-from graphmend.runtime import claims
+from graphmend.runtime import claims, operators
 
 # The standard Logger methods and the level each logs at (``log`` takes the level as its
 # first argument); shared by Defer's rewrite and ``graphmend fix``'s in-place calls.
@@ -443,12 +443,7 @@ def _why_not_exact_warning(detail: tuple, template: tuple, kwargs: dict) -> str 
     return None
 
 
-@torch.library.custom_op(
-    "graphmend::emit_effect",
-    mutates_args=(),
-    schema="(int key, Tensor[] tensors, SymInt[] integers) -> ()",
-)
-def emit_effect(key: int, tensors: list[torch.Tensor], integers: list[int]) -> None:
+def _emit_effect(key: int, tensors: list[torch.Tensor], integers: list[int]) -> None:
     """Perform the registered effect ``key`` with its operands in their places."""
     kind, target, detail, template, slots, kwargs = _registry[key]
     args = list(template)
@@ -471,13 +466,15 @@ def emit_effect(key: int, tensors: list[torch.Tensor], integers: list[int]) -> N
     perform(kind, target, detail, tuple(args), kwargs)
 
 
-@emit_effect.register_fake
 def _emit_effect_while_tracing(key: int, tensors: list[torch.Tensor], integers: list[int]) -> None:
     return None
 
 
 # Ordered: kept although it returns nothing, and never moved past another effect.
-torch.library._register_effectful_op("graphmend::emit_effect", torch.library.EffectType.ORDERED)
+emit_effect = operators.define(
+    "emit_effect(int key, Tensor[] tensors, SymInt[] integers) -> ()",
+    _emit_effect, _emit_effect_while_tracing, ordered=True,
+)
 
 
 _IN_GRAPH = ()

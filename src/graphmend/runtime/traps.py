@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch._dynamo.comptime import comptime
 
-from graphmend.runtime import claims
+from graphmend.runtime import claims, operators
 from graphmend.runtime.claims import (
     claim_break_at_user_site,
     current_translator,
@@ -210,10 +210,7 @@ def _decide_message_number(context) -> None:
     _messages.decide(context, "message")
 
 
-@torch.library.custom_op(
-    "graphmend::fail_unless", mutates_args=(), schema="(Tensor holds, int message) -> ()"
-)
-def fail_unless(holds: torch.Tensor, message: int) -> None:
+def _fail_unless(holds: torch.Tensor, message: int) -> None:
     """Raise the original exception where the graph reaches a guard that fails.
 
     Raised inside the graph, the user's exception leaves the compiled frame as itself:
@@ -227,13 +224,14 @@ def fail_unless(holds: torch.Tensor, message: int) -> None:
         raise RuntimeError(text)
 
 
-@fail_unless.register_fake
 def _fail_unless_while_tracing(holds: torch.Tensor, message: int) -> None:
     return None
 
 
 # Ordered: kept although it returns nothing, and never moved past an output effect.
-torch.library._register_effectful_op("graphmend::fail_unless", torch.library.EffectType.ORDERED)
+fail_unless = operators.define(
+    "fail_unless(Tensor holds, int message) -> ()", _fail_unless, _fail_unless_while_tracing, ordered=True
+)
 
 
 def _combine(values, deciding_truth: bool, combine):
