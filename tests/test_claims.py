@@ -525,3 +525,61 @@ def test_no_earlier_output_in_graph__a_backend_that_keeps_order_holds_both():
     assert _outcome(mended.f, "eager", x)[0] == _outcome(original.f, None, x)[0]
     with contextlib.redirect_stdout(io.StringIO()):
         assert (breaks(original.f, x.clone()), breaks(mended.f, x.clone())) == (2, 0)
+
+
+# ordered_operators_share_no_graph_with_aliased_inputs_written_in_place -------------------
+
+OUTPUT_THEN_A_WRITE_THROUGH_AN_ALIAS = """
+    def f(x, flat):
+        print("rows", flat.sum())
+        x.sub_(1.0)
+        return flat * 2.0
+"""
+
+GUARD_THEN_A_WRITE_THROUGH_AN_ALIAS = """
+    def f(x, flat):
+        if (flat < -100).any():
+            raise ValueError("too small")
+        x.sub_(1.0)
+        return flat * 2.0
+"""
+
+
+def _aliased_outcome(function, backend):
+    """(printed, value, x afterwards) of one call on ``x`` and a view of it."""
+    torch._dynamo.reset()
+    target = torch.compile(function, backend=backend, dynamic=False) if backend else function
+    x = torch.arange(6.0).reshape(2, 3)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        try:
+            value = target(x, x.flatten()).tolist()
+        except Exception as error:  # noqa: BLE001 - the outcome is compared
+            value = (type(error).__name__, str(error))
+    return printed.getvalue(), value, x.tolist()
+
+
+@pytest.mark.parametrize("body", [OUTPUT_THEN_A_WRITE_THROUGH_AN_ALIAS, GUARD_THEN_A_WRITE_THROUGH_AN_ALIAS],
+                         ids=["output", "lowered_guard"])
+def test_ordered_operators_share_no_graph_with_aliased_inputs_written_in_place__under_aot_eager(body):
+    """AOTAutograd's forward for a graph with an ordered operator and an input written
+    in place that shares its memory with another input reads an effect token it was
+    not given: StopIteration under aot_eager (long fuzz run seed 154090). The claim is
+    refused and the statement keeps its break."""
+    original, mended = _pair(body)
+    expected = _aliased_outcome(original.f, None)
+    assert _aliased_outcome(mended.f, "aot_eager") == expected
+    assert any("shares its memory with another input" in reason for reason in claims.trace_time_declines.values())
+
+
+@pytest.mark.parametrize("body", [OUTPUT_THEN_A_WRITE_THROUGH_AN_ALIAS, GUARD_THEN_A_WRITE_THROUGH_AN_ALIAS],
+                         ids=["output", "lowered_guard"])
+def test_ordered_operators_share_no_graph_with_aliased_inputs_written_in_place__joined_as_written(body):
+    """A backend that runs the graph as written (the counting backend, TorchDynamo's
+    ``eager``) has no effect tokens: the statement is joined."""
+    original, mended = _pair(body)
+    x = torch.arange(6.0).reshape(2, 3)
+    assert breaks(original.f, x, x.flatten()) == 1
+    x = torch.arange(6.0).reshape(2, 3)
+    assert breaks(mended.f, x, x.flatten()) == 0
+    assert _aliased_outcome(mended.f, "eager") == _aliased_outcome(original.f, None)
+    assert not claims.trace_time_declines

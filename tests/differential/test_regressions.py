@@ -435,3 +435,31 @@ def test_an_op_failing_while_traced_in_a_rewritten_frame_raises_the_users_error(
     program = Program(seed=142378, source=SEED_142378, shape=(2, 3), log_level=20, requires_grad=True)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
+
+
+SEED_154090 = """
+import torch
+def f(x, y, box, items, table):
+    flat_m1 = x.flatten()
+    (pos_m1,) = torch.where(flat_m1 > 0.0)
+    acc_m1 = flat_m1 * 0.5
+    if pos_m1.numel() != 0:
+        rows_m1 = flat_m1[pos_m1] * 2.0 + torch.tanh(acc_m1[pos_m1])
+        print("rows", rows_m1.sum())
+    x.sub_(y)
+"""
+
+
+def test_an_output_kept_apart_from_an_aliased_input_written_in_place():
+    """Long fuzz run seed 154090 (minimised): Capture joined the graph around the
+    `torch.where`, Defer put the print in it, and the resume function's inputs `x` and
+    `flat_m1` share memory; AOTAutograd's forward for that graph, writing `x` in place
+    beside an ordered operator, raised StopIteration under aot_eager. The print keeps
+    its break in such a graph (claims.ordered_operators_share_no_graph_with_aliased_inputs_written_in_place)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=154090, source=SEED_154090, shape=(2, 3), log_level=20)
+    report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
+    assert report.differences == [], [d.describe() for d in report.differences]

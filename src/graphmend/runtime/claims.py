@@ -483,6 +483,36 @@ def outputs_share_no_graph_with_an_input_written_in_place(output, claims) -> str
     return None
 
 
+def ordered_operators_share_no_graph_with_aliased_inputs_written_in_place(output, claims) -> str | None:
+    """AOTAutograd fails on a graph holding an ordered operator (graphmend's output or
+    lowered guard) that writes in place an input sharing its memory with another input
+    (``x.sub_(y)`` with ``x.flatten()`` also an input): the forward it builds for the
+    effect tokens reads a token it was not given (StopIteration under ``aot_eager``,
+    InductorError under inductor; long fuzz run seed 154090, where Capture joined the
+    graph around ``torch.where(x.flatten() > 0)`` and Defer put a print in it). Output
+    and lowered guards in such a graph keep their breaks, unless the backend runs the
+    graph as written (TorchDynamo's ``eager``, or one marked ``runs_the_graph_as_written``)."""
+    if not any(claim.kind in (OUTPUT, GUARD) for claim in claims.values()):
+        return None
+    if _backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return None
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    inputs_by_memory: dict = {}
+    for node in output.graph.nodes:
+        example = node.meta.get("example_value") if node.op == "placeholder" else None
+        if isinstance(example, torch.Tensor) and not example.is_sparse:
+            inputs_by_memory.setdefault(StorageWeakRef(example.untyped_storage()).cdata, []).append((node, example))
+    for sharing in inputs_by_memory.values():
+        written = [node.name for node, example in sharing if example._version > 0]
+        if len(sharing) > 1 and written:
+            return (
+                f"the graph writes its input `{written[0]}` in place, which shares its memory with another"
+                " input, and the backend fails on such a graph holding an ordered operator"
+            )
+    return None
+
+
 _BATCH_NORM_FUNCTIONS = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit_no_training"})
 
 
@@ -567,6 +597,9 @@ def _refusals(output, claims, graph_break: bool):
     )
     if with_guard is not None:
         return [(claim.site, _ALWAYS, with_guard) for claim in claims.values() if claim.kind == OUTPUT]
+    aliased = ordered_operators_share_no_graph_with_aliased_inputs_written_in_place(output, claims)
+    if aliased is not None:
+        return [(claim.site, _ALWAYS, aliased) for claim in claims.values() if claim.kind in (OUTPUT, GUARD)]
     for_all = random_draws_stay_on_their_side(output, claims) or batch_norms_read_contiguous_tensors(output)
     kind = _ALWAYS
     if for_all is None:
