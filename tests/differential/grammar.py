@@ -144,6 +144,10 @@ class Program:
     # compile_site "other-module": the other module calls ``f`` after a break inside a
     # ``try`` (``caller``), and the harness first calls ``f`` compiled alone once.
     caller_catches: bool = False
+    # ``x`` and ``y`` are two rows of one tensor (views sharing its memory, apart in it):
+    # the program's values are what they would be apart, but a graph whose inputs share
+    # memory is one AOTAutograd compiles with a synthetic base.
+    inputs_share_memory: bool = False
 
     def describe(self) -> str:
         return (
@@ -180,7 +184,7 @@ def other_module_source(library: str, caller_catches: bool = False) -> str:
 class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
                  layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
-                 warm: bool = True):
+                 warm: bool = True, shared_inputs: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -238,6 +242,9 @@ class _Generator:
         self.warm_rng = random.Random(f"warm-{seed}")
         self.warm_enabled = warm
         self.warm_after_break = False
+        # Arguments that share memory (``Program.inputs_share_memory``), own stream.
+        self.shared_rng = random.Random(f"shared-inputs-{seed}")
+        self.shared_inputs_enabled = shared_inputs
 
     # small helpers ---------------------------------------------------------------
 
@@ -1046,6 +1053,13 @@ class _Generator:
         caller_catches = compile_site == "other-module" and self.warm_enabled and self.warm_rng.random() < 0.5
         if caller_catches:
             self.feature("caller-in-other-module-catches")
+        # Not under autograd: the rows of a leaf that requires grad could not be written
+        # in place, and their gradients are the leaf's.
+        inputs_share_memory = (
+            self.shared_inputs_enabled and not self.requires_grad and self.shared_rng.random() < 0.25
+        )
+        if inputs_share_memory:
+            self.feature("inputs-share-memory")
         return Program(
             seed=self.seed,
             source=source,
@@ -1056,12 +1070,13 @@ class _Generator:
             compile_site=compile_site,
             warm_helpers=warm_helpers,
             caller_catches=caller_catches,
+            inputs_share_memory=inputs_share_memory,
         )
 
 
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
              layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
-             warm: bool = True) -> Program:
+             warm: bool = True, shared_inputs: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1070,8 +1085,10 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``merges=False``: before branches on whether positions are empty;
     ``blocks=False``: before compile-state tests and ``with`` blocks that swallow;
     ``fusions=False``: before output between two layer norms inductor fuses;
-    ``warm=False``: before helpers compiled alone first and called after a break."""
+    ``warm=False``: before helpers compiled alone first and called after a break;
+    ``shared_inputs=False``: before arguments that share memory."""
     return _Generator(
         seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
         merges and positions, blocks and positions, fusions and positions, warm and positions,
+        shared_inputs and positions,
     ).program()

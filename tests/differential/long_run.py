@@ -106,6 +106,10 @@ def main(argv=None) -> int:
         help="draw programs as the grammar did before helpers compiled alone first",
     )
     parser.add_argument(
+        "--without-shared-inputs", action="store_true",
+        help="draw programs as the grammar did before arguments that share memory",
+    )
+    parser.add_argument(
         "--without-blocks", action="store_true",
         help="draw programs as the grammar did before compile-state tests and with blocks that swallow",
     )
@@ -164,6 +168,7 @@ def main(argv=None) -> int:
             finally_reads=not options.without_finally_reads, layouts=not options.without_layouts,
             merges=not options.without_merges, blocks=not options.without_blocks,
             fusions=not options.without_fusions, warm=not options.without_warm,
+            shared_inputs=not options.without_shared_inputs,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:

@@ -514,8 +514,11 @@ def _record_globals_and_rng(observation: Observation, module, normalise) -> None
 
 
 def _call(program, module, target, module_names, index, x_value, y_value, item_count, box_count) -> Observation:
-    x = x_value.clone().requires_grad_(program.requires_grad)
-    y = y_value.clone().requires_grad_(program.requires_grad)
+    if program.inputs_share_memory:
+        x, y = torch.stack([x_value, y_value]).unbind(0)
+    else:
+        x = x_value.clone().requires_grad_(program.requires_grad)
+        y = y_value.clone().requires_grad_(program.requires_grad)
     box_class = getattr(module, "Box", None)
     box = box_class() if isinstance(box_class, type) else types.SimpleNamespace(t=None, n=0)
     with contextlib.suppress(Exception):
