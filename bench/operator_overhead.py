@@ -2,9 +2,8 @@
 operator defined with ``torch.library.custom_op`` (how they were defined before).
 
 Each operator is called as a graph compiled with the ``eager`` backend calls it (the
-``OpOverload`` itself), on a guard that holds, a deferred output that does nothing, a
-check message that is not rendered and the positions of a 4-element mask, so the figure
-is the operator's own cost (and ``torch.nonzero``'s for the last).
+``OpOverload`` itself), on a guard that holds, a deferred output that does nothing and a
+check message that is not rendered, so the figure is the operator's own cost.
 
     python bench/operator_overhead.py                  # 20000 calls a round, 7 rounds
 
@@ -19,7 +18,7 @@ import time
 
 import torch
 
-from graphmend.runtime import checks, deferred, dynamic_shapes, traps
+from graphmend.runtime import checks, deferred, traps
 
 
 def _as_custom_op(name: str, schema: str, kernel, fake):
@@ -31,7 +30,6 @@ def _as_custom_op(name: str, schema: str, kernel, fake):
 
 def _cases():
     holds = torch.tensor(True)
-    mask = torch.tensor([True, False, True, True])
     effect_key = _nothing_effect()
     return [
         (
@@ -54,13 +52,6 @@ def _cases():
             torch.ops.graphmend.check_message.default,
             _as_custom_op("check_message", "(Tensor holds, int template, Tensor[] values) -> Tensor",
                           checks._check_message, checks._check_message_while_tracing),
-        ),
-        (
-            "nonzero",
-            lambda op: op(mask),
-            torch.ops.graphmend.nonzero.default,
-            _as_custom_op("nonzero", "(Tensor x) -> Tensor",
-                          dynamic_shapes._nonzero_kernel, dynamic_shapes._nonzero_while_tracing),
         ),
     ]
 

@@ -30,7 +30,7 @@ import threading
 import torch
 from torch._dynamo.comptime import comptime
 
-from graphmend.runtime import claims, operators
+from graphmend.runtime import claims
 
 _state = threading.local()
 
@@ -40,10 +40,12 @@ def sizes_made() -> int:
     return getattr(_state, "sizes_made", 0)
 
 
-def _nonzero_kernel(x: torch.Tensor) -> torch.Tensor:
+@torch.library.custom_op("graphmend::nonzero", mutates_args=())
+def _nonzero(x: torch.Tensor) -> torch.Tensor:
     return torch.nonzero(x)
 
 
+@_nonzero.register_fake
 def _nonzero_while_tracing(x: torch.Tensor) -> torch.Tensor:
     # ``ctx.new_dynamic_size()`` refuses unless the global flag is set; the size is made
     # the way it makes it, for this operator alone.
@@ -56,9 +58,6 @@ def _nonzero_while_tracing(x: torch.Tensor) -> torch.Tensor:
     # of the real output by the fake's strides (CLAP under aot_eager: "view size is not
     # compatible with input tensor's size and stride").
     return x.new_empty_strided((count, x.dim()), (1, count), dtype=torch.long)
-
-
-_nonzero = operators.define("nonzero(Tensor x) -> Tensor", _nonzero_kernel, _nonzero_while_tracing)
 
 
 def _captured(x) -> bool:
@@ -262,10 +261,12 @@ def captured_mask_index(values, mask):
 # A branch on whether positions are empty, kept in the graph (``rules/capture_merges.py``).
 
 
-def _nonempty_positions_kernel(positions: torch.Tensor) -> torch.Tensor:
+@torch.library.custom_op("graphmend::nonempty_positions", mutates_args=())
+def _nonempty_positions(positions: torch.Tensor) -> torch.Tensor:
     return positions.clone()
 
 
+@_nonempty_positions.register_fake
 def _nonempty_positions_while_tracing(positions: torch.Tensor) -> torch.Tensor:
     # A fresh size, at least 1, born inside the branch that runs only for positions
     # that are not empty: what tracing learns from it (a batch norm's "is the input
@@ -275,11 +276,6 @@ def _nonempty_positions_while_tracing(positions: torch.Tensor) -> torch.Tensor:
     count = allocate_size(torch.library.get_ctx()._shape_env, min_val=1)
     _state.sizes_made = sizes_made() + 1
     return positions.new_empty((count,))
-
-
-_nonempty_positions = operators.define(
-    "nonempty_positions(Tensor positions) -> Tensor", _nonempty_positions_kernel, _nonempty_positions_while_tracing
-)
 
 
 def positions_known_nonempty(positions):

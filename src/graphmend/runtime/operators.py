@@ -2,13 +2,12 @@
 
 ``torch.library.custom_op`` wraps every call in Python layers (its autograd function and
 dispatch checks): about 7 us a call on this CPU, paid by each deferred output
-(``graphmend::emit_effect``), lowered guard (``graphmend::fail_unless``), check message
-(``graphmend::check_message``) and captured positions (``graphmend::nonzero``,
-``graphmend::nonempty_positions``) on every call of a compiled model. None of them takes
-part in autograd (an output call, a guard and a message have no gradient, positions are
-integers; their tensor operands are read, never differentiated), so their kernels are
-registered directly as ``CompositeExplicitAutograd``, for every device: about 1.7 us a
-call (``bench/operator_overhead.py``). Their fake kernels and ordering are registered as
+(``graphmend::emit_effect``), lowered guard (``graphmend::fail_unless``) and check
+message (``graphmend::check_message``) on every call of a compiled model. None of them
+takes part in autograd (an output call, a guard and a message have no gradient; their
+tensor operands are read, never differentiated), so their kernels are registered
+directly as ``CompositeExplicitAutograd``, for every device: about 1.7 us a call
+(``bench/operator_overhead.py``). Their fake kernels and ordering are registered as
 custom_op's would be.
 """
 
