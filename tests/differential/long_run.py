@@ -4,7 +4,8 @@
         --findings /tmp/fuzz_findings.md --time-limit 3600
 
 On N cores, run N of these with ``--shard 0/N`` ... ``--shard N-1/N`` (and a findings
-file each); each prints its own summary.
+file each); each prints its own summary. ``kill -USR1`` stops one after the program it
+is running, with its summary.
 
 Each program (``grammar.generate(seed)``) runs original vs mended eagerly, compiled with
 the ``eager`` and ``aot_eager`` backends, and, on every ``--inductor-every``-th program,
@@ -22,6 +23,7 @@ import argparse
 import datetime
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -120,7 +122,10 @@ def main(argv=None) -> int:
     parser.add_argument("--minimise-per-class", type=int, default=2)
     parser.add_argument("--minimise-budget", type=float, default=120.0, help="seconds per reproducer")
     parser.add_argument("--findings", help="append each minimised finding to this markdown file")
-    parser.add_argument("--time-limit", type=float, default=0, help="stop starting programs after this many seconds")
+    parser.add_argument(
+        "--time-limit", type=float, default=0,
+        help="stop starting programs after this many seconds (SIGUSR1 also stops it: the summary follows)",
+    )
     parser.add_argument(
         "--shard", default="0/1",
         help="K/N: run only every N-th seed from the K-th (run N processes with K = 0..N-1 to use N cores)",
@@ -133,6 +138,10 @@ def main(argv=None) -> int:
     logging.getLogger("torch._dynamo").setLevel(logging.CRITICAL)
     skip_guard_latency_measurement()
 
+    stop_asked = []
+    # `kill -USR1 PID`: finish the program running, then print the summary (a run whose
+    # end the session cannot wait for still reports its coverage).
+    signal.signal(signal.SIGUSR1, lambda signum, frame: stop_asked.append(signum))
     started = time.monotonic()
     runs = Counter()
     classes: dict[str, list] = {}
@@ -161,7 +170,7 @@ def main(argv=None) -> int:
         parser.error(f"--shard K/N needs 0 <= K < N (numbered from 0), not {options.shard}")
     seeds = list(seeds)[shard::shards]
     for seed in seeds:
-        if options.time_limit and time.monotonic() - started > options.time_limit:
+        if stop_asked or (options.time_limit and time.monotonic() - started > options.time_limit):
             break
         program = generate(
             seed, positions=not options.without_positions, item_checks=not options.without_item_checks,
@@ -220,7 +229,8 @@ def main(argv=None) -> int:
     elapsed = time.monotonic() - started
     print("\n==== graphmend differential fuzzing: summary ====")
     asked = options.seeds or f"{options.start}..{options.start + options.programs - 1}"
-    print(f"seeds {asked} (shard {options.shard}); programs run: {programs} in {elapsed:.0f} s")
+    print(f"seeds {asked} (shard {options.shard}); programs run: {programs} in {elapsed:.0f} s"
+          + (" (stopped by SIGUSR1)" if stop_asked else ""))
     for mode in ("eager", "compiled:eager", "compiled:aot_eager", "compiled:inductor"):
         print(f"  {mode:20s} {runs[mode]} programs")
     total = sum(len(v) for v in classes.values())
