@@ -463,3 +463,37 @@ def test_an_output_kept_apart_from_an_aliased_input_written_in_place():
     program = Program(seed=154090, source=SEED_154090, shape=(2, 3), log_level=20)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
+
+
+SEED_172051 = """
+import torch
+def positions_as_list(positions):
+    return positions.tolist()
+def helper1(t, u):
+    t.mul_(0.5)
+    return u * 0.25 * torch.relu(u)
+def f(x, y, box, items, table):
+    flat_p1 = y.flatten()
+    pos_p1 = (flat_p1 > 0.5).nonzero()
+    print("positions", positions_as_list(pos_p1))
+    y = y * torch.bernoulli(torch.full_like(y, 0.5))
+    y = helper1(y, x)
+    if x.max() > 0.5:
+        x.add_(1.0)
+    return y - 0.5
+"""
+
+
+def test_a_capture_whose_size_tracing_needs_on_the_host_keeps_its_break():
+    """Long fuzz run seed 172051 (minimised): `.tolist()` of captured positions needs
+    their size on the host, so tracing the mended frame failed; the frame ran eagerly
+    and TorchDynamo compiled `helper1` alone, whose input written in place got a zero
+    gradient from AOTAutograd where eager gives none (the original's graphs inline it).
+    The capture is now refused and the frame traced again with its break."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=172051, source=SEED_172051, shape=(4,), log_level=20, requires_grad=True)
+    report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
+    assert report.differences == [], [d.describe() for d in report.differences]

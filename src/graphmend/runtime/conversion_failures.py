@@ -25,7 +25,8 @@ eager path is the original code. That is what TorchDynamo itself does for every 
 under ``torch._dynamo.config.suppress_errors``; here only for frames of rewritten
 modules, only for internal errors (not a graph break), an op failing while traced, and
 a data-dependent size graphmend made that tracing then had to know (``dynamic_shapes``:
-the original broke the graph where the size was made), and never under
+the original broke the graph where the size was made; the frame is first traced again
+with those captures refused, so that its graphs are the original's), and never under
 ``fullgraph=True``, where the user asked for errors. Each such frame is listed in
 ``frames_run_eagerly``.
 """
@@ -88,10 +89,31 @@ def _run_eagerly_on_internal_error(convert):
                     claims.refuse_for_good(site, f"torch.cond could not capture the branch: {reason}")
                 del dynamic_shapes.merges_claimed()[claimed_before:]
 
+    def convert_without_sizes_needed_on_the_host(self, frame, *args, **kwargs):
+        # A size a captured call made that tracing then needs on the host (``.tolist()``
+        # of the positions) fails the conversion, where the original broke the graph at
+        # the call: convert the frame again with those calls as written, so that its
+        # graphs are the original's (running the whole frame eagerly compiled its
+        # callees alone instead, and AOTAutograd gave an input written in place a zero
+        # gradient where eager gives none: long fuzz run seed 172051).
+        while True:
+            claimed_before = len(dynamic_shapes.captures_claimed())
+            sizes_before = dynamic_shapes.sizes_made()
+            try:
+                return convert_without_failed_merges(self, frame, *args, **kwargs)
+            except GuardOnDataDependentSymNode as error:
+                failed = dynamic_shapes.captures_claimed()[claimed_before:]
+                if not failed or dynamic_shapes.sizes_made() == sizes_before:
+                    raise
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                for site in failed:
+                    claims.refuse_for_good(site, f"tracing needed a size it made on the host: {reason}")
+                del dynamic_shapes.captures_claimed()[claimed_before:]
+
     def wrapped(self, frame, *args, **kwargs):
         sizes_before = dynamic_shapes.sizes_made()
         try:
-            return convert_without_failed_merges(self, frame, *args, **kwargs)
+            return convert_without_sizes_needed_on_the_host(self, frame, *args, **kwargs)
         except Exception as error:  # noqa: BLE001 - only the internal errors below are handled
             internal = isinstance(error, (AssertionError, InternalTorchDynamoError, GuardOnDataDependentSymNode))
             failed_op = isinstance(error, TorchRuntimeError)

@@ -77,7 +77,24 @@ def may_capture() -> bool:
 
 
 def _claim(context) -> None:
-    claims.decide_in_trace(context, "claimed", (), lambda tracer: claims.claim_break_at_user_site(tracer))
+    claims.decide_in_trace(context, "claimed", (), _claim_capture)
+
+
+def _claim_capture(tracer) -> bool:
+    if not claims.claim_break_at_user_site(tracer):
+        return False
+    user = claims.user_translator(tracer)
+    captures_claimed().append((user.f_code.co_filename, user.lineno))
+    return True
+
+
+def captures_claimed() -> list:
+    """The sites of calls ``may_capture`` let into the graph on this thread, in the order
+    claimed (``conversion_failures`` traces a frame again without them when tracing
+    needs a size they made on the host)."""
+    if not hasattr(_state, "captures"):
+        _state.captures = []
+    return _state.captures
 
 
 def captured_nonzero(x, *args, **kwargs):
