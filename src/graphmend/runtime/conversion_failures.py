@@ -10,25 +10,16 @@ guards failed before compiling it again, TorchDynamo evaluated a guard's source 
 the new call and raised IndexError (seed 145052), where the original's frames, broken
 elsewhere, compiled again without it.
 
-An op that fails while TorchDynamo traces it (``TorchRuntimeError``: "RuntimeError when
-making fake tensor call", an in-place write to a leaf that requires grad) fails eagerly
-too, and whether the original program raised TorchDynamo's wrapper or the op's own error
-depends on its history: a frame whose trace failed once on the original ran eagerly from
-then on, and the op raised its own error there, while the mended frames, broken
-elsewhere, were traced afresh (seed 142378). Such a rewritten frame runs eagerly for
-that call only (the next call may compile it), so the op raises the user's own error, as
-eager code does.
-
 TorchDynamo converts a frame before any of it runs (a resume function, before the rest
 of its frame runs), so running the frame eagerly instead is exact: the rewritten code's
 eager path is the original code. That is what TorchDynamo itself does for every frame
 under ``torch._dynamo.config.suppress_errors``; here only for frames of rewritten
-modules, only for internal errors (not a graph break), an op failing while traced, and
-a data-dependent size graphmend made that tracing then had to know (``dynamic_shapes``:
-the original broke the graph where the size was made; the frame is first traced again
-with those captures refused, so that its graphs are the original's), and never under
-``fullgraph=True``, where the user asked for errors. Each such frame is listed in
-``frames_run_eagerly``.
+modules, only for internal errors (not a graph break, not an error of the user's own
+code that tracing surfaces) and for a data-dependent size graphmend made that tracing
+then had to know (``dynamic_shapes``: the original broke the graph where the size was
+made; the frame is first traced again with those captures refused, so that its graphs
+are the original's), and never under ``fullgraph=True``, where the user asked for
+errors. Each such frame is listed in ``frames_run_eagerly``.
 """
 
 from __future__ import annotations
@@ -65,7 +56,7 @@ def _failed_explaining_a_recompilation(error: BaseException) -> bool:
 
 
 def _run_eagerly_on_internal_error(convert):
-    from torch._dynamo.exc import InternalTorchDynamoError, TorchRuntimeError, UncapturedHigherOrderOpError
+    from torch._dynamo.exc import InternalTorchDynamoError, UncapturedHigherOrderOpError
     from torch._dynamo.types import ConvertFrameReturn
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
@@ -116,8 +107,7 @@ def _run_eagerly_on_internal_error(convert):
             return convert_without_sizes_needed_on_the_host(self, frame, *args, **kwargs)
         except Exception as error:  # noqa: BLE001 - only the internal errors below are handled
             internal = isinstance(error, (AssertionError, InternalTorchDynamoError, GuardOnDataDependentSymNode))
-            failed_op = isinstance(error, TorchRuntimeError)
-            if not (internal or failed_op or _failed_explaining_a_recompilation(error)):
+            if not (internal or _failed_explaining_a_recompilation(error)):
                 raise
             if isinstance(error, GuardOnDataDependentSymNode) and dynamic_shapes.sizes_made() == sizes_before:
                 raise  # not a size graphmend made: the original would fail the same way
@@ -128,9 +118,6 @@ def _run_eagerly_on_internal_error(convert):
             code = frame.f_code
             frames_run_eagerly[(code.co_filename, code.co_firstlineno, code.co_name)] = f"{type(error).__name__}: {error}"
             log.debug("graphmend: TorchDynamo failed on rewritten %s; it runs eagerly", code.co_name, exc_info=True)
-            if failed_op:
-                # Only this call: the next call may trace (and compile) the frame whole.
-                return ConvertFrameReturn(apply_to_code=False, skip_reason="graphmend: an op of the frame failed while traced")
             return ConvertFrameReturn(skip_reason="graphmend: TorchDynamo failed on the rewritten frame")
 
     wrapped._graphmend_wrapped = True
