@@ -62,44 +62,44 @@ def _run_eagerly_on_internal_error(convert):
 
     from graphmend.runtime import claims, dynamic_shapes
 
-    def convert_without_failed_merges(self, frame, *args, **kwargs):
-        # A branch graphmend let into the graph as ``torch.cond`` that cond cannot
-        # capture (an effect in it, a module updating its state) fails the conversion,
-        # where the original broke the graph at the branch: convert the frame again
-        # with that branch kept as written (nothing of the frame has run).
-        while True:
-            claimed_before = len(dynamic_shapes.merges_claimed())
-            try:
-                return convert(self, frame, *args, **kwargs)
-            except UncapturedHigherOrderOpError as error:
-                failed = dynamic_shapes.merges_claimed()[claimed_before:]
-                if not failed:
-                    raise
-                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                for site in failed:
-                    claims.refuse_for_good(site, f"torch.cond could not capture the branch: {reason}")
-                del dynamic_shapes.merges_claimed()[claimed_before:]
+    def again_without_failed_claims(convert, failure, claimed, why, made_by_claims=lambda sizes_before: True):
+        # Convert the frame; when it fails with ``failure`` and claims of ``claimed()``
+        # were made in that conversion (nothing of the frame has run), refuse them for
+        # good and convert the frame again with those statements as written.
+        def converting(self, frame, *args, **kwargs):
+            while True:
+                claimed_before = len(claimed())
+                sizes_before = dynamic_shapes.sizes_made()
+                try:
+                    return convert(self, frame, *args, **kwargs)
+                except failure as error:
+                    failed = claimed()[claimed_before:]
+                    if not failed or not made_by_claims(sizes_before):
+                        raise
+                    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                    for site in failed:
+                        claims.refuse_for_good(site, f"{why}: {reason}")
+                    del claimed()[claimed_before:]
 
-    def convert_without_sizes_needed_on_the_host(self, frame, *args, **kwargs):
-        # A size a captured call made that tracing then needs on the host (``.tolist()``
-        # of the positions) fails the conversion, where the original broke the graph at
-        # the call: convert the frame again with those calls as written, so that its
-        # graphs are the original's (running the whole frame eagerly compiled its
-        # callees alone instead, and AOTAutograd gave an input written in place a zero
-        # gradient where eager gives none: long fuzz run seed 172051).
-        while True:
-            claimed_before = len(dynamic_shapes.captures_claimed())
-            sizes_before = dynamic_shapes.sizes_made()
-            try:
-                return convert_without_failed_merges(self, frame, *args, **kwargs)
-            except GuardOnDataDependentSymNode as error:
-                failed = dynamic_shapes.captures_claimed()[claimed_before:]
-                if not failed or dynamic_shapes.sizes_made() == sizes_before:
-                    raise
-                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                for site in failed:
-                    claims.refuse_for_good(site, f"tracing needed a size it made on the host: {reason}")
-                del dynamic_shapes.captures_claimed()[claimed_before:]
+        return converting
+
+    # A branch graphmend let into the graph as ``torch.cond`` that cond cannot capture
+    # (an effect in it, a module updating its state) fails the conversion, where the
+    # original broke the graph at the branch.
+    convert_without_failed_merges = again_without_failed_claims(
+        convert, UncapturedHigherOrderOpError, dynamic_shapes.merges_claimed,
+        "torch.cond could not capture the branch",
+    )
+    # A size a captured call made that tracing then needs on the host (``.tolist()`` of
+    # the positions) fails the conversion, where the original broke the graph at the
+    # call: traced again, the frame's graphs are the original's (running the whole frame
+    # eagerly compiled its callees alone instead, and AOTAutograd gave an input written
+    # in place a zero gradient where eager gives none: long fuzz run seed 172051).
+    convert_without_sizes_needed_on_the_host = again_without_failed_claims(
+        convert_without_failed_merges, GuardOnDataDependentSymNode, dynamic_shapes.captures_claimed,
+        "tracing needed a size it made on the host",
+        made_by_claims=lambda sizes_before: dynamic_shapes.sizes_made() != sizes_before,
+    )
 
     def wrapped(self, frame, *args, **kwargs):
         sizes_before = dynamic_shapes.sizes_made()
