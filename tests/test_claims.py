@@ -583,3 +583,57 @@ def test_ordered_operators_share_no_graph_with_aliased_inputs_written_in_place__
     assert breaks(mended.f, x, x.flatten()) == 0
     assert _aliased_outcome(mended.f, "eager") == _aliased_outcome(original.f, None)
     assert not claims.trace_time_declines
+
+
+# frame_was_not_given_up_while_tracing -----------------------------------------------------
+
+OUTPUT_THEN_AN_ERROR_THE_CODE_RAISES = """
+    def f(x, items):
+        y = x * 2.0
+        print("total", y.sum())
+        z = y + 1.0
+        return items[0] + z
+"""
+
+
+def _graphs_over_calls(function, calls):
+    """Graphs compiled, and each call's (printed, value or error), over ``calls``
+    argument tuples under the counting backend."""
+    from graphmend.counting import CountingBackend
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    target = torch.compile(function, backend=backend, dynamic=False)
+    outcomes = []
+    for arguments in calls:
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            try:
+                value = target(*arguments).tolist()
+            except Exception as error:  # noqa: BLE001 - the outcome is compared
+                value = (type(error).__name__, str(error))
+        outcomes.append((printed.getvalue(), value))
+    return backend.graphs, outcomes
+
+
+def test_frame_was_not_given_up_while_tracing__an_error_raised_after_an_output():
+    """TorchDynamo gives up a frame whose trace an exception escapes and runs it eagerly
+    from then on. The original compiled the graph before its print and gave up only the
+    resume function after it; the mended frame, the print joined, was given up whole
+    (no graph). The claim is refused and the frame traced again (seed 142378's class)."""
+    original, mended = _pair(OUTPUT_THEN_AN_ERROR_THE_CODE_RAISES)
+    x = torch.arange(4.0)
+    calls = [(x, []), (x, [torch.ones(4)]), (x, [])]
+    expected_graphs, expected = _graphs_over_calls(original.f, calls)
+    assert expected_graphs == 1
+    assert _graphs_over_calls(mended.f, calls) == (expected_graphs, expected)
+    assert any("gave up on the frame" in reason for reason in claims.trace_time_declines.values())
+
+
+def test_frame_was_not_given_up_while_tracing__the_frame_traced_whole_keeps_the_output_joined():
+    original, mended = _pair(OUTPUT_THEN_AN_ERROR_THE_CODE_RAISES)
+    x = torch.arange(4.0)
+    calls = [(x, [torch.ones(4)]), (x, [torch.ones(4)])]
+    original_graphs, expected = _graphs_over_calls(original.f, calls)
+    assert original_graphs == 2
+    assert _graphs_over_calls(mended.f, calls) == (1, expected)
+    assert not claims.trace_time_declines

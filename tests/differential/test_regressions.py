@@ -421,18 +421,17 @@ def f(x, y, box, items, table):
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open (issue 15): running the failing frame eagerly fixed this seed but let its callees compile "
-    "alone, and AOTAutograd then gave inputs zero gradients where eager gives none (seed 172167)"
-))
 def test_an_op_failing_while_traced_in_a_rewritten_frame_raises_the_users_error():
     """Long fuzz run seed 142378 (minimised): Capture took the argwhere into the graph on
     the first call, so the mended frame never got the resume function the original's
     break made, which TorchDynamo ran eagerly from then on (its trace failed on the first
     call). On the next call TorchDynamo traced `t.mul_` on a leaf that requires grad in a
     fresh resume function and raised its TorchRuntimeError, where the original raised
-    the plain RuntimeError. Running such a frame eagerly for that call raised the op's
-    own error, but was reverted (see the xfail reason)."""
+    the plain RuntimeError. (Running such a frame eagerly for that call fixed this seed
+    but let its callees compile alone: seed 172167.) Now the capture is refused when
+    TorchDynamo gives up the first call's frame, so the resume function after the
+    argwhere is the original's, given up on the first call and run eagerly after
+    (claims.frame_was_not_given_up_while_tracing)."""
     from .grammar import Program
     from .observe import compare
 

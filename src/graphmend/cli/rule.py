@@ -70,6 +70,8 @@ Checked over the whole trace, for every rule (graphmend.runtime.claims): before
 TorchDynamo compiles a graph in which a statement lost its break, the break is kept
 and the frame traced again where
   - an op after it fails while TorchDynamo traces it (no_later_op_failed_while_tracing);
+  - TorchDynamo gives up on the frame after it and would run it all eagerly
+    (frame_was_not_given_up_while_tracing);
   - the joined graph records autograd (joined_graph_records_no_autograd);
   - random draws sit on both sides of it (random_draws_stay_on_their_side);
   - a batch norm reads a tensor that is not contiguous, under a backend that plans
@@ -78,6 +80,9 @@ and the frame traced again where
   - output shares the graph with a lowered guard (outputs_share_no_graph_with_a_lowered_guard)
     or, under a backend that may reorder, with an input written in place
     (outputs_share_no_graph_with_an_input_written_in_place);
+  - an ordered operator (output, lowered guard) shares the graph with an input written
+    in place that shares its memory with another input, under a backend that does
+    not run the graph as written (ordered_operators_share_no_graph_with_aliased_inputs_written_in_place);
   - the rest of the original frame ran eagerly and the mended frame still breaks later
     (rest_of_eager_frame_compiles_whole).
 `graphmend explain` names the check for a break kept this way."""

@@ -7,6 +7,9 @@ may stay in the graph (a *claim* on its break). Some facts that decide it come o
 later in the same trace:
 
 - an op after the statement fails while TorchDynamo traces it (``no_later_op_failed_while_tracing``);
+- TorchDynamo gives up on the whole frame after the statement (an error the code
+  raises escapes the frame while traced, a construct it cannot resume after), which it
+  then runs eagerly (``frame_was_not_given_up_while_tracing``);
 - the joined graph records autograd (``joined_graph_records_no_autograd``);
 - the joined graph draws random numbers on both sides of the statement
   (``random_draws_stay_on_their_side``);
@@ -57,6 +60,7 @@ abandoned_trace_listeners: list = []
 
 _hooks_installed = {
     "restart_on_failed_op": False,
+    "restart_on_given_up_frame": False,
     "check_before_compiling": False,
     "check_the_compiled_graph": False,
 }
@@ -309,6 +313,26 @@ def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
 
 
 _FAILED_OP_REASON = "an op after it fails while TorchDynamo traces it"
+
+
+def frame_was_not_given_up_while_tracing(site: tuple[str, int]) -> str | None:
+    """TorchDynamo gives up on a frame whose trace fails as a whole (an exception the
+    code raises escapes the frame while traced, a construct it cannot resume after) and
+    runs that frame eagerly from then on. The original statement was a graph break: the
+    code before it compiled, and only the resume function after it was given up, which
+    later calls reach from every path through the frame (long fuzz run seed 142378:
+    there the op that fails on a later call ran eagerly and raised its own error, where
+    the mended frame, its capture refused only then, traced the op afresh and raised
+    TorchDynamo's). A claim made in a trace given up so is refused when TorchDynamo
+    traces the frame again (``_restart_given_up_frame_without_claims``)."""
+    if _ALWAYS in _refused.get(site, ()):
+        reason = trace_time_declines.get(site, "")
+        if reason.startswith(_GIVEN_UP_REASON):
+            return reason
+    return None
+
+
+_GIVEN_UP_REASON = "TorchDynamo gave up on the frame after it"
 
 
 # Checks of the whole trace, made just before TorchDynamo compiles its graph.
@@ -698,12 +722,43 @@ def _restart_trace_without_claims(wrap_failure):
     return wrapped
 
 
+def _restart_given_up_frame_without_claims(run):
+    """Wrap the root ``InstructionTranslator.run``: when TorchDynamo is about to give
+    up a frame whose trace holds claims (``frame_was_not_given_up_while_tracing``),
+    refuse them and trace the frame again (nothing of it has run), so that its graphs
+    and resume functions are the original's. Under ``fullgraph=True`` the failure is
+    the user's error, as in the original."""
+    from torch._dynamo.exc import Unsupported, UserError
+
+    def wrapped(self, *args, **kwargs):
+        try:
+            return run(self, *args, **kwargs)
+        except (Unsupported, UserError) as error:
+            claims = getattr(self.output, _CLAIMS_ATTRIBUTE, None)
+            if not claims or getattr(self, "error_on_graph_break", True) or getattr(self, "one_graph", True):
+                raise
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            reason = f"{_GIVEN_UP_REASON} ({first_line}); the original break keeps the part before it compiled"
+            for site in claims:
+                _refuse(site, _ALWAYS, reason)
+            raise _restart(self.output, reason) from error
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
 def _install_hooks() -> None:
     try:
         from torch._dynamo import utils as dynamo_utils
         from torch._dynamo.output_graph import OutputGraph
+        from torch._dynamo.symbolic_convert import InstructionTranslator
     except ImportError:  # pragma: no cover - another torch
         return
+    run = getattr(InstructionTranslator, "run", None)
+    if run is not None:
+        if not getattr(run, "_graphmend_wrapped", False):
+            InstructionTranslator.run = _restart_given_up_frame_without_claims(run)
+        _hooks_installed["restart_on_given_up_frame"] = True
     wrap_failure = getattr(dynamo_utils, "_wrap_graph_break_with_torch_runtime_err", None)
     if wrap_failure is not None:
         if not getattr(wrap_failure, "_graphmend_wrapped", False):

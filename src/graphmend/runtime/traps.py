@@ -41,6 +41,7 @@ from graphmend.runtime import claims, operators
 from graphmend.runtime.claims import (
     claim_break_at_user_site,
     current_translator,
+    frame_was_not_given_up_while_tracing,
     no_later_op_failed_while_tracing,
     original_break_keeps_frame_compiled,
     trace_time_declines,
@@ -530,6 +531,7 @@ def _lowerable(translator, exception_class, line: int, function_name: str) -> bo
     reason = (
         raised_class_is_exception(exception_class)
         or no_later_op_failed_while_tracing(site)
+        or frame_was_not_given_up_while_tracing(site)
         or claims.refused_reason(site)
         or claims.trace_checks_unavailable()
         or no_handler_in_traced_frames(translator)
