@@ -148,6 +148,10 @@ class Program:
     # the program's values are what they would be apart, but a graph whose inputs share
     # memory is one AOTAutograd compiles with a synthetic base.
     inputs_share_memory: bool = False
+    # Each call of ``f`` is made from a thread of its own, started and joined (graphmend's
+    # per-thread state: pending output, claims made while tracing, the compiled-call
+    # boundary; TorchDynamo compiling off the main thread).
+    calls_from_threads: bool = False
 
     def describe(self) -> str:
         return (
@@ -184,7 +188,7 @@ def other_module_source(library: str, caller_catches: bool = False) -> str:
 class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
                  layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
-                 warm: bool = True, shared_inputs: bool = True):
+                 warm: bool = True, shared_inputs: bool = True, threads: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -245,6 +249,9 @@ class _Generator:
         # Arguments that share memory (``Program.inputs_share_memory``), own stream.
         self.shared_rng = random.Random(f"shared-inputs-{seed}")
         self.shared_inputs_enabled = shared_inputs
+        # Calls from threads of their own (``Program.calls_from_threads``), own stream.
+        self.threads_rng = random.Random(f"threads-{seed}")
+        self.threads_enabled = threads
 
     # small helpers ---------------------------------------------------------------
 
@@ -1060,6 +1067,9 @@ class _Generator:
         )
         if inputs_share_memory:
             self.feature("inputs-share-memory")
+        calls_from_threads = self.threads_enabled and self.threads_rng.random() < 0.2
+        if calls_from_threads:
+            self.feature("calls-from-threads")
         return Program(
             seed=self.seed,
             source=source,
@@ -1071,12 +1081,13 @@ class _Generator:
             warm_helpers=warm_helpers,
             caller_catches=caller_catches,
             inputs_share_memory=inputs_share_memory,
+            calls_from_threads=calls_from_threads,
         )
 
 
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
              layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
-             warm: bool = True, shared_inputs: bool = True) -> Program:
+             warm: bool = True, shared_inputs: bool = True, threads: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1086,9 +1097,10 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``blocks=False``: before compile-state tests and ``with`` blocks that swallow;
     ``fusions=False``: before output between two layer norms inductor fuses;
     ``warm=False``: before helpers compiled alone first and called after a break;
-    ``shared_inputs=False``: before arguments that share memory."""
+    ``shared_inputs=False``: before arguments that share memory;
+    ``threads=False``: before calls from threads of their own."""
     return _Generator(
         seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
         merges and positions, blocks and positions, fusions and positions, warm and positions,
-        shared_inputs and positions,
+        shared_inputs and positions, threads and positions,
     ).program()

@@ -112,6 +112,10 @@ def main(argv=None) -> int:
         help="draw programs as the grammar did before arguments that share memory",
     )
     parser.add_argument(
+        "--without-threads", action="store_true",
+        help="draw programs as the grammar did before calls from threads of their own",
+    )
+    parser.add_argument(
         "--without-blocks", action="store_true",
         help="draw programs as the grammar did before compile-state tests and with blocks that swallow",
     )
@@ -177,7 +181,7 @@ def main(argv=None) -> int:
             finally_reads=not options.without_finally_reads, layouts=not options.without_layouts,
             merges=not options.without_merges, blocks=not options.without_blocks,
             fusions=not options.without_fusions, warm=not options.without_warm,
-            shared_inputs=not options.without_shared_inputs,
+            shared_inputs=not options.without_shared_inputs, threads=not options.without_threads,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:

@@ -38,6 +38,7 @@ import math
 import os
 import re
 import sys
+import threading
 import traceback
 import types
 import warnings
@@ -540,7 +541,8 @@ def _call(program, module, target, module_names, index, x_value, y_value, item_c
     value = None
     with observing(list(module_names), program.log_level, observation.events):
         try:
-            value = target(x, y, box, items, table)
+            arguments = (x, y, box, items, table)
+            value = _called_from_a_thread(target, arguments) if program.calls_from_threads else target(*arguments)
             observation.value = normalise(value)
         except Exception as error:  # noqa: BLE001 - the exception is what is compared
             observation.error = exception_key(error, module_names)
@@ -551,6 +553,25 @@ def _call(program, module, target, module_names, index, x_value, y_value, item_c
     observation.arguments = normalise((x, y, box, items, table))
     _record_globals_and_rng(observation, module, normalise)
     return observation
+
+
+def _called_from_a_thread(target, arguments):
+    """``target(*arguments)`` in a thread of its own, started and joined: its value, or
+    its exception raised again here (its traceback keeps the thread's frames)."""
+    outcome = {}
+
+    def call():
+        try:
+            outcome["value"] = target(*arguments)
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = error
+
+    worker = threading.Thread(target=call, name="fuzz-call")
+    worker.start()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _gradients(value, x, y, normalise):

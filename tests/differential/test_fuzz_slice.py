@@ -45,11 +45,12 @@ EVERY_CONSTRUCT = {
     "fused-output-print", "fused-output-log",
     "helpers-compiled-first", "helper-caught-after-break", "caller-in-other-module-catches",
     "inputs-share-memory",
+    "calls-from-threads",
 }
 # md5 of the sources of seeds 0..99 and how the harness calls them: KNOWN_DIFFERENCES
 # names seeds, so a change to the grammar must come with a fresh look at them and a new
 # digest.
-PROGRAMS_DIGEST = "a10805c0dd6948001e85407baa1931b0"
+PROGRAMS_DIGEST = "bb51b34ba8f5715ee991205204c770de"
 
 # seed -> the difference classes it shows on main (long_run's class names; the rule).
 # Found on main (ff78338); each class has its reproducer in /work/notes/fuzz_findings.md.
@@ -69,7 +70,7 @@ def test_grammar_is_deterministic_and_covers_every_construct() -> None:
     seen = set().union(*(program.features for program in programs))
     assert EVERY_CONSTRUCT <= seen, f"never generated: {sorted(EVERY_CONSTRUCT - seen)}"
     digest = hashlib.md5("".join(
-        p.source + repr((p.warm_helpers, p.caller_catches, p.inputs_share_memory)) for p in programs[:100]
+        p.source + repr((p.warm_helpers, p.caller_catches, p.inputs_share_memory, p.calls_from_threads)) for p in programs[:100]
     ).encode()).hexdigest()
     assert PROGRAMS_DIGEST is None or digest == PROGRAMS_DIGEST, (
         "the grammar changed: re-check KNOWN_DIFFERENCES, then update PROGRAMS_DIGEST"

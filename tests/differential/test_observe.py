@@ -361,3 +361,19 @@ def test_helpers_compiled_first_are_called_before_f_and_compared() -> None:
     changed = source.replace('print("helper1")', 'print("helper 1")')
     report = compare(program, modes=("eager",), mended_source=changed)
     assert [(d.input_name, d.part) for d in report.differences][:1] == [("warm-up", "events")]
+
+
+def test_calls_from_threads_are_made_from_a_thread_of_their_own() -> None:
+    body = "import threading\nHISTORY.append(threading.current_thread().name)\nreturn y"
+    program = Program(seed=7, source=program_of(body), calls_from_threads=True)
+    made_there = compare(program, modes=("eager",), mended_source=program_of('HISTORY.append("fuzz-call")\nreturn y'))
+    assert made_there.differences == []
+    report = compare(program, modes=("eager",), mended_source=program_of('HISTORY.append("MainThread")\nreturn y'))
+    assert [d.part for d in report.differences] == ["globals"]
+
+
+def test_an_exception_of_a_call_from_a_thread_is_compared() -> None:
+    program = Program(seed=7, source=program_of('raise ValueError("v")'), calls_from_threads=True)
+    assert compare(program, modes=("eager",), mended_source=program_of('raise ValueError("v")')).differences == []
+    report = compare(program, modes=("eager",), mended_source=program_of('raise RuntimeError("v")'))
+    assert [d.part for d in report.differences] == ["error"]
