@@ -188,7 +188,7 @@ def other_module_source(library: str, caller_catches: bool = False) -> str:
 class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
                  layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
-                 warm: bool = True, shared_inputs: bool = True, threads: bool = True):
+                 warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -252,6 +252,9 @@ class _Generator:
         # Calls from threads of their own (``Program.calls_from_threads``), own stream.
         self.threads_rng = random.Random(f"threads-{seed}")
         self.threads_enabled = threads
+        # Code run while an exception is in flight (``handler_statement``), own stream.
+        self.handler_rng = random.Random(f"handler-{seed}")
+        self.handlers_enabled = handlers
 
     # small helpers ---------------------------------------------------------------
 
@@ -380,6 +383,8 @@ class _Generator:
             lines = lines + self.block_statement(names)
         if self.fusions_enabled and self.fusion_rng.random() < 0.005:
             lines = lines + self.fused_output_statement(names)
+        if self.handlers_enabled and self.handler_rng.random() < 0.05:
+            lines = lines + self.handler_statement(names)
         return lines
 
     def fused_output_statement(self, names: list[str]) -> list[str]:
@@ -431,10 +436,8 @@ class _Generator:
             f"{target} = {target} * (1.0 / len(items))",
             f"{target} = helper_that_may_raise({target})",
         ))
-        if "helper_that_may_raise" in raising and not any(h.startswith("def helper_that_may_raise") for h in self.helpers):
-            self.helpers.append(
-                "def helper_that_may_raise(t):\n    if t.sum() > 0:\n        raise RuntimeError(\"positive\")\n    return t - 1.0"
-            )
+        if "helper_that_may_raise" in raising:
+            self.define_helper_that_may_raise()
         return [
             "with contextlib.suppress(RuntimeError, ZeroDivisionError):",
             f"    {target} = {target} * 3.0",
@@ -443,6 +446,45 @@ class _Generator:
             f"if {self.condition([target])}:",
             f"    {target} = {target} * 0.5",
         ]
+
+    def define_helper_that_may_raise(self) -> None:
+        if not any(h.startswith("def helper_that_may_raise") for h in self.helpers):
+            self.helpers.append(
+                "def helper_that_may_raise(t):\n    if t.sum() > 0:\n        raise RuntimeError(\"positive\")\n    return t - 1.0"
+            )
+
+    def handler_statement(self, names: list[str]) -> list[str]:
+        """A ``try`` whose body raises or not by the data, and a handler that runs code
+        while the exception is in flight: output that reads it (``sys.exc_info()``),
+        sometimes a branch on tensor data and a log record, then the exception raised
+        again (bare ``raise``), replaced (``raise ... from error``), replaced with the
+        first as its implicit context, or swallowed."""
+        rng = self.handler_rng
+        target = rng.choice(self.rebindable(names))
+        name = rng.choice(names)
+        raising = rng.choice((
+            [f"if {name}.sum() > {rng.choice((-1.0, 0.0, 1.0))}:", '    raise ValueError("over the threshold")'],
+            [f"{target} = helper_that_may_raise({target})"],
+            [f"{target} = {target} * (1.0 / len(items))"],
+        ))
+        if "helper_that_may_raise" in raising[0]:
+            self.define_helper_that_may_raise()
+        handler = [f'print("in flight", type(sys.exc_info()[1]).__name__, {name}.sum())']
+        if rng.random() < 0.5:
+            self.feature("handler-branch")
+            handler += [f"if ({name} > 0).any():", f"    {target} = {target} * 2.0"]
+        if rng.random() < 0.5:
+            handler.append('logger.warning("handling %s", error)')
+        ending = rng.choice(("swallow", "reraise", "from", "context"))
+        self.feature(f"handler-{ending}")
+        handler += {
+            "swallow": [],
+            "reraise": ["raise"],
+            "from": ['raise ProgramError("replaced") from error'],
+            "context": ['raise ProgramError("while handling")'],
+        }[ending]
+        body = [f"{target} = {target} * 1.5"] + raising
+        return ["try:"] + self.indent(body) + ["except Exception as error:"] + self.indent(handler)
 
     def merge_statement(self, names: list[str]) -> list[str]:
         """Rows gathered at captured positions, computed, written back, under a test of
@@ -1087,7 +1129,8 @@ class _Generator:
 
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
              layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
-             warm: bool = True, shared_inputs: bool = True, threads: bool = True) -> Program:
+             warm: bool = True, shared_inputs: bool = True, threads: bool = True,
+             handlers: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1098,9 +1141,10 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``fusions=False``: before output between two layer norms inductor fuses;
     ``warm=False``: before helpers compiled alone first and called after a break;
     ``shared_inputs=False``: before arguments that share memory;
-    ``threads=False``: before calls from threads of their own."""
+    ``threads=False``: before calls from threads of their own;
+    ``handlers=False``: before code run while an exception is in flight."""
     return _Generator(
         seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
         merges and positions, blocks and positions, fusions and positions, warm and positions,
-        shared_inputs and positions, threads and positions,
+        shared_inputs and positions, threads and positions, handlers and positions,
     ).program()
