@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from helpers import breaks, finding_reasons, mend, original_and_mended
+from graphmend.counting import CountingBackend
 from graphmend.runtime import traps
 
 PRELUDE = """
@@ -1002,3 +1003,37 @@ def test_no_later_op_failed_while_tracing__guard_alone_is_still_lowered():
     x = torch.ones(4)
     assert breaks(mended.main, x, x.clone()) == 0
     assert_same_everywhere(source, x, x - 300)
+
+
+GUARD_THEN_AN_ERROR_THE_CODE_RAISES = """
+def main(x, items):
+    if (x < -100).any():
+        raise ValueError("too small")
+    y = x * 2.0
+    return items[0] + y
+"""
+
+
+def test_frame_was_not_given_up_while_tracing():
+    """An exception the code raises escapes the frame while TorchDynamo traces it (an
+    empty list indexed), so TorchDynamo gives the frame up and runs it eagerly from
+    then on. The original compiled the guard's test before its break and gave up only
+    the resume function after it; with the guard lowered, the whole frame was given up
+    (no graph). The guard keeps its `if`: the graphs and errors of the original."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(GUARD_THEN_AN_ERROR_THE_CODE_RAISES))
+    assert result.changed, result.findings
+    counts = {}
+    for name, module in (("original", original), ("mended", mended)):
+        torch._dynamo.reset()
+        backend = CountingBackend()
+        target = torch.compile(module.main, backend=backend, dynamic=False)
+        outcomes = []
+        for x, items in ((torch.ones(4), []), (torch.full((4,), -200.0), []), (torch.ones(4), [torch.ones(4)])):
+            try:
+                outcomes.append(target(x, items).tolist())
+            except Exception as error:  # noqa: BLE001 - the exception is the observation
+                outcomes.append((type(error).__qualname__, str(error)))
+        counts[name] = (backend.graphs, outcomes)
+    assert counts["original"][0] == 1
+    assert counts["mended"] == counts["original"]
+    assert any("gave up on the frame" in reason for reason in declined_reasons())
