@@ -1026,3 +1026,41 @@ def test_branch_stays_a_selection_when_nothing_after_it_fails_tracing():
     )
     _, mended, _ = original_and_mended(source)
     assert breaks(mended.f, torch.ones(3), torch.ones(3)) == 0
+
+
+def test_frame_was_not_given_up_while_tracing__a_selection_then_an_error_the_code_raises():
+    """The branch is a selection, then an exception the code raises (an empty list
+    indexed) escapes the frame while TorchDynamo traces it: TorchDynamo gave up the
+    whole frame (no graph), where the original compiled the test before its break and
+    gave up only the resume function after it. The branch keeps its break: the
+    original's graphs and outcomes, call after call."""
+    from graphmend.counting import CountingBackend
+    from graphmend.runtime import claims
+
+    source = _source(
+        """
+        def f(x, items):
+            if x.sum() > 0:
+                z = x * 2
+            else:
+                z = x * 3
+            return items[0] + z
+        """
+    )
+    original, mended, _ = original_and_mended(source)
+    calls = ((torch.ones(3), []), (-torch.ones(3), []), (torch.ones(3), [torch.ones(3)]))
+    counts = {}
+    for name, module in (("original", original), ("mended", mended)):
+        torch._dynamo.reset()
+        backend = CountingBackend()
+        target = torch.compile(module.f, backend=backend, dynamic=False)
+        outcomes = []
+        for x, items in calls:
+            try:
+                outcomes.append(target(x, items).tolist())
+            except Exception as error:  # noqa: BLE001 - the exception is the observation
+                outcomes.append((type(error).__qualname__, str(error)))
+        counts[name] = (backend.graphs, outcomes)
+    assert counts["original"][0] == 1
+    assert counts["mended"] == counts["original"]
+    assert any("gave up on the frame" in reason for reason in claims.trace_time_declines.values())
