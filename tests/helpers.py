@@ -15,7 +15,7 @@ import torch
 
 import graphmend
 import graphmend.runtime  # noqa: F401  (wraps torch.compile before any test compiles)
-from graphmend.counting import count_breaks
+from graphmend.counting import CountingBackend, count_breaks
 
 _names = itertools.count()
 
@@ -149,6 +149,24 @@ def assert_equivalent(original, mended, *args, backends=("eager",)) -> None:
 
 def breaks(function, *args) -> int:
     return graphs_and_breaks(function, *args)[1]
+
+
+def graphs_and_outcomes_over_calls(function, calls) -> tuple[int, list]:
+    """Graphs compiled over ``calls`` (argument tuples, in turn, one compilation under
+    the counting backend), and each call's (printed text, value as a list or the
+    exception's type and message)."""
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    target = torch.compile(function, backend=backend, dynamic=False)
+    outcomes = []
+    for arguments in calls:
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            try:
+                value = target(*arguments).tolist()
+            except Exception as error:  # noqa: BLE001 - the exception is the observation
+                value = (type(error).__qualname__, str(error))
+        outcomes.append((printed.getvalue(), value))
+    return backend.graphs, outcomes
 
 
 def graphs_and_breaks(function, *args) -> tuple[int, int]:

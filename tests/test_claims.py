@@ -15,7 +15,7 @@ import torch
 import torch.fx
 
 from differential.grammar import OWN_STREAM_DEFINITIONS
-from helpers import breaks, original_and_mended
+from helpers import breaks, graphs_and_outcomes_over_calls, original_and_mended
 from graphmend.runtime import claims
 
 
@@ -596,25 +596,6 @@ OUTPUT_THEN_AN_ERROR_THE_CODE_RAISES = """
 """
 
 
-def _graphs_over_calls(function, calls):
-    """Graphs compiled, and each call's (printed, value or error), over ``calls``
-    argument tuples under the counting backend."""
-    from graphmend.counting import CountingBackend
-
-    torch._dynamo.reset()
-    backend = CountingBackend()
-    target = torch.compile(function, backend=backend, dynamic=False)
-    outcomes = []
-    for arguments in calls:
-        with contextlib.redirect_stdout(io.StringIO()) as printed:
-            try:
-                value = target(*arguments).tolist()
-            except Exception as error:  # noqa: BLE001 - the outcome is compared
-                value = (type(error).__name__, str(error))
-        outcomes.append((printed.getvalue(), value))
-    return backend.graphs, outcomes
-
-
 def test_frame_was_not_given_up_while_tracing__an_error_raised_after_an_output():
     """TorchDynamo gives up a frame whose trace an exception escapes and runs it eagerly
     from then on. The original compiled the graph before its print and gave up only the
@@ -623,9 +604,9 @@ def test_frame_was_not_given_up_while_tracing__an_error_raised_after_an_output()
     original, mended = _pair(OUTPUT_THEN_AN_ERROR_THE_CODE_RAISES)
     x = torch.arange(4.0)
     calls = [(x, []), (x, [torch.ones(4)]), (x, [])]
-    expected_graphs, expected = _graphs_over_calls(original.f, calls)
+    expected_graphs, expected = graphs_and_outcomes_over_calls(original.f, calls)
     assert expected_graphs == 1
-    assert _graphs_over_calls(mended.f, calls) == (expected_graphs, expected)
+    assert graphs_and_outcomes_over_calls(mended.f, calls) == (expected_graphs, expected)
     assert any("gave up on the frame" in reason for reason in claims.trace_time_declines.values())
 
 
@@ -633,7 +614,7 @@ def test_frame_was_not_given_up_while_tracing__the_frame_traced_whole_keeps_the_
     original, mended = _pair(OUTPUT_THEN_AN_ERROR_THE_CODE_RAISES)
     x = torch.arange(4.0)
     calls = [(x, [torch.ones(4)]), (x, [torch.ones(4)])]
-    original_graphs, expected = _graphs_over_calls(original.f, calls)
+    original_graphs, expected = graphs_and_outcomes_over_calls(original.f, calls)
     assert original_graphs == 2
-    assert _graphs_over_calls(mended.f, calls) == (1, expected)
+    assert graphs_and_outcomes_over_calls(mended.f, calls) == (1, expected)
     assert not claims.trace_time_declines

@@ -16,8 +16,7 @@ import types
 import pytest
 import torch
 
-from helpers import breaks, finding_reasons, mend, original_and_mended
-from graphmend.counting import CountingBackend
+from helpers import breaks, finding_reasons, graphs_and_outcomes_over_calls, mend, original_and_mended
 from graphmend.runtime import traps
 
 PRELUDE = """
@@ -1022,18 +1021,9 @@ def test_frame_was_not_given_up_while_tracing():
     (no graph). The guard keeps its `if`: the graphs and errors of the original."""
     original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(GUARD_THEN_AN_ERROR_THE_CODE_RAISES))
     assert result.changed, result.findings
-    counts = {}
-    for name, module in (("original", original), ("mended", mended)):
-        torch._dynamo.reset()
-        backend = CountingBackend()
-        target = torch.compile(module.main, backend=backend, dynamic=False)
-        outcomes = []
-        for x, items in ((torch.ones(4), []), (torch.full((4,), -200.0), []), (torch.ones(4), [torch.ones(4)])):
-            try:
-                outcomes.append(target(x, items).tolist())
-            except Exception as error:  # noqa: BLE001 - the exception is the observation
-                outcomes.append((type(error).__qualname__, str(error)))
-        counts[name] = (backend.graphs, outcomes)
+    calls = ((torch.ones(4), []), (torch.full((4,), -200.0), []), (torch.ones(4), [torch.ones(4)]))
+    counts = {name: graphs_and_outcomes_over_calls(module.main, calls)
+              for name, module in (("original", original), ("mended", mended))}
     assert counts["original"][0] == 1
     assert counts["mended"] == counts["original"]
     assert any("gave up on the frame" in reason for reason in declined_reasons())

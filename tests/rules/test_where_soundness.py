@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from helpers import breaks, finding_reasons, mend, original_and_mended
+from helpers import breaks, finding_reasons, graphs_and_outcomes_over_calls, mend, original_and_mended
 
 PRELUDE = "import torch\nimport torch.nn.functional as F\n"
 
@@ -1034,7 +1034,6 @@ def test_frame_was_not_given_up_while_tracing__a_selection_then_an_error_the_cod
     whole frame (no graph), where the original compiled the test before its break and
     gave up only the resume function after it. The branch keeps its break: the
     original's graphs and outcomes, call after call."""
-    from graphmend.counting import CountingBackend
     from graphmend.runtime import claims
 
     source = _source(
@@ -1049,18 +1048,8 @@ def test_frame_was_not_given_up_while_tracing__a_selection_then_an_error_the_cod
     )
     original, mended, _ = original_and_mended(source)
     calls = ((torch.ones(3), []), (-torch.ones(3), []), (torch.ones(3), [torch.ones(3)]))
-    counts = {}
-    for name, module in (("original", original), ("mended", mended)):
-        torch._dynamo.reset()
-        backend = CountingBackend()
-        target = torch.compile(module.f, backend=backend, dynamic=False)
-        outcomes = []
-        for x, items in calls:
-            try:
-                outcomes.append(target(x, items).tolist())
-            except Exception as error:  # noqa: BLE001 - the exception is the observation
-                outcomes.append((type(error).__qualname__, str(error)))
-        counts[name] = (backend.graphs, outcomes)
+    counts = {name: graphs_and_outcomes_over_calls(module.f, calls)
+              for name, module in (("original", original), ("mended", mended))}
     assert counts["original"][0] == 1
     assert counts["mended"] == counts["original"]
     assert any("gave up on the frame" in reason for reason in claims.trace_time_declines.values())
