@@ -188,7 +188,8 @@ def other_module_source(library: str, caller_catches: bool = False) -> str:
 class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
                  layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
-                 warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True):
+                 warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True,
+                 grad_modes: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -255,6 +256,9 @@ class _Generator:
         # Code run while an exception is in flight (``handler_statement``), own stream.
         self.handler_rng = random.Random(f"handler-{seed}")
         self.handlers_enabled = handlers
+        # Statements under a grad mode of their own (``grad_mode_statement``), own stream.
+        self.grad_mode_rng = random.Random(f"grad-mode-{seed}")
+        self.grad_modes_enabled = grad_modes
 
     # small helpers ---------------------------------------------------------------
 
@@ -385,6 +389,8 @@ class _Generator:
             lines = lines + self.fused_output_statement(names)
         if self.handlers_enabled and self.handler_rng.random() < 0.05:
             lines = lines + self.handler_statement(names)
+        if self.grad_modes_enabled and depth < 2 and self.grad_mode_rng.random() < 0.05:
+            lines = lines + self.grad_mode_statement(names, depth, in_loop)
         return lines
 
     def fused_output_statement(self, names: list[str]) -> list[str]:
@@ -485,6 +491,19 @@ class _Generator:
         }[ending]
         body = [f"{target} = {target} * 1.5"] + raising
         return ["try:"] + self.indent(body) + ["except Exception as error:"] + self.indent(handler)
+
+    def grad_mode_statement(self, names: list[str], depth: int, in_loop: bool) -> list[str]:
+        """Generated statements under a grad mode of their own (``no_grad``,
+        ``enable_grad``, ``set_grad_enabled``, ``inference_mode``): the claims made
+        there, the refusals kept only under grad, and the gradients and errors of
+        tensors made there and used after."""
+        manager = self.grad_mode_rng.choice((
+            "torch.no_grad()", "torch.no_grad()", "torch.enable_grad()", "torch.set_grad_enabled(False)",
+            "torch.inference_mode()",
+        ))
+        self.feature("grad-mode-" + manager[len("torch."):].split("(")[0].replace("_", "-"))
+        body = self.block(names if depth else list(names), depth + 1, self.grad_mode_rng.randint(1, 2), in_loop)
+        return [f"with {manager}:"] + self.indent(body)
 
     def merge_statement(self, names: list[str]) -> list[str]:
         """Rows gathered at captured positions, computed, written back, under a test of
@@ -1130,7 +1149,7 @@ class _Generator:
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
              layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
              warm: bool = True, shared_inputs: bool = True, threads: bool = True,
-             handlers: bool = True) -> Program:
+             handlers: bool = True, grad_modes: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1142,9 +1161,10 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``warm=False``: before helpers compiled alone first and called after a break;
     ``shared_inputs=False``: before arguments that share memory;
     ``threads=False``: before calls from threads of their own;
-    ``handlers=False``: before code run while an exception is in flight."""
+    ``handlers=False``: before code run while an exception is in flight;
+    ``grad_modes=False``: before statements under a grad mode of their own."""
     return _Generator(
         seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
         merges and positions, blocks and positions, fusions and positions, warm and positions,
-        shared_inputs and positions, threads and positions, handlers and positions,
+        shared_inputs and positions, threads and positions, handlers and positions, grad_modes and positions,
     ).program()

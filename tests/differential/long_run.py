@@ -120,6 +120,10 @@ def main(argv=None) -> int:
         help="draw programs as the grammar did before code run while an exception is in flight",
     )
     parser.add_argument(
+        "--without-grad-modes", action="store_true",
+        help="draw programs as the grammar did before statements under a grad mode of their own",
+    )
+    parser.add_argument(
         "--without-blocks", action="store_true",
         help="draw programs as the grammar did before compile-state tests and with blocks that swallow",
     )
@@ -186,7 +190,7 @@ def main(argv=None) -> int:
             merges=not options.without_merges, blocks=not options.without_blocks,
             fusions=not options.without_fusions, warm=not options.without_warm,
             shared_inputs=not options.without_shared_inputs, threads=not options.without_threads,
-            handlers=not options.without_handlers,
+            handlers=not options.without_handlers, grad_modes=not options.without_grad_modes,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:

@@ -51,11 +51,15 @@ EVERY_CONSTRUCT = {
     "handler-from",
     "handler-context",
     "handler-branch",
+    "grad-mode-no-grad",
+    "grad-mode-enable-grad",
+    "grad-mode-set-grad-enabled",
+    "grad-mode-inference-mode",
 }
 # md5 of the sources of seeds 0..99 and how the harness calls them: KNOWN_DIFFERENCES
 # names seeds, so a change to the grammar must come with a fresh look at them and a new
 # digest.
-PROGRAMS_DIGEST = "0bd1bcad0ccb37833f4469931e6fe174"
+PROGRAMS_DIGEST = "3da79c7809582b7964a0158e75f30eaa"
 
 # seed -> the difference classes it shows on main (long_run's class names; the rule).
 # Found on main (ff78338); each class has its reproducer in /work/notes/fuzz_findings.md.
