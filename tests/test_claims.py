@@ -192,6 +192,30 @@ def test_an_unused_draw_in_mended_code_is_kept_as_eagerly():
         _assert_bit_identical(_run(mended.f, make_args, backend), eager)
 
 
+def test_unused_draws_in_a_graph_that_records_autograd_are_kept_as_eagerly():
+    """AOTAutograd's partition of a joint graph dropped one of two unused draws even
+    under ``fallback_random`` (long fuzz run seed 182689: the generator stood where
+    neither eager nor the original compiled left it). The draws are returned from the
+    graph, so no backend drops them."""
+    original, mended = _pair(
+        """
+        def f(x):
+            if x.sum() > 100:
+                print("large")
+            y = x + 1.0
+            for step in range(2):
+                unused = x + torch.randn_like(x) * 0.1
+            return y
+        """
+    )
+    make_args = lambda: (torch.ones(5, requires_grad=True),)  # noqa: E731
+    assert breaks(original.f, *make_args()) == 1
+    assert breaks(mended.f, *make_args()) == 1
+    eager = _run(original.f, make_args)
+    for backend in ("eager", "aot_eager"):
+        _assert_bit_identical(_run(mended.f, make_args, backend), eager)
+
+
 def test_random_numbers_of_mended_code_under_inductor_are_eagers():
     """Inductor's own random numbers depend on the graph they are compiled in, which
     joining graphs changes (long fuzz run seeds 20100, 20325): mended code draws eager's."""

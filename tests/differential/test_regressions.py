@@ -501,3 +501,43 @@ def test_a_capture_whose_size_tracing_needs_on_the_host_keeps_its_break():
     program = Program(seed=172051, source=SEED_172051, shape=(4,), log_level=20, requires_grad=True)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
+
+
+SEED_182689 = """
+import torch
+NORM = torch.nn.BatchNorm1d(3).eval()
+def helper1(t, u):
+    if t.max() > 0.5:
+        return t * (1.0 / len(u.shape[1:]))
+    return u * torch.abs(u)
+def helper3(t, u):
+    u = u + torch.randn_like(u) * 0.1
+def f(x, y, box, items, table):
+    x = helper1(x, x)
+    flat_l1 = y.flatten()
+    grid_l1 = torch.stack([flat_l1, -flat_l1, flat_l1 * 0.5], dim=1)
+    normed_l1 = NORM(grid_l1.float().unsqueeze(0).transpose(1, 2))
+    if flat_l1.sum() > 10.0:
+        pass
+    x = x + normed_l1.transpose(1, 2).reshape(-1).sum() * 0.125
+    h2 = torch.abs(torch.relu(x))
+    for i in range(2):
+        h2 = helper3(h2, x)
+        items.append(x)
+"""
+
+
+def test_unused_draws_of_a_joint_graph_from_mended_code_advance_the_generator_as_eagerly():
+    """Long fuzz run seed 182689 (minimised): the resume function after the kept break
+    (mended code) traced two draws nothing used into a graph AOTAutograd partitions
+    (the batch norm's parameters record autograd); under ``fallback_random`` its
+    partition kept one of them, so the generator stood where neither eager (both) nor
+    the original compiled (neither) left it. Such draws are now returned from the graph
+    (claims._return_dead_draws)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=182689, source=SEED_182689, shape=(4,), log_level=10)
+    report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
+    assert report.differences == [], [d.describe() for d in report.differences]

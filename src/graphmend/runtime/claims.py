@@ -451,6 +451,37 @@ def _draws_any(graph_module, output=None) -> bool:
     )
 
 
+def _return_dead_draws(graph_module, output) -> int | None:
+    """Make the graph also return each random draw nothing it returns depends on, so
+    that no backend drops it: ``fallback_random`` keeps such draws in an inference
+    graph, but AOTAutograd's partition of a joint graph (autograd recorded) dropped
+    some of them anyway (long fuzz run seed 182689: one of two, where eager draws both
+    and the original's graph, compiled without it, neither). Returns how many outputs
+    the graph had (the caller drops the rest), or None when it had no dead draw."""
+    graph = graph_module.graph
+    output_node = next((node for node in reversed(graph.nodes) if node.op == "output"), None)
+    if output_node is None or not isinstance(output_node.args[0], (tuple, list)):
+        return None
+    live: set = set()
+    pending = list(output_node.all_input_nodes)
+    while pending:
+        node = pending.pop()
+        if node not in live:
+            live.add(node)
+            pending.extend(node.all_input_nodes)
+    dead = [
+        node for node in graph.nodes
+        if node.op in ("call_function", "call_method") and node not in live and draws_random_numbers(node, output)
+        and isinstance(node.meta.get("example_value"), torch.Tensor)
+    ]
+    if not dead:
+        return None
+    returned = output_node.args[0]
+    output_node.args = (type(returned)(list(returned) + dead),) + tuple(output_node.args[1:])
+    graph_module.recompile()
+    return len(returned)
+
+
 def _compiled_from_mended_code(output) -> bool:
     from graphmend.rewrite.templates import RUNTIME_NAME
 
@@ -695,8 +726,16 @@ def _check_the_compiled_graph(call_user_compiler):
         if _compiled_from_mended_code(self) and _draws_any(graph_module, self):
             import torch._inductor.config as inductor_config
 
+            outputs = _return_dead_draws(graph_module, self)
             with inductor_config.patch(fallback_random=True):
-                return call_user_compiler(self, graph_module, *args, **kwargs)
+                compiled = call_user_compiler(self, graph_module, *args, **kwargs)
+            if outputs is None:
+                return compiled
+
+            def without_the_dead_draws(*call_args, **call_kwargs):
+                return compiled(*call_args, **call_kwargs)[:outputs]
+
+            return without_the_dead_draws
         return call_user_compiler(self, graph_module, *args, **kwargs)
 
     wrapped._graphmend_wrapped = True
