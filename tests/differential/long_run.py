@@ -159,6 +159,7 @@ def main(argv=None) -> int:
     classes: dict[str, list] = {}
     torch_own = Counter()
     checks_made_eagerly = Counter()
+    draws_as_eagerly = Counter()
     numeric = Counter()
     traced_op_failures = Counter()
     compile_state_answers = Counter()
@@ -211,6 +212,8 @@ def main(argv=None) -> int:
             torch_own[difference_class(difference)] += 1
         for difference in report.checks_made_eagerly:
             checks_made_eagerly[difference_class(difference)] += 1
+        for difference in report.draws_as_eagerly:
+            draws_as_eagerly[difference_class(difference)] += 1
         for difference in report.numeric:
             numeric[difference.mode] += 1
         for difference in report.traced_op_failures:
@@ -261,6 +264,12 @@ def main(argv=None) -> int:
         f"(what graphmend does with a check call it keeps): {sum(checks_made_eagerly.values())}"
     )
     for klass, count in checks_made_eagerly.most_common():
+        print(f"  {count:5d}  {klass}")
+    print(
+        "as the original compiled with graphmend's random-draw policy (eager's numbers, the "
+        f"backend's rounding): {sum(draws_as_eagerly.values())}"
+    )
+    for klass, count in draws_as_eagerly.most_common():
         print(f"  {count:5d}  {klass}")
     print(f"TorchDynamo's own differences (original compiled differs the same way): {sum(torch_own.values())}")
     for klass, count in torch_own.most_common():
