@@ -305,11 +305,7 @@ def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
     (compiled), and the op after it was traced only when reached, in a frame of its own.
     A claim made in a trace that failed so is refused when TorchDynamo traces the frame
     again (``_restart_trace_without_claims``)."""
-    if _ALWAYS in _refused.get(site, ()):
-        reason = trace_time_declines.get(site, "")
-        if reason.startswith(_FAILED_OP_REASON):
-            return reason
-    return None
+    return _refused_for_good_as(site, _FAILED_OP_REASON)
 
 
 _FAILED_OP_REASON = "an op after it fails while TorchDynamo traces it"
@@ -325,14 +321,19 @@ def frame_was_not_given_up_while_tracing(site: tuple[str, int]) -> str | None:
     the mended frame, its capture refused only then, traced the op afresh and raised
     TorchDynamo's). A claim made in a trace given up so is refused when TorchDynamo
     traces the frame again (``_restart_given_up_frame_without_claims``)."""
-    if _ALWAYS in _refused.get(site, ()):
-        reason = trace_time_declines.get(site, "")
-        if reason.startswith(_GIVEN_UP_REASON):
-            return reason
-    return None
+    return _refused_for_good_as(site, _GIVEN_UP_REASON)
 
 
 _GIVEN_UP_REASON = "TorchDynamo gave up on the frame after it"
+
+
+def _refused_for_good_as(site: tuple[str, int], reason_start: str) -> str | None:
+    """The reason ``site`` was refused for good, where it begins with ``reason_start``."""
+    if _ALWAYS in _refused.get(site, ()):
+        reason = trace_time_declines.get(site, "")
+        if reason.startswith(reason_start):
+            return reason
+    return None
 
 
 # Checks of the whole trace, made just before TorchDynamo compiles its graph.
