@@ -283,6 +283,12 @@ def user_site(translator) -> tuple[str, int] | None:
     return None if translator is None else (translator.f_code.co_filename, translator.lineno)
 
 
+def error_headline(error: BaseException) -> str:
+    """The first line of ``error``'s message, or its type's name (for a refusal's reason)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def refuse_for_good(site: tuple[str, int], reason: str) -> None:
     """The statement at ``site`` keeps its break in every later trace."""
     _refuse(site, _ALWAYS, reason)
@@ -777,8 +783,7 @@ def _restart_given_up_frame_without_claims(run):
             claims = getattr(self.output, _CLAIMS_ATTRIBUTE, None)
             if not claims or getattr(self, "error_on_graph_break", True) or getattr(self, "one_graph", True):
                 raise
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            reason = f"{_GIVEN_UP_REASON} ({first_line}); the original break keeps the part before it compiled"
+            reason = f"{_GIVEN_UP_REASON} ({error_headline(error)}); the original break keeps the part before it compiled"
             for site in claims:
                 _refuse(site, _ALWAYS, reason)
             raise _restart(self.output, reason) from error

@@ -76,7 +76,7 @@ def _run_eagerly_on_internal_error(convert):
                     failed = claimed()[claimed_before:]
                     if not failed or not made_by_claims(sizes_before):
                         raise
-                    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                    reason = claims.error_headline(error)
                     for site in failed:
                         claims.refuse_for_good(site, f"{why}: {reason}")
                     del claimed()[claimed_before:]
