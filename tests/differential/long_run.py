@@ -5,7 +5,9 @@
 
 On N cores, run N of these with ``--shard 0/N`` ... ``--shard N-1/N`` (and a findings
 file each); each prints its own summary. ``kill -USR1`` stops one after the program it
-is running, with its summary.
+is running, with its summary. ``--fresh-process-every 250`` runs the seeds 250 at a time,
+each chunk in a new process adding to one tally (a process's memory grows by megabytes a
+program and it slows with it); a process that dies counts its program as a crash.
 
 Each program (``grammar.generate(seed)``) runs original vs mended eagerly, compiled with
 the ``eager`` and ``aot_eager`` backends, and, on every ``--inductor-every``-th program,
@@ -20,11 +22,15 @@ and how often each construct was generated.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import json
 import logging
 import os
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections import Counter
@@ -74,6 +80,224 @@ def skip_guard_latency_measurement() -> None:
     import torch._dynamo.guards as guards
 
     guards.profile_guard_manager = lambda *args, **kwargs: 0.0
+
+
+@dataclasses.dataclass
+class Tally:
+    """What a run has seen so far; saved as JSON so that a run split over fresh processes
+    (``--fresh-process-every``) adds up to one summary."""
+
+    programs: int = 0
+    elapsed: float = 0.0
+    last_seed: int | None = None
+    runs: Counter = dataclasses.field(default_factory=Counter)
+    # class -> [seed, mode, reproducer (its line count and rules) or None]
+    classes: dict = dataclasses.field(default_factory=dict)
+    torch_own: Counter = dataclasses.field(default_factory=Counter)
+    checks_made_eagerly: Counter = dataclasses.field(default_factory=Counter)
+    draws_as_eagerly: Counter = dataclasses.field(default_factory=Counter)
+    numeric: Counter = dataclasses.field(default_factory=Counter)
+    traced_op_failures: Counter = dataclasses.field(default_factory=Counter)
+    compile_state_answers: Counter = dataclasses.field(default_factory=Counter)
+    crashes: list = dataclasses.field(default_factory=list)
+    coverage: Counter = dataclasses.field(default_factory=Counter)
+
+    @classmethod
+    def load(cls, path: str) -> Tally:
+        if not os.path.exists(path):
+            return cls()
+        with open(path) as saved:
+            fields = json.load(saved)
+        counters = {f.name for f in dataclasses.fields(cls) if f.type == "Counter"}
+        return cls(**{k: Counter(v) if k in counters else v for k, v in fields.items()})
+
+    def save(self, path: str) -> None:
+        # Atomic: a process killed while saving leaves the previous tally whole.
+        directory = os.path.dirname(os.path.abspath(path))
+        with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as out:
+            # Not dataclasses.asdict: it rebuilds a Counter from its (key, count) pairs.
+            json.dump({field.name: getattr(self, field.name) for field in dataclasses.fields(self)}, out)
+        os.replace(out.name, path)
+
+
+def run_programs(options, seeds, tally: Tally, stop_asked: list) -> None:
+    started = time.monotonic()
+    findings = 0
+    if options.findings and os.path.exists(options.findings):
+        with open(options.findings) as existing:  # number on from earlier runs' entries
+            findings = sum(line.startswith("## L") for line in existing)
+    for seed in seeds:
+        if stop_asked or (options.time_limit and time.monotonic() - started > options.time_limit):
+            break
+        program_started = time.monotonic()
+        program = generate(
+            seed, positions=not options.without_positions, item_checks=not options.without_item_checks,
+            finally_reads=not options.without_finally_reads, layouts=not options.without_layouts,
+            merges=not options.without_merges, blocks=not options.without_blocks,
+            fusions=not options.without_fusions, warm=not options.without_warm,
+            shared_inputs=not options.without_shared_inputs, threads=not options.without_threads,
+            handlers=not options.without_handlers, grad_modes=not options.without_grad_modes,
+        )
+        modes = ["eager", "compiled:eager"]
+        if not options.no_aot_eager:
+            modes.append("compiled:aot_eager")
+        # Output between fused kernels shows its class only under inductor.
+        fused = any(feature.startswith("fused-output") for feature in program.features)
+        if (options.inductor_every and seed % options.inductor_every == 0) or fused:
+            modes.append("compiled:inductor")
+        try:
+            report = compare(program, modes=tuple(modes))
+        except Exception:  # noqa: BLE001 - a harness failure is reported, not fatal
+            tally.crashes.append((seed, traceback.format_exc(limit=3)))
+            report = None
+        if report is not None:
+            findings = _add_report(options, tally, program, report, findings)
+        tally.last_seed = seed
+        tally.elapsed += time.monotonic() - program_started
+        if options.tally:  # after every program: a process that dies loses none of its work
+            tally.save(options.tally)
+
+
+def _add_report(options, tally: Tally, program, report, findings: int) -> int:
+    tally.programs += 1
+    tally.coverage.update(set(program.features))
+    tally.runs.update(report.modes_run)
+    for difference in report.torch_own:
+        tally.torch_own[difference_class(difference)] += 1
+    for difference in report.checks_made_eagerly:
+        tally.checks_made_eagerly[difference_class(difference)] += 1
+    for difference in report.draws_as_eagerly:
+        tally.draws_as_eagerly[difference_class(difference)] += 1
+    for difference in report.numeric:
+        tally.numeric[difference.mode] += 1
+    for difference in report.traced_op_failures:
+        tally.traced_op_failures[difference_class(difference)] += 1
+    for difference in report.compile_state_answers:
+        tally.compile_state_answers[difference_class(difference)] += 1
+    minimised_here = set()
+    for difference in report.differences:
+        klass = difference_class(difference)
+        if difference.exposed:
+            klass = "exposed TorchDynamo trace-time error: " + klass
+        entries = tally.classes.setdefault(klass, [])
+        found = None
+        limit = 1 if difference.exposed else options.minimise_per_class
+        wanted = sum(1 for entry in entries if entry[2] is not None) < limit
+        if wanted and klass not in minimised_here:
+            minimised_here.add(klass)
+            reproducer = minimise(program, difference, options.minimise_budget)
+            findings += 1
+            if options.findings:
+                append_finding(options.findings, findings, klass, program, difference, reproducer)
+            found = {
+                "lines": reproducer.source.count("\n"),
+                "rules": ", ".join(rules_involved(mended_text(reproducer.source))) or "-",
+            }
+        entries.append((program.seed, difference.mode, found))
+    print(
+        f"[{tally.elapsed:7.0f}s] seed {program.seed}: "
+        + (", ".join(difference_class(d) + f" [{d.mode}]" for d in report.differences) or "same"),
+        flush=True,
+    )
+    return findings
+
+
+# Options a parent run decides for each of its chunks; every other option is passed on as given.
+_DECIDED_PER_CHUNK = {"programs", "start", "seeds", "shard", "tally", "time_limit", "fresh_process_every", "chunk_of_a_run"}
+
+
+def run_in_fresh_processes(options, argv, seeds, stop_asked: list) -> Tally:
+    """Run the seeds in chunks, each in a process of its own (the harness's memory grows by
+    megabytes a program and the run slows with it); the chunks share one tally file."""
+    passed_on = []
+    for name, value in vars(options).items():
+        if name in _DECIDED_PER_CHUNK or value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        passed_on += [flag] if value is True else [flag, str(value)]
+    with tempfile.TemporaryDirectory(prefix="graphmend-long-run-") as scratch:
+        tally_path = options.tally or os.path.join(scratch, "tally.json")
+        started = time.monotonic()
+        child = []
+
+        def stop(signum, frame):
+            stop_asked.append(signum)
+            if child:
+                child[0].send_signal(signal.SIGUSR1)
+
+        signal.signal(signal.SIGUSR1, stop)
+        pending = list(seeds)
+        while pending and not stop_asked:
+            left = options.time_limit - (time.monotonic() - started) if options.time_limit else None
+            if left is not None and left <= 0:
+                break
+            chunk, pending = pending[: options.fresh_process_every], pending[options.fresh_process_every:]
+            command = [sys.executable, os.path.abspath(__file__), *passed_on,
+                       "--seeds", ",".join(map(str, chunk)), "--tally", tally_path, "--chunk-of-a-run"]
+            if left is not None:
+                command += ["--time-limit", str(left)]
+            before = Tally.load(tally_path).last_seed
+            child[:] = [subprocess.Popen(command)]
+            returncode = child[0].wait()
+            child.clear()
+            if returncode != 0:
+                # The process died in a program (killed, out of memory, a crash in native
+                # code): that program is a crash; the rest of its chunk runs in a new process.
+                tally = Tally.load(tally_path)
+                done = chunk.index(tally.last_seed) + 1 if tally.last_seed != before and tally.last_seed in chunk else 0
+                if done < len(chunk):
+                    tally.crashes.append((chunk[done], f"the run's process exited with {returncode}"))
+                    tally.last_seed = chunk[done]
+                    tally.save(tally_path)
+                    pending = chunk[done + 1:] + pending
+        return Tally.load(tally_path)
+
+
+def print_summary(tally: Tally, asked: str, stopped: bool) -> None:
+    print("\n==== graphmend differential fuzzing: summary ====")
+    print(f"{asked}; programs run: {tally.programs} in {tally.elapsed:.0f} s"
+          + (" (stopped by SIGUSR1)" if stopped else ""))
+    for mode in ("eager", "compiled:eager", "compiled:aot_eager", "compiled:inductor"):
+        print(f"  {mode:20s} {tally.runs[mode]} programs")
+    classes = tally.classes
+    total = sum(len(v) for v in classes.values())
+    print(f"behaviour differences: {total} in {len({s for v in classes.values() for s, _, _ in v})} programs, {len(classes)} classes")
+    for klass, entries in sorted(classes.items(), key=lambda item: -len(item[1])):
+        seeds = sorted({seed for seed, _, _ in entries})
+        print(f"  {len(entries):5d}  {klass}  (seeds {', '.join(map(str, seeds[:8]))}{' ...' if len(seeds) > 8 else ''})")
+        for seed, mode, found in entries:
+            if found is not None:
+                print(f"         reproducer from seed {seed} [{mode}], {found['lines']} lines, rules: {found['rules']}")
+    _print_counter(
+        "as the original compiled with its check helper made outside TorchDynamo "
+        "(what graphmend does with a check call it keeps)", tally.checks_made_eagerly,
+    )
+    _print_counter(
+        "as the original compiled with graphmend's random-draw policy (eager's numbers, the "
+        "backend's rounding)", tally.draws_as_eagerly,
+    )
+    _print_counter("TorchDynamo's own differences (original compiled differs the same way)", tally.torch_own)
+    _print_counter(
+        "TorchDynamo's trace-time error for the op eager fails at, where torch's compiler failed on "
+        "the original first (no original run to compare)", tally.traced_op_failures,
+    )
+    _print_counter(
+        "the program's own compile-state test answering as traced where the original compiled ran "
+        "that code eagerly", tally.compile_state_answers,
+    )
+    print(f"inductor float-bit-only differences (allclose): {sum(tally.numeric.values())}")
+    print(f"harness crashes: {len(tally.crashes)}")
+    for seed, text in tally.crashes[:5]:
+        print(f"  seed {seed}: {text.strip().splitlines()[-1]}")
+    print("construct coverage (programs containing each construct):")
+    for feature, count in sorted(tally.coverage.items()):
+        print(f"  {feature:30s} {count}")
+
+
+def _print_counter(title: str, counter: Counter) -> None:
+    print(f"{title}: {sum(counter.values())}")
+    for klass, count in counter.most_common():
+        print(f"  {count:5d}  {klass}")
 
 
 def main(argv=None) -> int:
@@ -142,6 +366,14 @@ def main(argv=None) -> int:
         "--shard", default="0/1",
         help="K/N: run only every N-th seed from the K-th (run N processes with K = 0..N-1 to use N cores)",
     )
+    parser.add_argument(
+        "--fresh-process-every", type=int, default=0, metavar="N",
+        help="run the seeds N at a time, each N in a process of its own (one summary for all)",
+    )
+    parser.add_argument(
+        "--tally", help="add to the tally saved in this JSON file (if any) and save it after each program",
+    )
+    parser.add_argument("--chunk-of-a-run", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
 
     # TorchDynamo logs each failed fake-tensor call with a traceback; the program's own
@@ -154,22 +386,6 @@ def main(argv=None) -> int:
     # `kill -USR1 PID`: finish the program running, then print the summary (a run whose
     # end the session cannot wait for still reports its coverage).
     signal.signal(signal.SIGUSR1, lambda signum, frame: stop_asked.append(signum))
-    started = time.monotonic()
-    runs = Counter()
-    classes: dict[str, list] = {}
-    torch_own = Counter()
-    checks_made_eagerly = Counter()
-    draws_as_eagerly = Counter()
-    numeric = Counter()
-    traced_op_failures = Counter()
-    compile_state_answers = Counter()
-    crashes = []
-    coverage = Counter()
-    programs = 0
-    findings = 0
-    if options.findings and os.path.exists(options.findings):
-        with open(options.findings) as existing:  # number on from earlier runs' entries
-            findings = sum(line.startswith("## L") for line in existing)
     seeds = (
         [int(seed) for seed in options.seeds.split(",")] if options.seeds
         else range(options.start, options.start + options.programs)
@@ -182,117 +398,16 @@ def main(argv=None) -> int:
         # 2/2 would silently take every other seed from the third on (one skipped).
         parser.error(f"--shard K/N needs 0 <= K < N (numbered from 0), not {options.shard}")
     seeds = list(seeds)[shard::shards]
-    for seed in seeds:
-        if stop_asked or (options.time_limit and time.monotonic() - started > options.time_limit):
-            break
-        program = generate(
-            seed, positions=not options.without_positions, item_checks=not options.without_item_checks,
-            finally_reads=not options.without_finally_reads, layouts=not options.without_layouts,
-            merges=not options.without_merges, blocks=not options.without_blocks,
-            fusions=not options.without_fusions, warm=not options.without_warm,
-            shared_inputs=not options.without_shared_inputs, threads=not options.without_threads,
-            handlers=not options.without_handlers, grad_modes=not options.without_grad_modes,
-        )
-        modes = ["eager", "compiled:eager"]
-        if not options.no_aot_eager:
-            modes.append("compiled:aot_eager")
-        # Output between fused kernels shows its class only under inductor.
-        fused = any(feature.startswith("fused-output") for feature in program.features)
-        if (options.inductor_every and seed % options.inductor_every == 0) or fused:
-            modes.append("compiled:inductor")
-        try:
-            report = compare(program, modes=tuple(modes))
-        except Exception:  # noqa: BLE001 - a harness failure is reported, not fatal
-            crashes.append((seed, traceback.format_exc(limit=3)))
-            continue
-        programs += 1
-        coverage.update(set(program.features))
-        runs.update(report.modes_run)
-        for difference in report.torch_own:
-            torch_own[difference_class(difference)] += 1
-        for difference in report.checks_made_eagerly:
-            checks_made_eagerly[difference_class(difference)] += 1
-        for difference in report.draws_as_eagerly:
-            draws_as_eagerly[difference_class(difference)] += 1
-        for difference in report.numeric:
-            numeric[difference.mode] += 1
-        for difference in report.traced_op_failures:
-            traced_op_failures[difference_class(difference)] += 1
-        for difference in report.compile_state_answers:
-            compile_state_answers[difference_class(difference)] += 1
-        minimised_here = set()
-        for difference in report.differences:
-            klass = difference_class(difference)
-            if difference.exposed:
-                klass = "exposed TorchDynamo trace-time error: " + klass
-            entries = classes.setdefault(klass, [])
-            reproducer = None
-            limit = 1 if difference.exposed else options.minimise_per_class
-            wanted = sum(1 for e in entries if e[2] is not None) < limit
-            if wanted and klass not in minimised_here:
-                minimised_here.add(klass)
-                reproducer = minimise(program, difference, options.minimise_budget)
-                findings += 1
-                if options.findings:
-                    append_finding(options.findings, findings, klass, program, difference, reproducer)
-            entries.append((seed, difference.mode, reproducer))
-        print(
-            f"[{time.monotonic() - started:7.0f}s] seed {seed}: "
-            + (", ".join(difference_class(d) + f" [{d.mode}]" for d in report.differences) or "same"),
-            flush=True,
-        )
-
-    elapsed = time.monotonic() - started
-    print("\n==== graphmend differential fuzzing: summary ====")
     asked = options.seeds or f"{options.start}..{options.start + options.programs - 1}"
-    print(f"seeds {asked} (shard {options.shard}); programs run: {programs} in {elapsed:.0f} s"
-          + (" (stopped by SIGUSR1)" if stop_asked else ""))
-    for mode in ("eager", "compiled:eager", "compiled:aot_eager", "compiled:inductor"):
-        print(f"  {mode:20s} {runs[mode]} programs")
-    total = sum(len(v) for v in classes.values())
-    print(f"behaviour differences: {total} in {len({s for v in classes.values() for s, _, _ in v})} programs, {len(classes)} classes")
-    for klass, entries in sorted(classes.items(), key=lambda item: -len(item[1])):
-        seeds = sorted({seed for seed, _, _ in entries})
-        print(f"  {len(entries):5d}  {klass}  (seeds {', '.join(map(str, seeds[:8]))}{' ...' if len(seeds) > 8 else ''})")
-        for seed, mode, reproducer in entries:
-            if reproducer is not None:
-                lines = reproducer.source.count("\n")
-                print(f"         reproducer from seed {seed} [{mode}], {lines} lines, rules: "
-                      f"{', '.join(rules_involved(mended_text(reproducer.source))) or '-'}")
-    print(
-        "as the original compiled with its check helper made outside TorchDynamo "
-        f"(what graphmend does with a check call it keeps): {sum(checks_made_eagerly.values())}"
-    )
-    for klass, count in checks_made_eagerly.most_common():
-        print(f"  {count:5d}  {klass}")
-    print(
-        "as the original compiled with graphmend's random-draw policy (eager's numbers, the "
-        f"backend's rounding): {sum(draws_as_eagerly.values())}"
-    )
-    for klass, count in draws_as_eagerly.most_common():
-        print(f"  {count:5d}  {klass}")
-    print(f"TorchDynamo's own differences (original compiled differs the same way): {sum(torch_own.values())}")
-    for klass, count in torch_own.most_common():
-        print(f"  {count:5d}  {klass}")
-    print(
-        "TorchDynamo's trace-time error for the op eager fails at, where torch's compiler failed on "
-        f"the original first (no original run to compare): {sum(traced_op_failures.values())}"
-    )
-    for klass, count in traced_op_failures.most_common():
-        print(f"  {count:5d}  {klass}")
-    print(
-        "the program's own compile-state test answering as traced where the original compiled ran "
-        f"that code eagerly: {sum(compile_state_answers.values())}"
-    )
-    for klass, count in compile_state_answers.most_common():
-        print(f"  {count:5d}  {klass}")
-    print(f"inductor float-bit-only differences (allclose): {sum(numeric.values())}")
-    print(f"harness crashes: {len(crashes)}")
-    for seed, text in crashes[:5]:
-        print(f"  seed {seed}: {text.strip().splitlines()[-1]}")
-    print("construct coverage (programs containing each construct):")
-    for feature, count in sorted(coverage.items()):
-        print(f"  {feature:30s} {count}")
+    if options.fresh_process_every:
+        tally = run_in_fresh_processes(options, argv if argv is not None else sys.argv[1:], seeds, stop_asked)
+    else:
+        tally = Tally.load(options.tally) if options.tally else Tally()
+        run_programs(options, seeds, tally, stop_asked)
+        if options.tally:
+            tally.save(options.tally)
+    if not options.chunk_of_a_run:
+        print_summary(tally, f"seeds {asked} (shard {options.shard})", stopped=bool(stop_asked))
     return 0
 
 
