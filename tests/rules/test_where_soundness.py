@@ -1053,3 +1053,223 @@ def test_frame_was_not_given_up_while_tracing__a_selection_then_an_error_the_cod
     assert counts["original"][0] == 1
     assert counts["mended"] == counts["original"]
     assert any("gave up on the frame" in reason for reason in claims.trace_time_declines.values())
+
+
+# --- attribute access that runs the program's code (runtime/attribute_access.py) -----
+# Both arms run in the compiled form, and licensed writes are left out: exact only when
+# reading (or writing) the attribute runs none of the program's code. Each program logs
+# into ``ACCESSES`` (a global the differential check compares) when its code runs.
+
+ATTRIBUTE_ACCESS_RUNS_CODE = {
+    "reads_plainly__a_property_read_in_an_arm": (
+        """
+        ACCESSES = []
+
+        class Owner:
+            @property
+            def scale(self):
+                ACCESSES.append("get scale")
+                return torch.ones(3)
+
+        def f(x, owner):
+            if x.sum() > 0:
+                z = x + owner.scale
+            else:
+                z = x - 1
+            return z
+        """, "f", lambda m, sign: (sign * torch.ones(3), m.Owner()),
+    ),
+    "reads_plainly__getattr_of_the_program": (
+        """
+        ACCESSES = []
+
+        class Owner:
+            def __getattr__(self, name):
+                ACCESSES.append("getattr " + name)
+                return torch.ones(3)
+
+        def f(x, owner):
+            if x.sum() > 0:
+                z = x + owner.scale
+            else:
+                z = x - 1
+            return z
+        """, "f", lambda m, sign: (sign * torch.ones(3), m.Owner()),
+    ),
+    "writes_plainly__setattr_of_the_program": (
+        """
+        ACCESSES = []
+
+        class Holder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("table", torch.ones(3))
+
+            def __setattr__(self, name, value):
+                if name == "table":
+                    ACCESSES.append("set table")
+                super().__setattr__(name, value)
+
+            def forward(self, x):
+                if x.sum() > 0:
+                    self.table = self.table.to("cpu")
+                    z = x + 1
+                else:
+                    z = x - 1
+                return z * self.table
+
+        def f(x, holder):
+            return holder(x)
+        """, "f", lambda m, sign: (sign * torch.ones(3), m.Holder()),
+    ),
+    "writes_plainly__a_property_setter": (
+        """
+        ACCESSES = []
+
+        class Holder:
+            def __init__(self):
+                self._table = torch.ones(3)
+
+            @property
+            def table(self):
+                return self._table
+
+            @table.setter
+            def table(self, value):
+                ACCESSES.append("set table")
+                self._table = value
+
+            def step(self, x):
+                if x.sum() > 0:
+                    self.table = self.table.to("cpu")
+                    z = x + 1
+                else:
+                    z = x - 1
+                return z
+
+        def f(x, holder):
+            return holder.step(x)
+        """, "f", lambda m, sign: (sign * torch.ones(3), m.Holder()),
+    ),
+    "is_the_method__overridden_in_a_subclass": (
+        """
+        ACCESSES = []
+
+        class Base:
+            def scale(self, t):
+                return t * 2
+
+            def step(self, x):
+                if x.sum() > 0:
+                    z = self.scale(x)
+                else:
+                    z = x - 1
+                return z
+
+        class Sub(Base):
+            def scale(self, t):
+                ACCESSES.append("Sub.scale")
+                return t * 3
+
+        def f(x, owner):
+            return owner.step(x)
+        """, "f", lambda m, sign: (sign * torch.ones(3), m.Sub()),
+    ),
+    "is_the_method__an_instance_attribute_in_its_place": (
+        """
+        ACCESSES = []
+
+        class Base:
+            def __init__(self):
+                self.scale = lambda t: ACCESSES.append("instance scale") or t * 4
+
+            def scale(self, t):
+                return t * 2
+
+            def step(self, x):
+                if x.sum() > 0:
+                    z = self.scale(x)
+                else:
+                    z = x - 1
+                return z
+
+        def f(x, owner):
+            return owner.step(x)
+        """, "f", lambda m, sign: (sign * torch.ones(3), m.Base()),
+    ),
+}
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("name", sorted(ATTRIBUTE_ACCESS_RUNS_CODE))
+def test_attribute_access_that_runs_code_keeps_the_original_branch(name, sign):
+    body, entry, make = ATTRIBUTE_ACCESS_RUNS_CODE[name]
+    source = _source(body)
+    original, mended = assert_same_behaviour(
+        source, lambda module: make(module, sign), entry=entry, expect_fixed=True
+    )
+    # The rewrite is made, and declined while tracing: the original's break stays.
+    assert breaks(getattr(mended, entry), *make(mended, sign)) == breaks(getattr(original, entry), *make(original, sign)) >= 1
+
+
+def test_plain_attributes_and_the_class_own_method_stay_whole():
+    """The negative twin: a plain instance attribute, a plain ``__setattr__`` (nn.Module's)
+    and the class's own method; the branch becomes a selection (no break)."""
+    source = _source(
+        """
+        class Holder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("table", torch.ones(3))
+                self.offset = torch.full((3,), 0.5)
+
+            def scale(self, t):
+                return t * 2
+
+            def forward(self, x):
+                if x.sum() > 0:
+                    self.table = self.table.to("cpu")
+                    z = self.scale(x) + self.offset
+                else:
+                    z = x - 1
+                return z * self.table
+
+        def f(x, holder):
+            return holder(x)
+        """
+    )
+    for sign in (1.0, -1.0):
+        make_args = lambda module: (sign * torch.ones(3), module.Holder())  # noqa: E731
+        original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+        assert breaks(mended.f, *make_args(mended)) == 0
+        assert breaks(original.f, *make_args(original)) >= 1
+
+
+def test_is_the_method__a_decorated_method_is_not_followed():
+    source = _source(
+        """
+        import functools
+
+        def logged(function):
+            @functools.wraps(function)
+            def wrapper(*args):
+                print("called")
+                return function(*args)
+            return wrapper
+
+        class Owner:
+            @logged
+            def scale(self, t):
+                return t * 2
+
+            def step(self, x):
+                if x.sum() > 0:
+                    z = self.scale(x)
+                else:
+                    z = x - 1
+                return z
+        """
+    )
+    result = mend(source, rules=("where",))
+    assert not result.changed
+    assert any("self.scale" in reason and "not known" in reason for reason in finding_reasons(result, "Where"))

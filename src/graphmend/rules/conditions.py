@@ -43,7 +43,7 @@ def why_not_tensorizable(
     # with constants only (nothing to broadcast against), as a number or a tensor.
     distinct = {ast.dump(operand) for operand, _ in safety.operands}
     if reason is None and not checked_later and (
-        len(distinct) > 1 or safety.attributes or any(kind not in ("number", "tensor") for _, kind in safety.operands)
+        len(distinct) > 1 or safety.attributes or safety.methods or any(kind not in ("number", "tensor") for _, kind in safety.operands)
     ):
         return (
             "`and`/`or` evaluates every operand, and whether one raises (operand types, "

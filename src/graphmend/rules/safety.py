@@ -150,6 +150,9 @@ class ExpressionSafety:
         # Attribute chains read from outside values (``self.w``): their existence is
         # checked while tracing too.
         self.attributes: list[ast.Attribute] = []
+        # Calls ``self.m(...)`` analysed as the enclosing class's ``m`` (its qualified
+        # name): that the object's ``m`` is that function is checked while tracing too.
+        self.methods: list[tuple[ast.Attribute, str]] = []
         self._helpers: list[str] = []
         # Inside a helper: parameter name -> argument expression in the caller's terms,
         # and the helper's own locals (values it computed).
@@ -501,6 +504,7 @@ class ExpressionSafety:
             return f"`{name}` contains a `{type(statement).__name__}` statement, which may raise or write"
         self.operands.extend(inner.operands)
         self.attributes.extend(inner.attributes)
+        self.methods.extend(inner.methods)
         return None
 
     def _bind_arguments(self, function: ast.FunctionDef, call: ast.Call, receiver: ast.expr | None):
@@ -584,5 +588,10 @@ class ExpressionSafety:
             return None
         for statement in facts.enclosing_class.body:
             if isinstance(statement, ast.FunctionDef) and statement.name == callee.attr:
+                if statement.decorator_list:
+                    return None  # a decorator may put other code in the method's place
+                qualified_name = facts.qualified_name.rsplit(".", 1)[0] + "." + statement.name
+                if (callee, qualified_name) not in self.methods:
+                    self.methods.append((callee, qualified_name))
                 return statement
         return None

@@ -56,7 +56,12 @@ reference, in-place updates, CFG reachability) are in where_aliasing.py.
 
 Checks made while tracing (added to the compiled form's condition): every outside
 value elementwise code combines is of the kind the operation accepts and all
-broadcast together (``operands_combine``), every attribute read exists, and the
+broadcast together (``operands_combine``), every attribute read exists and reading
+it runs none of the program's code (``reads_plainly``, runtime/attribute_access.py:
+no ``__getattribute__``/``__getattr__`` of its own, no property, since both arms run),
+a licensed write that is left out would not have run a ``__setattr__`` or setter
+either (``writes_plainly``), a call ``self.m(...)`` read in the enclosing class
+reaches that function and no override or wrapper (``is_the_method``), and the
 graph captured up to the branch draws no random numbers and computes no value that
 requires grad (``graph_so_far_may_continue``, made by ``operands_combine`` too): the
 original graph ends at the branch, while in one graph with the code after it
@@ -293,7 +298,9 @@ class WhereRewrite:
             return False
         self.trace_time_checks.append(
             statements(
-                f"hasattr(OWNER, {target.attr!r}) and {RUNTIME_NAME}.moves_nothing(TENSOR, DESTINATION)",
+                f"{RUNTIME_NAME}.reads_plainly(OWNER, {target.attr!r})"
+                f" and {RUNTIME_NAME}.writes_plainly(OWNER, {target.attr!r})"
+                f" and {RUNTIME_NAME}.moves_nothing(TENSOR, DESTINATION)",
                 OWNER=target.value,
                 TENSOR=value.func.value,
                 DESTINATION=value.args[0],
@@ -326,7 +333,7 @@ class WhereRewrite:
         if self.expression_is_safe(owner) is not None or not isinstance(owner, ast.Name):
             return False
         self.trace_time_checks.append(
-            statements(f"hasattr(OWNER, {attribute.value!r})", OWNER=owner)[0].value
+            statements(f"{RUNTIME_NAME}.reads_plainly(OWNER, {attribute.value!r})", OWNER=owner)[0].value
         )
         return None
 
@@ -833,12 +840,22 @@ class WhereRewrite:
                     chain.append(node)
                     node = node.value
                 for link in reversed(chain):
-                    text = f"hasattr({ast.unparse(link.value)}, {link.attr!r})"
+                    text = f"{ast.unparse(link.value)}.{link.attr}"
                     if text not in seen:
                         seen.add(text)
                         checks.append(
-                            statements(f"hasattr(OWNER, {link.attr!r})", OWNER=link.value)[0].value
+                            statements(f"{RUNTIME_NAME}.reads_plainly(OWNER, {link.attr!r})", OWNER=link.value)[0].value
                         )
+            for callee, qualified_name in source.methods:
+                text = f"{ast.unparse(callee)}()"
+                if text not in seen:
+                    seen.add(text)
+                    checks.append(
+                        statements(
+                            f"{RUNTIME_NAME}.is_the_method(OWNER, {callee.attr!r}, {qualified_name!r}, __name__)",
+                            OWNER=callee.value,
+                        )[0].value
+                    )
         pairs = []
         texts = set()
         for source in sources:
