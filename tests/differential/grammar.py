@@ -46,7 +46,7 @@ CONSTANTS = ("0.5", "2.0", "1.5", "0.25", "3.0")
 UNARY = ("torch.relu", "torch.sigmoid", "torch.tanh", "torch.abs")
 BINARY = ("+", "-", "*")
 COMPILE_SITES = ("test", "module", "other-module")
-STATE_NAMES = ("COUNT", "TOTAL", "HISTORY", "SEEN", "CACHE", "WRITTEN")
+STATE_NAMES = ("COUNT", "TOTAL", "HISTORY", "SEEN", "CACHE", "WRITTEN", "GAUGE")
 BACKEND_LINE = 'BACKEND = "eager"'
 
 HEADER = '''\
@@ -129,6 +129,47 @@ ROW_HOOKED.register_forward_hook(lambda module, inputs, output: HISTORY.append(o
 '''
 
 
+# Owners whose attribute access runs the program's code (a property, a ``__setattr__``,
+# a ``__getattr__``, a subclass's override of a method the base class calls); ``step``
+# is generated per program ({step}) and so is whether ``cache`` exists ({cache}).
+ATTRIBUTE_DEFINITIONS = '''\
+class Gauge:
+    def __init__(self):
+        self.base = torch.tensor(0.5)
+        self._level = torch.tensor(0.25)
+{cache}
+    @property
+    def level(self):
+        HISTORY.append("read level")
+        return self._level
+
+    def scale(self, t):
+        return t * 2.0
+
+    def step(self, t):
+{step}
+
+
+class LoudGauge(Gauge):
+    def __setattr__(self, name, value):
+        HISTORY.append("set " + name)
+        object.__setattr__(self, name, value)
+
+    def scale(self, t):
+        HISTORY.append("loud scale")
+        return t * 3.0
+
+
+class LookupGauge(Gauge):
+    def __getattr__(self, name):
+        HISTORY.append("lookup " + name)
+        return torch.tensor(0.75)
+
+
+GAUGE = {owner}()
+'''
+
+
 @dataclass
 class Program:
     seed: int
@@ -189,7 +230,7 @@ class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
                  layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
                  warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True,
-                 grad_modes: bool = True):
+                 grad_modes: bool = True, attribute_code: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -259,6 +300,11 @@ class _Generator:
         # Statements under a grad mode of their own (``grad_mode_statement``), own stream.
         self.grad_mode_rng = random.Random(f"grad-mode-{seed}")
         self.grad_modes_enabled = grad_modes
+        # Branches that read or write through attributes whose access runs the
+        # program's code (``attribute_statement``), own stream.
+        self.attribute_rng = random.Random(f"attribute-code-{seed}")
+        self.attributes_enabled = attribute_code
+        self.attribute_definitions = None
 
     # small helpers ---------------------------------------------------------------
 
@@ -391,7 +437,51 @@ class _Generator:
             lines = lines + self.handler_statement(names)
         if self.grad_modes_enabled and depth < 2 and self.grad_mode_rng.random() < 0.05:
             lines = lines + self.grad_mode_statement(names, depth, in_loop)
+        if self.attributes_enabled and self.attribute_rng.random() < 0.05:
+            lines = lines + self.attribute_statement(names)
         return lines
+
+    def attribute_statement(self, names: list[str]) -> list[str]:
+        """A data-dependent branch that reads or writes through ``GAUGE``, an object whose
+        attribute access may run the program's code (``ATTRIBUTE_DEFINITIONS``): at module
+        level (a property or a ``__getattr__`` read in one arm), or in ``GAUGE.step``,
+        a method whose arm moves ``self.base`` to its own device (left out when it is a
+        no-op, but ``LoudGauge`` has a ``__setattr__``), initializes ``self.cache`` once,
+        and calls ``self.scale`` (which ``LoudGauge`` overrides)."""
+        rng = self.attribute_rng
+        target = rng.choice(self.rebindable(names))
+        name = rng.choice(names)
+        if self.attribute_definitions is None:
+            owner = rng.choice(("Gauge", "LoudGauge", "LookupGauge"))
+            self.feature("attribute-owner-" + owner.lower())
+            true_arm = []
+            if rng.random() < 0.6:
+                true_arm.append('self.base = self.base.to("cpu")')
+                self.feature("attribute-device-move")
+            if rng.random() < 0.4:
+                true_arm += ['if not hasattr(self, "cache"):', "    self.cache = t * 0.0 + 1.0"]
+                self.feature("attribute-memoized")
+            true_arm.append(rng.choice(("z = self.scale(t) + self.base", "z = self.scale(t) * self.level")))
+            self.feature("attribute-method")
+            false_arm = [rng.choice(("z = t - 1.0", "z = t * self.level", "z = t + self.base"))]
+            condition = rng.choice(("t.sum() > 0", "(t > 0.5).any()", "t.mean() < 0"))
+            step = [f"if {condition}:"] + self.indent(true_arm) + ["else:"] + self.indent(false_arm) + ["return z"]
+            cache = "        self.cache = torch.tensor(2.0)\n" if rng.random() < 0.5 else ""
+            self.attribute_definitions = ATTRIBUTE_DEFINITIONS.format(
+                cache=cache, step="\n".join("        " + line for line in step), owner=owner,
+            )
+            self.attribute_owner = owner
+        if rng.random() < 0.5:
+            self.feature("attribute-method-call")
+            return [f"{target} = GAUGE.step({target})"]
+        read = "GAUGE.extra_shift" if self.attribute_owner == "LookupGauge" and rng.random() < 0.5 else "GAUGE.level"
+        self.feature("attribute-read-in-arm")
+        return [
+            f"if {self.condition([name])}:",
+            f"    {target} = {target} + {read}",
+            "else:",
+            f"    {target} = {target} * 0.5",
+        ]
 
     def fused_output_statement(self, names: list[str]) -> list[str]:
         """Two layer norms sharing their inputs (inductor fuses them into one kernel) with
@@ -1103,6 +1193,8 @@ class _Generator:
             lines.append(LAYOUT_DEFINITIONS)
         if self.merges:
             lines.append(MERGE_DEFINITIONS)
+        if self.attribute_definitions is not None:
+            lines.append(self.attribute_definitions)
         if any(f.startswith("block-") for f in self.features):
             lines.append("import contextlib\n")
         if self.compile_state_import:
@@ -1149,7 +1241,7 @@ class _Generator:
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
              layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
              warm: bool = True, shared_inputs: bool = True, threads: bool = True,
-             handlers: bool = True, grad_modes: bool = True) -> Program:
+             handlers: bool = True, grad_modes: bool = True, attribute_code: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1162,9 +1254,11 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``shared_inputs=False``: before arguments that share memory;
     ``threads=False``: before calls from threads of their own;
     ``handlers=False``: before code run while an exception is in flight;
-    ``grad_modes=False``: before statements under a grad mode of their own."""
+    ``grad_modes=False``: before statements under a grad mode of their own;
+    ``attribute_code=False``: before attribute access that runs the program's code."""
     return _Generator(
         seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
         merges and positions, blocks and positions, fusions and positions, warm and positions,
         shared_inputs and positions, threads and positions, handlers and positions, grad_modes and positions,
+        attribute_code and positions,
     ).program()

@@ -137,6 +137,7 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> None:
             fusions=not options.without_fusions, warm=not options.without_warm,
             shared_inputs=not options.without_shared_inputs, threads=not options.without_threads,
             handlers=not options.without_handlers, grad_modes=not options.without_grad_modes,
+            attribute_code=not options.without_attribute_code,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
@@ -346,6 +347,10 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--without-grad-modes", action="store_true",
         help="draw programs as the grammar did before statements under a grad mode of their own",
+    )
+    parser.add_argument(
+        "--without-attribute-code", action="store_true",
+        help="draw programs as the grammar did before attribute access that runs the program's code",
     )
     parser.add_argument(
         "--without-blocks", action="store_true",

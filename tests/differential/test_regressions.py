@@ -558,3 +558,41 @@ def test_a_mended_gradient_with_eagers_draws_and_aotautograds_rounding_is_the_po
     report = compare(program, modes=("compiled:aot_eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
     assert [d.part for d in report.draws_as_eagerly] == ["globals"]
+
+
+SEED_300019 = '''\
+import torch
+HISTORY = []
+
+
+class Gauge:
+    @property
+    def level(self):
+        HISTORY.append("read level")
+        return torch.tensor(0.25)
+
+
+GAUGE = Gauge()
+
+
+def f(x, y, box, items, table):
+    h1 = (x * 3.0) * y
+    if x.sum() > 0:
+        h1 = h1 + GAUGE.level
+    return h1
+'''
+
+
+def test_a_property_read_in_an_untaken_arm_runs_no_getter():
+    """Fuzz seed 300019 (the attribute-code construct, minimised): Where hoisted the arm
+    ``h1 + GAUGE.level`` and its check ``hasattr(GAUGE, "level")``, so the property's
+    getter ran while tracing and on the untaken path (``HISTORY`` grew by four entries
+    where eagerly it grew by one or none). The check is now ``reads_plainly``, decided
+    from the object without running its code (runtime/attribute_access.py)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=300019, source=SEED_300019, shape=(4,), log_level=10)
+    report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
+    assert report.differences == [], [d.describe() for d in report.differences]
