@@ -347,3 +347,40 @@ def test_a_batch_norm_of_a_tensor_that_is_not_contiguous_keeps_the_break_under_a
         with torch.no_grad():
             torch.compile(mended.main, backend=backend)(*inputs)
     assert backend.frame_count == 2  # the original's two graphs
+
+
+def test_a_tensor_subclass_sees_the_operations_the_original_makes():
+    """A subclass's ``__torch_function__`` runs for every operation on it: captured
+    positions would show it ``detach``/``nonzero``/``unbind`` where the original calls
+    ``where`` (``is_plain_tensor`` in ``dynamic_shapes``: the original call is kept)."""
+    source = textwrap.dedent(
+        """
+        import torch
+        OPS = []
+
+        class Logged(torch.Tensor):
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if name in ("where", "nonzero", "detach", "unbind", "__getitem__", "mul", "gt"):
+                    OPS.append(name)
+                return super().__torch_function__(func, types, args, kwargs or {})
+
+        def f(y):
+            (idx,) = torch.where(y > 1.5)
+            return y[idx] * 2
+        """
+    )
+    original, mended, _ = original_and_mended(source)
+    y_value = torch.arange(4.0)
+
+    def run(module, compiled):
+        del module.OPS[:]
+        function = module.f
+        if compiled:
+            torch._dynamo.reset()
+            function = torch.compile(function, backend="eager", dynamic=False)
+        value = function(y_value.as_subclass(module.Logged))
+        return type(value).__name__, value.tolist(), list(module.OPS)
+
+    assert run(mended, compiled=True) == run(original, compiled=False)

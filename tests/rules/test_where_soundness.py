@@ -1273,3 +1273,67 @@ def test_is_the_method__a_decorated_method_is_not_followed():
     result = mend(source, rules=("where",))
     assert not result.changed
     assert any("self.scale" in reason and "not known" in reason for reason in finding_reasons(result, "Where"))
+
+
+LOGGED_TENSOR = """
+OPS = []
+
+class Logged(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in ("mul", "add", "sub", "where", "__mul__", "__add__", "__sub__", "__getitem__", "nonzero", "detach", "unbind"):
+            OPS.append(name)
+        return super().__torch_function__(func, types, args, kwargs or {})
+"""
+
+
+def _ops_over_calls(function, module, calls):
+    """(value, ops logged) per call, the function compiled once (backend ``eager``)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(function, backend="eager", dynamic=False)
+    seen = []
+    for arguments in calls:
+        del module.OPS[:]
+        value = compiled(*arguments(module))
+        seen.append((type(value).__name__, value.tolist(), list(module.OPS)))
+    return seen
+
+
+@pytest.mark.parametrize("subclass_argument", ["operand", "condition"])
+def test_is_plain_tensor__a_subclass_sees_no_untaken_arm_and_no_where(subclass_argument):
+    """A tensor subclass's ``__torch_function__`` runs for every operation on it: the
+    compiled form must not run the untaken arm's operations or ``torch.where`` on it
+    (``operands_combine`` and ``select`` take plain tensors only)."""
+    source = _source(
+        LOGGED_TENSOR
+        + textwrap.dedent(
+            """
+            def f(x, y):
+                if x.sum() > 0:
+                    z = y * 2
+                else:
+                    z = y + 1
+                return z
+            """
+        )
+    )
+    original, mended, _ = original_and_mended(source)
+
+    def calls(sign):
+        def make(module):
+            x, y = sign * torch.ones(3), torch.ones(3)
+            if subclass_argument == "operand":
+                y = y.as_subclass(module.Logged)
+            else:
+                x = x.as_subclass(module.Logged)
+            return x, y
+        return make
+
+    arguments = [calls(1.0), calls(-1.0), calls(1.0)]
+    expected = []
+    for make in arguments:
+        del original.OPS[:]
+        value = original.f(*make(original))
+        expected.append((type(value).__name__, value.tolist(), list(original.OPS)))
+    assert _ops_over_calls(mended.f, mended, arguments) == expected

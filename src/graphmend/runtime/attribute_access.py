@@ -23,6 +23,7 @@ import torch
 from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims
+from graphmend.runtime.selection import PLAIN_TENSOR_TYPES
 
 _MISSING = object()
 
@@ -33,7 +34,7 @@ _ALIASING_GETATTRIBUTE = {
     ("transformers.configuration_utils", "PreTrainedConfig.__getattribute__"),
 }
 _PLAIN_SETATTR = (object.__setattr__, torch.nn.Module.__setattr__)
-_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
 
 
 class _InstanceOf:
@@ -75,7 +76,7 @@ def why_reading_runs_code(owner, name: str) -> str | None:
     """None when ``owner.name`` exists and reading it runs none of the program's code."""
     if isinstance(owner, _InstanceOf):
         kind = owner.python_type
-        if not (kind in _PLAIN_TENSOR_TYPES or kind.__module__ == "builtins"):
+        if not (kind in PLAIN_TENSOR_TYPES or kind.__module__ == "builtins"):
             return f"a `{kind.__name__}` may define its attributes in Python"
         return None if hasattr(kind, name) else f"a `{kind.__name__}` has no attribute `{name}`"
     cls = type(owner)

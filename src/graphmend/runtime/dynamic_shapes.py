@@ -31,6 +31,7 @@ import torch
 from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims
+from graphmend.runtime.selection import is_plain_tensor
 
 _state = threading.local()
 
@@ -62,7 +63,7 @@ def _nonzero_while_tracing(x: torch.Tensor) -> torch.Tensor:
 
 def _captured(x) -> bool:
     # Eagerly (``graphmend fix`` may write these calls on the one path) the original op.
-    return torch.compiler.is_compiling() and isinstance(x, torch.Tensor) and x.dim() > 0 and not x.is_sparse
+    return torch.compiler.is_compiling() and is_plain_tensor(x) and x.dim() > 0 and not x.is_sparse
 
 
 def may_capture() -> bool:
@@ -266,7 +267,7 @@ def captured_mask_index(values, mask):
     shape: the same rows, in the same order, as the positions of its nonzero elements
     select them (which is what indexing by a boolean mask is)."""
     if (
-        _captured(mask) and isinstance(values, torch.Tensor) and mask.dtype == torch.bool
+        _captured(mask) and is_plain_tensor(values) and mask.dtype == torch.bool
         and mask.dim() <= values.dim() and tuple(mask.shape) == tuple(values.shape[: mask.dim()])
         and mask.device == values.device
     ):
@@ -310,6 +311,8 @@ def may_merge_rows(positions, destination) -> bool:
     tensor, and the claim on the break holds (``graphmend.runtime.claims``). Not
     tracing, False."""
     merged = False
+    if not (is_plain_tensor(positions) and is_plain_tensor(destination)):
+        return merged  # a subclass's ``__torch_function__`` would see the merged form's operations
     comptime(_decide_merge)
     return merged
 

@@ -14,12 +14,22 @@ from torch._dynamo.comptime import comptime
 from graphmend.runtime import claims
 
 
+# Tensors whose operations run none of the program's Python code: a subclass's
+# ``__torch_function__`` (or dispatch) would see the untaken arm's operations and the
+# selection's ``torch.where``, which the original never calls.
+PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def is_plain_tensor(value) -> bool:
+    return type(value) in PLAIN_TENSOR_TYPES
+
+
 def select(predicate, value_if_true, value_if_false):
     """Pick between the values two branch arms computed, inside the graph when possible.
 
     ``torch.where`` is used only when it returns exactly what the taken arm computed:
-    two tensors of one shape, dtype, device and layout, and no autograd through
-    them. Under autograd the backward of ``torch.where`` multiplies the untaken arm's
+    two plain tensors (no subclass) of one shape, dtype, device and layout, and no
+    autograd through them. Under autograd the backward of ``torch.where`` multiplies the untaken arm's
     derivative by zero, and an infinite derivative there (``sqrt`` at 0, ``log`` at
     0, a division) turns the gradient into NaN; the plain Python choice then keeps
     the original behaviour (and its graph break).
@@ -27,9 +37,9 @@ def select(predicate, value_if_true, value_if_false):
     if value_if_true is value_if_false:
         return value_if_true
     if (
-        isinstance(value_if_true, torch.Tensor)
-        and isinstance(value_if_false, torch.Tensor)
-        and isinstance(predicate, torch.Tensor)
+        is_plain_tensor(value_if_true)
+        and is_plain_tensor(value_if_false)
+        and is_plain_tensor(predicate)
         and predicate.dtype == torch.bool
         and predicate.dim() == 0
         and value_if_true.shape == value_if_false.shape
@@ -51,6 +61,8 @@ def _is_number(value) -> bool:
 
 def _has_kind(value, kind: str) -> bool:
     if isinstance(value, torch.Tensor):
+        if not is_plain_tensor(value):
+            return False
         if value.is_complex() or value.layout != torch.strided:
             return False
         if kind in ("number", "tensor"):
