@@ -21,7 +21,21 @@ PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def is_plain_tensor(value) -> bool:
-    return type(value) in PLAIN_TENSOR_TYPES
+    """``value`` is a tensor of no subclass. Traced, decided from TorchDynamo's variable
+    (``type(value)`` in traced code would make TorchDynamo store the class as a global
+    of the user's module)."""
+    if not torch.compiler.is_compiling():
+        return type(value) in PLAIN_TENSOR_TYPES
+    plain = False
+    comptime(_decide_plain)
+    return plain
+
+
+def _decide_plain(context) -> None:
+    claims.decide_in_trace(
+        context, "plain", ("value",), lambda _tracer, kind: kind in PLAIN_TENSOR_TYPES,
+        read=lambda variable: variable.python_type(),
+    )
 
 
 def select(predicate, value_if_true, value_if_false):
