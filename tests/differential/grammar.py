@@ -46,7 +46,7 @@ CONSTANTS = ("0.5", "2.0", "1.5", "0.25", "3.0")
 UNARY = ("torch.relu", "torch.sigmoid", "torch.tanh", "torch.abs")
 BINARY = ("+", "-", "*")
 COMPILE_SITES = ("test", "module", "other-module")
-STATE_NAMES = ("COUNT", "TOTAL", "HISTORY", "SEEN", "CACHE", "WRITTEN", "GAUGE")
+STATE_NAMES = ("COUNT", "TOTAL", "HISTORY", "SEEN", "CACHE", "WRITTEN", "GAUGE", "OPS_SEEN")
 BACKEND_LINE = 'BACKEND = "eager"'
 
 HEADER = '''\
@@ -129,6 +129,10 @@ ROW_HOOKED.register_forward_hook(lambda module, inputs, output: HISTORY.append(o
 '''
 
 
+# (``LookupGauge.__getattr__`` runs code only for ``extra...`` names, never for the
+# ``hasattr(self, "cache")`` of a memoized initialization: TorchDynamo runs a
+# ``__getattr__`` reached by ``hasattr`` for real while tracing, and one with effects
+# fails its own guards, "Guard failed on the same frame it was created", seed 210005.)
 # Owners whose attribute access runs the program's code (a property, a ``__setattr__``,
 # a ``__getattr__``, a subclass's override of a method the base class calls); ``step``
 # is generated per program ({step}) and so is whether ``cache`` exists ({cache}).
@@ -162,11 +166,35 @@ class LoudGauge(Gauge):
 
 class LookupGauge(Gauge):
     def __getattr__(self, name):
+        if not name.startswith("extra"):
+            raise AttributeError(name)
         HISTORY.append("lookup " + name)
         return torch.tensor(0.75)
 
 
 GAUGE = {owner}()
+'''
+
+
+# Arguments of a tensor subclass whose ``__torch_function__`` logs the operations made
+# on it (``Program.inputs_are_tracked``): the operations a program makes are observable.
+TRACKED_DEFINITIONS = '''\
+TRACKED_OPS = (
+    "add", "sub", "mul", "div", "where", "nonzero", "argwhere", "__getitem__", "__setitem__", "sqrt", "relu",
+    "tanh", "sigmoid", "abs", "clone", "detach", "unbind", "__add__", "__sub__", "__mul__", "__radd__",
+    "__rsub__", "__rmul__", "__truediv__",
+)
+
+
+class Tracked(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in TRACKED_OPS:
+            OPS_SEEN.append(func.__name__)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+OPS_SEEN = []
 '''
 
 
@@ -193,6 +221,9 @@ class Program:
     # per-thread state: pending output, claims made while tracing, the compiled-call
     # boundary; TorchDynamo compiling off the main thread).
     calls_from_threads: bool = False
+    # ``x`` and ``y`` are ``Tracked`` tensors (``TRACKED_DEFINITIONS``): every operation
+    # on them or on what they produce is logged in ``OPS_SEEN``.
+    inputs_are_tracked: bool = False
 
     def describe(self) -> str:
         return (
@@ -230,7 +261,7 @@ class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
                  layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
                  warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True,
-                 grad_modes: bool = True, attribute_code: bool = True):
+                 grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -305,6 +336,9 @@ class _Generator:
         self.attribute_rng = random.Random(f"attribute-code-{seed}")
         self.attributes_enabled = attribute_code
         self.attribute_definitions = None
+        # Arguments of a tensor subclass that logs its operations, own stream.
+        self.tracked_rng = random.Random(f"tracked-inputs-{seed}")
+        self.tracked_enabled = tracked_inputs
 
     # small helpers ---------------------------------------------------------------
 
@@ -1223,6 +1257,10 @@ class _Generator:
         calls_from_threads = self.threads_enabled and self.threads_rng.random() < 0.2
         if calls_from_threads:
             self.feature("calls-from-threads")
+        inputs_are_tracked = self.tracked_enabled and self.tracked_rng.random() < 0.12
+        if inputs_are_tracked:
+            self.feature("inputs-tracked-subclass")
+            source = source.replace("\ndef f(x, y, box, items, table):", TRACKED_DEFINITIONS + "\n\ndef f(x, y, box, items, table):", 1)
         return Program(
             seed=self.seed,
             source=source,
@@ -1235,13 +1273,15 @@ class _Generator:
             caller_catches=caller_catches,
             inputs_share_memory=inputs_share_memory,
             calls_from_threads=calls_from_threads,
+            inputs_are_tracked=inputs_are_tracked,
         )
 
 
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
              layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
              warm: bool = True, shared_inputs: bool = True, threads: bool = True,
-             handlers: bool = True, grad_modes: bool = True, attribute_code: bool = True) -> Program:
+             handlers: bool = True, grad_modes: bool = True, attribute_code: bool = True,
+             tracked_inputs: bool = False) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1255,10 +1295,18 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``threads=False``: before calls from threads of their own;
     ``handlers=False``: before code run while an exception is in flight;
     ``grad_modes=False``: before statements under a grad mode of their own;
-    ``attribute_code=False``: before attribute access that runs the program's code."""
+    ``attribute_code=False``: before attribute access that runs the program's code;
+    ``tracked_inputs=True``: with arguments of a tensor subclass that logs its
+    operations, off by default: under torch 2.13 most differences such programs show
+    are torch's own failures with ``__torch_function__`` subclasses, which the original
+    compiled meets in another form (AOTAutograd's "Multiple dispatch failed" under
+    ``aot_eager``, TorchDynamo's "Can't unpack scalar tensors" where the mended program
+    gets Python's "iteration over a 0-d tensor", the recompile limit of
+    ``__torch_function__`` frames); the rule tests cover what graphmend must do for
+    them (``is_plain_tensor``)."""
     return _Generator(
         seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
         merges and positions, blocks and positions, fusions and positions, warm and positions,
         shared_inputs and positions, threads and positions, handlers and positions, grad_modes and positions,
-        attribute_code and positions,
+        attribute_code and positions, tracked_inputs and positions,
     ).program()

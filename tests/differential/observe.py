@@ -530,6 +530,9 @@ def _call(program, module, target, module_names, index, x_value, y_value, item_c
     else:
         x = x_value.clone().requires_grad_(program.requires_grad)
         y = y_value.clone().requires_grad_(program.requires_grad)
+    tracked = getattr(module, "Tracked", None) if program.inputs_are_tracked else None
+    if isinstance(tracked, type):
+        x, y = (t.detach().as_subclass(tracked).requires_grad_(t.requires_grad) for t in (x, y))
     box_class = getattr(module, "Box", None)
     box = box_class() if isinstance(box_class, type) else types.SimpleNamespace(t=None, n=0)
     with contextlib.suppress(Exception):
