@@ -642,3 +642,112 @@ def test_frame_was_not_given_up_while_tracing__the_frame_traced_whole_keeps_the_
     assert original_graphs == 2
     assert graphs_and_outcomes_over_calls(mended.f, calls) == (1, expected)
     assert not claims.trace_time_declines
+
+
+# --- not_inside_inference_mode -------------------------------------------------------
+# The original breaks inside ``torch.inference_mode()`` and TorchDynamo runs the graph
+# after the break inside the real mode, so its outputs are inference tensors that the
+# program may not update in place outside it; joined with the code before the block,
+# ``aot_eager`` computed them as ordinary tensors (long fuzz run seed 220496).
+
+INFERENCE_MODE_PROGRAMS = {
+    "defer_in_a_with_block": """
+        import torch
+
+        def helper(t, u):
+            print("in helper")
+            return u - u
+
+        def f(x, y):
+            h = x * 0.75
+            with torch.inference_mode():
+                h = helper(h, x)
+            torch.tanh(h, out=h)
+            return h
+    """,
+    "defer_in_a_decorated_function": """
+        import torch
+
+        @torch.inference_mode()
+        def helper(t, u):
+            print("in helper")
+            return u - u
+
+        def f(x, y):
+            h = x * 0.75
+            h = helper(h, x)
+            torch.tanh(h, out=h)
+            return h
+    """,
+    "trap_in_a_decorated_function": """
+        import torch
+
+        @torch.inference_mode()
+        def checked(t):
+            if (t < 0).any():
+                raise ValueError("negative")
+            return t * 2.0
+
+        def f(x, y):
+            h = x * 0.75
+            h = checked(y)
+            h.add_(1.0)
+            return h
+    """,
+    "where_in_a_with_block": """
+        import torch
+
+        def f(x, y):
+            h = x * 0.75
+            with torch.inference_mode():
+                if y.sum() > 0:
+                    h = y * 2.0
+                else:
+                    h = y * 3.0
+            h.add_(1.0)
+            return h
+    """,
+}
+
+
+def _outcome(function, arguments, backend):
+    torch._dynamo.reset()
+    compiled = torch.compile(function, backend=backend, dynamic=False) if backend else function
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        try:
+            value = compiled(*arguments)
+            result = ("value", value.tolist(), value.is_inference())
+        except Exception as error:  # noqa: BLE001 - the outcome compared
+            result = ("error", type(error).__name__, str(error).splitlines()[0])
+    return result, printed.getvalue()
+
+
+@pytest.mark.parametrize("name", sorted(INFERENCE_MODE_PROGRAMS))
+def test_not_inside_inference_mode__the_graph_after_the_break_keeps_inference_tensors(name):
+    original, mended = _pair(INFERENCE_MODE_PROGRAMS[name])
+    arguments = (torch.ones(3), torch.ones(3))
+    eager = _outcome(original.f, arguments, None)
+    assert eager[0][0] == "error" and "inference tensor" in eager[0][2]
+    for backend in ("eager", "aot_eager"):
+        assert _outcome(mended.f, arguments, backend) == _outcome(original.f, arguments, backend), backend
+    assert any("inference_mode" in reason for reason in claims.trace_time_declines.values())
+
+
+def test_not_inside_inference_mode__output_after_the_block_stays_joined():
+    """The negative twin: the print follows the block; the original's graph already holds
+    the block, and the print joins it."""
+    original, mended = _pair(
+        """
+        import torch
+
+        def f(x, y):
+            with torch.inference_mode():
+                h = x * 0.75
+            print("after the block")
+            return y + 1.0
+        """
+    )
+    arguments = (torch.ones(3), torch.ones(3))
+    assert breaks(original.f, *arguments) == 1
+    assert breaks(mended.f, *arguments) == 0
+    assert _outcome(mended.f, arguments, "aot_eager") == _outcome(original.f, arguments, None)

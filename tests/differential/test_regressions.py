@@ -596,3 +596,38 @@ def test_a_property_read_in_an_untaken_arm_runs_no_getter():
     program = Program(seed=300019, source=SEED_300019, shape=(4,), log_level=10)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
+
+
+SEED_220496 = '''\
+import torch
+
+
+def helper2(t, u):
+    print("in helper2")
+    return u - u
+
+
+def f(x, y, box, items, table):
+    h1 = x * 3.0 * 0.25
+    with torch.inference_mode():
+        h1 = helper2(h1, x)
+        if y.mean() < 0:
+            h1 = h1 + torch.ones(5)
+    torch.tanh(h1, out=h1)
+'''
+
+
+def test_output_inside_inference_mode_keeps_its_break():
+    """Long fuzz run seed 220496 (minimised): helper2's print joined the graph before
+    the ``with torch.inference_mode()`` block, so under ``aot_eager`` ``h1`` was an
+    ordinary tensor and ``torch.tanh(h1, out=h1)`` succeeded where eagerly (and in the
+    original compiled, whose graph after the break runs inside the real mode) ``h1`` is
+    an inference tensor and the update raises. No claim is made inside the mode now
+    (``claims.not_inside_inference_mode``)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=220496, source=SEED_220496, shape=(4,), log_level=10)
+    report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
+    assert report.differences == [], [d.describe() for d in report.differences]

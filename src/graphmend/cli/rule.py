@@ -85,7 +85,8 @@ and the frame traced again where
     not run the graph as written (ordered_operators_share_no_graph_with_aliased_inputs_written_in_place);
   - the rest of the original frame ran eagerly and the mended frame still breaks later
     (rest_of_eager_frame_compiles_whole).
-`graphmend explain` names the check for a break kept this way."""
+`graphmend explain` names the check for a break kept this way. No statement loses its
+break inside torch.inference_mode() (not_inside_inference_mode)."""
 
 
 def _category_list() -> str:

@@ -3,8 +3,10 @@ tracing the frame again with their breaks kept when the rest of the trace shows 
 joining the graphs would change what the program does.
 
 Defer, Where and Trap decide while tracing, at the statement, whether the statement
-may stay in the graph (a *claim* on its break). Some facts that decide it come only
-later in the same trace:
+may stay in the graph (a *claim* on its break). No claim is made inside
+``torch.inference_mode()`` (``not_inside_inference_mode``: the original's graph after
+the break runs inside the real mode, and its outputs are inference tensors). Some facts
+that decide it come only later in the same trace:
 
 - an op after the statement fails while TorchDynamo traces it (``no_later_op_failed_while_tracing``);
 - TorchDynamo gives up on the whole frame after the statement (an error the code
@@ -225,6 +227,27 @@ def trace_checks_unavailable() -> str | None:
     return None
 
 
+def not_inside_inference_mode(translator) -> str | None:
+    """None unless the statement being traced is inside ``torch.inference_mode()`` in
+    this trace (a ``with`` block or a decorated function: TorchDynamo records entering
+    and leaving the mode as graph nodes). The original breaks there, and TorchDynamo
+    runs the graph after the break inside the real inference mode: its outputs are
+    inference tensors, which the program may not update in place outside it
+    (``RuntimeError``). In one graph with the code before the block, a functionalizing
+    backend (``aot_eager``, inductor) computes them as ordinary tensors, or fails to
+    compile the update (long fuzz run seed 220496)."""
+    modes = []
+    for node in translator.output.graph.nodes:
+        name = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
+        if name == "_enter_inference_mode":
+            modes.append(bool(node.args[0]) if node.args else True)
+        elif name == "_exit_inference_mode" and modes:
+            modes.pop()
+    if modes and modes[-1]:
+        return "inside `torch.inference_mode()`, whose graph's outputs are inference tensors"
+    return None
+
+
 def record_claim(translator, site: tuple[str, int], rest_ran_eagerly: str | None, kind: str = SELECTION) -> None:
     position = len(translator.output.graph.nodes)
     claims_in_trace(translator)[site] = Claim(site, position, rest_ran_eagerly, kind)
@@ -241,7 +264,7 @@ def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
     site = (translator.f_code.co_filename, translator.lineno)
     if refused_reason(site) is not None:
         return False
-    unavailable = trace_checks_unavailable()
+    unavailable = trace_checks_unavailable() or not_inside_inference_mode(translator)
     if unavailable is not None:
         trace_time_declines[site] = unavailable
         return False

@@ -534,6 +534,7 @@ def _lowerable(translator, exception_class, line: int, function_name: str) -> bo
         or frame_was_not_given_up_while_tracing(site)
         or claims.refused_reason(site)
         or claims.trace_checks_unavailable()
+        or claims.not_inside_inference_mode(translator)
         or no_handler_in_traced_frames(translator)
         or no_handler_in_eager_callers()
         or no_input_mutated_before_guard(translator)
