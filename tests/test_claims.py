@@ -751,3 +751,30 @@ def test_not_inside_inference_mode__output_after_the_block_stays_joined():
     assert breaks(original.f, *arguments) == 1
     assert breaks(mended.f, *arguments) == 0
     assert _outcome(mended.f, arguments, "aot_eager") == _outcome(original.f, arguments, None)
+
+
+def test_not_inside_inference_mode__a_call_made_inside_the_mode_keeps_its_rewrites():
+    """Serving code (vLLM, SGLang) calls the compiled model inside ``inference_mode``:
+    the mode is the call's, not entered in the trace, and every graph runs in it."""
+    original, mended = _pair(
+        """
+        import torch
+
+        def f(x, y):
+            h = x * 0.75
+            print("between")
+            if y.sum() > 0:
+                h = h * 2.0
+            else:
+                h = h * 3.0
+            return h
+        """
+    )
+    arguments = (torch.ones(3), torch.ones(3))
+    with torch.inference_mode():
+        assert breaks(original.f, *arguments) == 2
+        assert breaks(mended.f, *arguments) == 0
+        for backend in ("eager", "aot_eager"):
+            mended_outcome = _outcome(mended.f, arguments, backend)
+            assert mended_outcome == _outcome(original.f, arguments, None), backend
+            assert mended_outcome[0][2] is True  # an inference tensor, as eagerly
