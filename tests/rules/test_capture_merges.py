@@ -232,6 +232,14 @@ MUST_NOT_REWRITE = {
                 merged[idx] = x[idx] * scale
             return merged
     """, "may be unbound at the branch"),
+    # destination_is_bound_at_the_branch
+    "destination_not_defined_in_the_module": ("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            if len(idx) > 0:
+                never_defined[idx] = x[idx] * 3
+            return x
+    """, "the destination `never_defined` is not defined in this module"),
 }
 
 

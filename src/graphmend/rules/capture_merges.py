@@ -47,6 +47,8 @@ Legality conditions (each a function, returning the reason it fails):
   is bound wherever the branch is reached (the body's function takes them as defaults,
   evaluated where it is defined: no cell of the frame, which TorchDynamo would return
   from the graph and AOTAutograd would then give a gradient).
+- ``destination_is_bound_at_the_branch``: ``D`` is bound wherever the branch is
+  reached, a global one too (the compiled form reads it before the test).
 Checked while tracing (``graphmend.runtime.dynamic_shapes.may_merge_rows``): ``P`` is a
 1-D integer tensor of a size tracing does not know (a captured one; a known size
 does not break), ``D`` a tensor, and the claim on the break holds. Where ``torch.cond``
@@ -271,6 +273,20 @@ def _merged_form(
     return place(function + merged, branch)
 
 
+def destination_is_bound_at_the_branch(context: FunctionContext, branch: ast.If, destination: str) -> str | None:
+    """``merge_rows`` takes the destination before the test, where the original reads it
+    only in the body: an unbound one would raise on positions the body never ran on."""
+    if context.facts.is_local(destination):
+        node = context.facts.node_for(branch)
+        if node is None or not context.facts.reaching.definitely_assigned(node, destination):
+            return f"the destination `{destination}` may be unbound at the branch"
+        return None
+    bindings = context.module.bindings
+    if bindings.binding_counts[destination] or bindings.is_unbound_builtin(destination):
+        return None
+    return f"the destination `{destination}` is not defined in this module"
+
+
 def apply(context: FunctionContext) -> None:
     def rewrite(branch: ast.stmt, _enclosing) -> list[ast.stmt] | None:
         if not isinstance(branch, ast.If):
@@ -295,6 +311,8 @@ def apply(context: FunctionContext) -> None:
         enclosing = _enclosing_names_read(context, branch, positions, bound) if reason is None else []
         if reason is None:
             reason = body_reads_only_bound_names(context, branch, enclosing)
+        if reason is None:
+            reason = destination_is_bound_at_the_branch(context, branch, destination)
         finding = context.module.report(
             context.facts, branch, DYNAMIC_SHAPE_OPERATOR,
             f"branch on whether positions `{positions}` are empty (a data-dependent size)", RULE, reason,
