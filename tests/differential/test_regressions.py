@@ -631,3 +631,72 @@ def test_output_inside_inference_mode_keeps_its_break():
     program = Program(seed=220496, source=SEED_220496, shape=(4,), log_level=10)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
+
+
+SEED_221043 = '''\
+import logging
+import warnings
+import torch
+logger = logging.getLogger(__name__)
+
+def helper1(t, u):
+    logger.info('helper1 %s', t.sum())
+    return t * 2.0
+
+def f(x, y, box, items, table):
+    x = torch.sigmoid(x) - 0.25
+    if torch._dynamo.is_compiling():
+        x = x + 0.5
+    else:
+        print('eager only', x.sum())
+        x = x * 2.0
+        if x.sum() > 0:
+            x = x + 1.0
+    if x.sum() > y.sum():
+        y = torch.tanh(torch.relu(x))
+        x = torch.sigmoid(torch.sigmoid(x))
+        torch.exp(x, out=y)
+    else:
+        y = y + torch.rand_like(y)
+        x = x
+        torch.exp(y, out=x)
+    y = helper1(y, x)
+    if y.mean() < 0:
+        h2 = torch.tanh(x) * 3.0
+        h3 = torch.abs(x * 0.25)
+        x = torch.abs(torch.relu(y))
+        y = h2 * 0.5
+        print('arm', h2)
+    else:
+        h2 = torch.tanh(x) + y
+        h3 = h2 + torch.rand_like(h2)
+        x = torch.sqrt(x.abs()) * 0.25
+        y = y - 1.5
+        warnings.warn('arm')
+    flat_m1 = x.flatten()
+    pos_m1, = torch.where(flat_m1 > 0.0)
+    acc_m1 = flat_m1 * 0.5
+    if len(pos_m1) > 0:
+        rows_m1 = flat_m1[pos_m1] * 2.0 + torch.tanh(acc_m1[pos_m1])
+        rows_m1 = rows_m1 * (1.0 / len(items))
+        acc_m1[pos_m1] = rows_m1
+    if y.max() > 0.5:
+        h2 = h2 + torch.ones(5)
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="open: TorchDynamo's TorchRuntimeError on the second call (issue 15)")
+def test_an_op_failing_while_traced_on_a_later_call_raises_the_ops_own_error():
+    """Long fuzz run seed 221043 (reduced): on its second call (input 'negative') the
+    mended program raises TorchDynamo's ``TorchRuntimeError`` for ``h2 + torch.ones(5)``
+    (a shape mismatch found while tracing), where the original compiled raises the op's
+    own ``RuntimeError``. The first call's generator state is the original compiled's
+    (its compile-state test answers as traced), so the report's first difference (the
+    generator after call 0) is not the cause."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=221043, source=SEED_221043, shape=(4,), log_level=10)
+    report = compare(program, modes=("compiled:eager",))
+    assert report.differences == [], [d.describe() for d in report.differences]
