@@ -1060,6 +1060,33 @@ def test_frame_was_not_given_up_while_tracing__a_selection_then_an_error_the_cod
 # reading (or writing) the attribute runs none of the program's code. Each program logs
 # into ``ACCESSES`` (a global the differential check compares) when its code runs.
 
+_SCALE_READ_IN_AN_ARM = """
+        def f(x, owner):
+            if x.sum() > 0:
+                z = x + owner.scale
+            else:
+                z = x - 1
+            return z
+"""
+
+_BASE_CALLING_SCALE = """
+        ACCESSES = []
+
+        class Base:
+            def scale(self, t):
+                return t * 2
+
+            def step(self, x):
+                if x.sum() > 0:
+                    z = self.scale(x)
+                else:
+                    z = x - 1
+                return z
+
+        def f(x, owner):
+            return owner.step(x)
+"""
+
 ATTRIBUTE_ACCESS_RUNS_CODE = {
     "reads_plainly__a_property_read_in_an_arm": (
         """
@@ -1070,14 +1097,7 @@ ATTRIBUTE_ACCESS_RUNS_CODE = {
             def scale(self):
                 ACCESSES.append("get scale")
                 return torch.ones(3)
-
-        def f(x, owner):
-            if x.sum() > 0:
-                z = x + owner.scale
-            else:
-                z = x - 1
-            return z
-        """, "f", lambda m, sign: (sign * torch.ones(3), m.Owner()),
+        """ + _SCALE_READ_IN_AN_ARM, "f", lambda m, sign: (sign * torch.ones(3), m.Owner()),
     ),
     "reads_plainly__getattr_of_the_program": (
         """
@@ -1087,14 +1107,7 @@ ATTRIBUTE_ACCESS_RUNS_CODE = {
             def __getattr__(self, name):
                 ACCESSES.append("getattr " + name)
                 return torch.ones(3)
-
-        def f(x, owner):
-            if x.sum() > 0:
-                z = x + owner.scale
-            else:
-                z = x - 1
-            return z
-        """, "f", lambda m, sign: (sign * torch.ones(3), m.Owner()),
+        """ + _SCALE_READ_IN_AN_ARM, "f", lambda m, sign: (sign * torch.ones(3), m.Owner()),
     ),
     "writes_plainly__setattr_of_the_program": (
         """
@@ -1152,50 +1165,19 @@ ATTRIBUTE_ACCESS_RUNS_CODE = {
         """, "f", lambda m, sign: (sign * torch.ones(3), m.Holder()),
     ),
     "is_the_method__overridden_in_a_subclass": (
-        """
-        ACCESSES = []
-
-        class Base:
-            def scale(self, t):
-                return t * 2
-
-            def step(self, x):
-                if x.sum() > 0:
-                    z = self.scale(x)
-                else:
-                    z = x - 1
-                return z
-
+        _BASE_CALLING_SCALE + """
         class Sub(Base):
             def scale(self, t):
                 ACCESSES.append("Sub.scale")
                 return t * 3
-
-        def f(x, owner):
-            return owner.step(x)
         """, "f", lambda m, sign: (sign * torch.ones(3), m.Sub()),
     ),
     "is_the_method__an_instance_attribute_in_its_place": (
-        """
-        ACCESSES = []
-
-        class Base:
+        _BASE_CALLING_SCALE + """
+        class Shadowed(Base):
             def __init__(self):
                 self.scale = lambda t: ACCESSES.append("instance scale") or t * 4
-
-            def scale(self, t):
-                return t * 2
-
-            def step(self, x):
-                if x.sum() > 0:
-                    z = self.scale(x)
-                else:
-                    z = x - 1
-                return z
-
-        def f(x, owner):
-            return owner.step(x)
-        """, "f", lambda m, sign: (sign * torch.ones(3), m.Base()),
+        """, "f", lambda m, sign: (sign * torch.ones(3), m.Shadowed()),
     ),
 }
 
