@@ -710,7 +710,7 @@ INFERENCE_MODE_PROGRAMS = {
 }
 
 
-def _outcome(function, arguments, backend):
+def _inference_outcome(function, arguments, backend):
     torch._dynamo.reset()
     compiled = torch.compile(function, backend=backend, dynamic=False) if backend else function
     with contextlib.redirect_stdout(io.StringIO()) as printed:
@@ -726,10 +726,10 @@ def _outcome(function, arguments, backend):
 def test_not_inside_inference_mode__the_graph_after_the_break_keeps_inference_tensors(name):
     original, mended = _pair(INFERENCE_MODE_PROGRAMS[name])
     arguments = (torch.ones(3), torch.ones(3))
-    eager = _outcome(original.f, arguments, None)
+    eager = _inference_outcome(original.f, arguments, None)
     assert eager[0][0] == "error" and "inference tensor" in eager[0][2]
     for backend in ("eager", "aot_eager"):
-        assert _outcome(mended.f, arguments, backend) == _outcome(original.f, arguments, backend), backend
+        assert _inference_outcome(mended.f, arguments, backend) == _inference_outcome(original.f, arguments, backend), backend
     assert any("inference_mode" in reason for reason in claims.trace_time_declines.values())
 
 
@@ -750,7 +750,7 @@ def test_not_inside_inference_mode__output_after_the_block_stays_joined():
     arguments = (torch.ones(3), torch.ones(3))
     assert breaks(original.f, *arguments) == 1
     assert breaks(mended.f, *arguments) == 0
-    assert _outcome(mended.f, arguments, "aot_eager") == _outcome(original.f, arguments, None)
+    assert _inference_outcome(mended.f, arguments, "aot_eager") == _inference_outcome(original.f, arguments, None)
 
 
 def test_not_inside_inference_mode__a_call_made_inside_the_mode_keeps_its_rewrites():
@@ -775,6 +775,6 @@ def test_not_inside_inference_mode__a_call_made_inside_the_mode_keeps_its_rewrit
         assert breaks(original.f, *arguments) == 2
         assert breaks(mended.f, *arguments) == 0
         for backend in ("eager", "aot_eager"):
-            mended_outcome = _outcome(mended.f, arguments, backend)
-            assert mended_outcome == _outcome(original.f, arguments, None), backend
+            mended_outcome = _inference_outcome(mended.f, arguments, backend)
+            assert mended_outcome == _inference_outcome(original.f, arguments, None), backend
             assert mended_outcome[0][2] is True  # an inference tensor, as eagerly
