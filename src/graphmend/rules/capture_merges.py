@@ -67,6 +67,7 @@ from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, is_guard, place, statements
 from graphmend.rules.base import FunctionContext, rewrite_statements
 from graphmend.rules.capture import RULE
+from graphmend.rules.safety import ExpressionSafety
 from graphmend.rules.where_aliasing import References
 
 _FRAME_READERS = frozenset({"super", "locals", "vars", "globals", "eval", "exec", "__class__"})
@@ -276,15 +277,11 @@ def _merged_form(
 def destination_is_bound_at_the_branch(context: FunctionContext, branch: ast.If, destination: str) -> str | None:
     """``merge_rows`` takes the destination before the test, where the original reads it
     only in the body: an unbound one would raise on positions the body never ran on."""
-    if context.facts.is_local(destination):
-        node = context.facts.node_for(branch)
-        if node is None or not context.facts.reaching.definitely_assigned(node, destination):
-            return f"the destination `{destination}` may be unbound at the branch"
-        return None
-    bindings = context.module.bindings
-    if bindings.binding_counts[destination] or bindings.is_unbound_builtin(destination):
-        return None
-    return f"the destination `{destination}` is not defined in this module"
+    node = context.facts.node_for(branch)
+    if node is None:
+        return "the analysis cannot place the branch"
+    reason = ExpressionSafety(context, node).expression_is_safe(ast.Name(id=destination, ctx=ast.Load()))
+    return None if reason is None else f"the destination {reason}"
 
 
 def apply(context: FunctionContext) -> None:
