@@ -407,6 +407,8 @@ def main(argv=None) -> int:
         # 2/2 would silently take every other seed from the third on (one skipped).
         parser.error(f"--shard K/N needs 0 <= K < N (numbered from 0), not {options.shard}")
     seeds = list(seeds)[shard::shards]
+    if options.fresh_process_every < 0:
+        parser.error(f"--fresh-process-every takes a number of programs (0: one process), not {options.fresh_process_every}")
     asked = options.seeds or f"{options.start}..{options.start + options.programs - 1}"
     if options.fresh_process_every:
         tally = run_in_fresh_processes(options, argv if argv is not None else sys.argv[1:], seeds, stop_asked)

@@ -36,7 +36,6 @@ _ALIASING_GETATTRIBUTE = {
 _PLAIN_SETATTR = (object.__setattr__, torch.nn.Module.__setattr__)
 
 
-
 class _InstanceOf:
     """A traced tensor or builtin container: only its Python type is known (a tensor is
     fake while tracing, a list is TorchDynamo's model of it)."""
