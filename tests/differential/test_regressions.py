@@ -700,3 +700,58 @@ def test_an_op_failing_while_traced_on_a_later_call_raises_the_ops_own_error():
     program = Program(seed=221043, source=SEED_221043, shape=(4,), log_level=10)
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
+
+
+SEED_223137 = '''\
+import logging
+import torch
+import torch.nn.functional as F
+logger = logging.getLogger(__name__)
+class Router(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = torch.nn.ModuleList([torch.nn.Tanh(), torch.nn.Identity()])
+ROUTER = Router()
+from torch.compiler import is_compiling
+def f(x, y, box, items, table):
+    if (y > 0).all():
+        pass
+    else:
+        h1 = torch.sigmoid(y) + (y - y)
+    z3 = (x - 2.0) - h1
+    if not is_compiling() and box.n >= 0:
+        logger.warning("eager %s", z3.sum())
+    flat_p1 = x.flatten()
+    mask_p1 = F.one_hot((flat_p1 > 0.5).long(), num_classes=2).permute(1, 0)
+    acc_p1 = torch.zeros_like(flat_p1)
+    hits_p1 = (mask_p1.sum(dim=(-1,)) > 0).nonzero(as_tuple=True)[0].tolist()
+    for e_p1 in hits_p1:
+        expert_p1 = ROUTER.experts[e_p1]
+        (pos_p1,) = torch.where(mask_p1[e_p1])
+        part_p1 = expert_p1(flat_p1[pos_p1]) * 2.0
+        acc_p1.index_add_(0, pos_p1, part_p1)
+    if torch._dynamo.is_compiling():
+        print("eager only", z3.sum())
+    print("items", len(items), box.n)
+BACKEND = "eager"
+compiled_f = torch.compile(f, backend=BACKEND, dynamic=False)
+'''
+
+
+def test_a_refused_capture_in_the_experts_loop_leaves_the_original_loop():
+    """Long fuzz run seed 223137 (minimised): the loop over the chosen experts ran over
+    every expert, its ``torch.where`` captured; a later break refused the capture, and
+    traced again the loop over every expert broke inside, where TorchDynamo gave up on
+    the whole resumed frame: the ``is_compiling()`` test before the loop answered False
+    (a warning logged) where the original compiled, breaking at ``.tolist()``, traced
+    it. The loop keeps its chosen experts once its body's capture is refused
+    (``dynamic_shapes.body_keeps_its_captures``)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(
+        seed=223137, source=SEED_223137, shape=(2, 3), log_level=20, requires_grad=True, compile_site="module"
+    )
+    report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
+    assert report.differences == [], [d.describe() for d in report.differences]

@@ -234,3 +234,44 @@ def test_must_not_rewrite_while_tracing_an_expert_with_a_hook():
     with torch.no_grad():
         assert_equivalent(model, mended_model, ONE_TOKEN, backends=("eager",))
     assert any("forward hook" in r for r in claims.trace_time_declines.values())
+
+
+def _body_where_site(mended_model) -> tuple[str, int]:
+    code = type(mended_model).forward.__code__
+    source_lines = program().splitlines()
+    line = next(i for i, text in enumerate(source_lines, 1) if "torch.where(expert_mask[expert_idx])" in text)
+    return code.co_filename, line
+
+
+def test_must_not_rewrite_while_tracing_when_the_body_capture_was_refused():
+    """``body_keeps_its_captures``: with the positions' capture refused, the loop over
+    every expert would break inside the loop, where TorchDynamo gives up on the whole
+    frame (long fuzz run seed 223137: code before the loop ran eagerly where the
+    original compiled traced it). The original loop runs, with the original's breaks."""
+    original, mended, _ = original_and_mended(program())
+    model, mended_model = original.build(), mended.build()
+    claims.refuse_for_good(_body_where_site(mended_model), "refused by the test")
+    assert counts(mended_model, ONE_TOKEN) == counts(model, ONE_TOKEN) == (2, 3)
+    assert any("refused by the test" in r and "chosen experts" in r for r in claims.trace_time_declines.values())
+    with torch.no_grad():
+        assert_equivalent(model, mended_model, ONE_TOKEN, backends=("eager", "aot_eager"))
+
+
+def test_must_not_rewrite_while_tracing_inside_inference_mode():
+    """``body_keeps_its_captures``: no capture is claimed inside ``inference_mode``
+    (``claims.not_inside_inference_mode``), so neither is the loop over every expert."""
+    original, mended, _ = original_and_mended(program())
+    model, mended_model = original.build(), mended.build()
+
+    def under_inference_mode(module):
+        def run(batch):
+            with torch.inference_mode():
+                return module(batch)
+        return run
+
+    # Traced inside the ``with`` (the frame that enters the mode): the loop keeps its
+    # chosen experts. ``forward``, compiled alone after the break there, does not see the
+    # mode entered in its trace, and its loop runs over every expert: fewer breaks.
+    counts(under_inference_mode(mended_model), ONE_TOKEN)
+    assert any("inference" in r and "chosen experts" in r for r in claims.trace_time_declines.values())
+    assert_equivalent(under_inference_mode(model), under_inference_mode(mended_model), ONE_TOKEN, backends=("eager", "aot_eager"))

@@ -36,7 +36,10 @@ Checked while tracing (``graphmend.runtime.dynamic_shapes.experts_run_empty_exac
 ``E`` is an int no larger than the experts' container, each expert's ``forward`` is
 built from linear layers and elementwise activations only (no hook), and no gradient
 is recorded for the experts' parameters (an expert that ran on no token would get a
-zero gradient where the original's has none).
+zero gradient where the original's has none), and the body's ``torch.where`` may be
+captured in this trace (``body_keeps_its_captures``: refused, it would break the graph
+inside the loop over every expert, where TorchDynamo gives up on the whole frame; the
+original loop breaks before it, at ``.tolist()``).
 """
 
 from __future__ import annotations
@@ -338,8 +341,9 @@ def apply(context: FunctionContext) -> None:
         compiled_loop.iter = ast.Call(func=ast.Name(id="range", ctx=ast.Load()), args=[copy.deepcopy(classes)], keywords=[])
         place(compiled_loop.iter, statement.iter)
         exact = expression(
-            f"{RUNTIME_NAME}.dynamic_shapes.experts_run_empty_exactly(CONTAINER, CLASSES)",
+            f"{RUNTIME_NAME}.dynamic_shapes.experts_run_empty_exactly(CONTAINER, CLASSES, BODY_LINES)",
             CONTAINER=copy.deepcopy(container), CLASSES=copy.deepcopy(classes),
+            BODY_LINES=ast.Tuple(elts=[ast.Constant(statement.body[0].lineno), ast.Constant(statement.end_lineno)], ctx=ast.Load()),
         )
         place(exact, before)
         wrapped = compiled_or_original([compiled_loop], [before, statement], f"{RULE}: original loop", also=exact)

@@ -211,6 +211,17 @@ def refused_reason(site: tuple[str, int]) -> str | None:
     return None
 
 
+def refused_between(filename: str, first: int, last: int) -> str | None:
+    """Why an earlier trace refused a claim at some line ``first..last`` of ``filename``,
+    where that still holds."""
+    for site in list(_refused):
+        if site[0] == filename and first <= site[1] <= last:
+            reason = refused_reason(site)
+            if reason is not None:
+                return f"line {site[1]}: {reason}"
+    return None
+
+
 def forget_refusals() -> None:
     """Forget every refusal and its reason (tests that reuse a file name for another
     program; a refusal is keyed by file and line)."""

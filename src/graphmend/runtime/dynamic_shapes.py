@@ -143,24 +143,48 @@ _ELEMENTWISE_ACTIVATION_MODULES = frozenset({"transformers.activations"})
 _row_wise_classes: dict[type, str | None] = {}
 
 
-def experts_run_empty_exactly(experts, classes) -> bool:
+def experts_run_empty_exactly(experts, classes, body_lines=()) -> bool:
     """Whether running the loop's body for every class ``< classes`` is exact: each
     expert ``experts[e]`` maps rows to rows with no effect (so no token, no effect), and
-    no gradient is recorded for it. A constant of the trace; not tracing, False."""
+    no gradient is recorded for it. ``body_lines`` (first, last) are the loop body's
+    lines in the caller's file: a claim refused there (the positions' capture) leaves
+    the original loop, whose break is before it. A constant of the trace; not tracing,
+    False."""
     exact = False
     comptime(_decide_experts)
     return exact
 
 
 def _decide_experts(context) -> None:
-    claims.decide_in_trace(context, "exact", ("experts", "classes"), _experts_exact, read=_module_or_constant)
+    claims.decide_in_trace(
+        context, "exact", ("experts", "classes", "body_lines"), _experts_exact, read=_module_or_constant
+    )
 
 
-def _experts_exact(translator, experts, classes) -> bool:
-    reason = why_not_run_empty_exactly(experts, classes)
+def _experts_exact(translator, experts, classes, body_lines) -> bool:
+    reason = why_not_run_empty_exactly(experts, classes) or body_keeps_its_captures(translator, body_lines)
     if reason is not None:
         claims.decline_at_user_site(translator, f"the loop keeps its chosen experts: {reason}")
     return reason is None
+
+
+def body_keeps_its_captures(translator, body_lines) -> str | None:
+    """The body's ``torch.where`` may be captured in this trace. Refused (an earlier
+    trace's checks, no hooks into TorchDynamo, inference mode), it would break the graph
+    inside the loop over every expert, where TorchDynamo cannot resume, and the whole
+    frame would run eagerly (long fuzz run seed 223137: code before the loop that the
+    original compiled traced ran eagerly, and the program's own ``is_compiling()`` test
+    answered otherwise); the original loop breaks at ``.tolist()``, before it."""
+    user = claims.user_translator(translator)
+    if user is None:
+        return "the loop's frame is not known"
+    unavailable = claims.trace_checks_unavailable() or claims.not_inside_inference_mode(user)
+    if unavailable is not None:
+        return unavailable
+    if body_lines:
+        first, last = body_lines
+        return claims.refused_between(user.f_code.co_filename, first, last)
+    return None
 
 
 def _module_or_constant(variable):
