@@ -50,7 +50,10 @@ def _outcome(function, x, y):
             return type(error).__name__, str(error)
 
 
-def test_a_frame_torchdynamo_fails_on_runs_eagerly_as_the_original():
+def test_a_rewritten_frame_whose_resume_function_failed_to_assemble_compiles():
+    """Seed 41568 ran its rewritten frame eagerly (the conversion failed); the failure was
+    TorchDynamo's offsets of replaced ``EXTENDED_ARG`` prefixes, now repaired for
+    rewritten frames, and the frame compiles."""
     original, mended, _ = original_and_mended(SEED_41568)
     x = torch.tensor([0.9, 0.8, 0.7, 0.6])
     y = torch.tensor([0.1, 0.2, 0.3, 0.4])
@@ -59,7 +62,70 @@ def test_a_frame_torchdynamo_fails_on_runs_eagerly_as_the_original():
     assert _outcome(torch.compile(original.f, backend="eager"), x, y) == expected
     conversion_failures.frames_run_eagerly.clear()
     assert _outcome(torch.compile(mended.f, backend="eager"), x, y) == expected
-    assert any(name == "f" for _, _, name in conversion_failures.frames_run_eagerly)
+    assert conversion_failures.frames_run_eagerly == {}
+
+
+# A break, then a handler long enough that the jump over it takes an ``EXTENDED_ARG``
+# prefix, inside ``try``/``finally``: the exception table entry of that jump. Each
+# print is rewritten (Defer), which makes the handler longer still.
+LONG_HANDLER = """
+import torch
+
+def f(x):
+    n = x.sum().item()
+    try:
+        try:
+            y = x * n
+        except ValueError as error:
+""" + "".join(f"            print('failed {i}', error, x.shape, n)\n" for i in range(12)) + """            y = x
+    finally:
+        pass
+    return y
+"""
+
+
+def test_a_resume_function_through_a_long_handler_compiles():
+    from graphmend.counting import CountingBackend
+
+    original, mended, result = original_and_mended(LONG_HANDLER)
+    assert result.changed
+    x = torch.ones(3)
+    torch._dynamo.reset()
+    conversion_failures.frames_run_eagerly.clear()
+    backend = CountingBackend()
+    assert torch.equal(torch.compile(mended.f, backend=backend)(x), original.f(x))
+    assert conversion_failures.frames_run_eagerly == {}
+    assert backend.graphs == 2  # before the break at `.item()`, and the resume function's
+
+
+def test_a_frame_that_was_not_rewritten_keeps_torchdynamos_assembly_error():
+    """``_offsets_of_replaced_extended_args`` repairs only frames of rewritten modules:
+    the original's frame fails as it does without graphmend (TorchDynamo 2.13)."""
+    original, _, _ = original_and_mended(LONG_HANDLER)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="exception table entry start instruction has no offset"):
+        torch.compile(original.f, backend="eager")(torch.ones(3))
+
+
+def test_the_offsets_are_given_again_only_for_a_rewritten_frame():
+    calls = []
+
+    def failing_once(instructions):
+        calls.append(list(instructions))
+        if len(calls) == 1:
+            raise AssertionError("exception table entry start instruction has no offset")
+        return "table"
+
+    repaired = conversion_failures._offsets_of_replaced_extended_args(failing_once, lambda instructions: None)
+    conversion_failures._converting.rewritten = False
+    with pytest.raises(AssertionError):
+        repaired([])
+    calls.clear()
+    conversion_failures._converting.rewritten = True
+    try:
+        assert repaired([]) == "table" and len(calls) == 2
+    finally:
+        conversion_failures._converting.rewritten = False
 
 
 class _Box:

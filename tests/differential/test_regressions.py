@@ -755,3 +755,55 @@ def test_a_refused_capture_in_the_experts_loop_leaves_the_original_loop():
     )
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
+
+
+SEED_222544 = '''\
+import logging
+import torch
+logger = logging.getLogger(__name__)
+from graphmend_fuzz_checks import torch_compilable_check
+from torch.compiler import is_compiling
+def f(x, y, box, items, table):
+    if x.mean() < 0 and x.max() > 0.5:
+        pass
+    else:
+        z1 = y
+    if z1.mean() < 0:
+        pass
+    else:
+        z2 = y
+    if is_compiling():
+        pass
+    else:
+        h4 = y - x * 2.0
+    torch_compilable_check(z1.mean() > -2.0, f"entries {tuple(z1.shape)}")
+    if not torch._dynamo.is_compiling() and box.n >= 0:
+        logger.warning("eager %s", h4.sum())
+    try:
+        try:
+            pass
+        except Exception as error:
+            print("in flight", type(sys.exc_info()[1]).__name__, z2.sum())
+            if (z2 > 0).any():
+                pass
+        logger.debug("dbg %s", h4.sum())
+    finally:
+        pass
+'''
+
+
+def test_a_rewritten_frame_whose_resume_function_needs_a_prefixed_jump_compiles():
+    """Long fuzz run seed 222544 (minimised): TorchDynamo could not assemble the resume
+    function after the branch break (a jump over the rewritten handler took an
+    ``EXTENDED_ARG`` prefix whose offset it never set), so graphmend ran the whole
+    rewritten frame eagerly: the program's ``is_compiling()`` tests answered False where
+    the original compiled traced the code (an "eager only" output it skipped, and the
+    reverse). The offsets are now given again for rewritten frames
+    (``conversion_failures._offsets_of_replaced_extended_args``) and the frame compiles."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=222544, source=SEED_222544, shape=(2, 3), log_level=10, requires_grad=True)
+    report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
+    assert report.differences == [], [d.describe() for d in report.differences]

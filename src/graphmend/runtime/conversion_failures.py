@@ -20,11 +20,19 @@ then had to know (``dynamic_shapes``: the original broke the graph where the siz
 made; the frame is first traced again with those captures refused, so that its graphs
 are the original's), and never under ``fullgraph=True``, where the user asked for
 errors. Each such frame is listed in ``frames_run_eagerly``.
+
+One such failure is TorchDynamo's own bookkeeping, and is repaired instead, for
+rewritten frames only (``_offsets_of_replaced_extended_args``): rewritten code is longer,
+so more of its jumps need an ``EXTENDED_ARG`` prefix, and the resume function after a
+break then failed to assemble (long fuzz run seed 222544: the whole frame ran eagerly,
+where the original compiled traced it, and the program's own ``is_compiling()`` tests
+answered otherwise).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 
 from graphmend.rewrite.templates import RUNTIME_NAME
 
@@ -103,6 +111,8 @@ def _run_eagerly_on_internal_error(convert):
 
     def wrapped(self, frame, *args, **kwargs):
         sizes_before = dynamic_shapes.sizes_made()
+        converting_before = getattr(_converting, "rewritten", False)
+        _converting.rewritten = _is_rewritten(frame)
         try:
             return convert_without_sizes_needed_on_the_host(self, frame, *args, **kwargs)
         except Exception as error:  # noqa: BLE001 - only the internal errors below are handled
@@ -119,6 +129,35 @@ def _run_eagerly_on_internal_error(convert):
             frames_run_eagerly[(code.co_filename, code.co_firstlineno, code.co_name)] = f"{type(error).__name__}: {error}"
             log.debug("graphmend: TorchDynamo failed on rewritten %s; it runs eagerly", code.co_name, exc_info=True)
             return ConvertFrameReturn(skip_reason="graphmend: TorchDynamo failed on the rewritten frame")
+        finally:
+            _converting.rewritten = converting_before
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
+# Whether this thread is converting a frame of a rewritten module.
+_converting = threading.local()
+
+
+def _offsets_of_replaced_extended_args(compute_exception_table, update_offsets):
+    """Wrap TorchDynamo's ``compute_exception_table``. Assembling a code object, it gives
+    instructions their offsets, then replaces each ``EXTENDED_ARG`` prefix by a new one;
+    when the count of prefixes is unchanged it does not give offsets again, and an
+    exception table entry starting at a prefixed jump finds the new prefix without one
+    (``AssertionError: exception table entry start instruction has no offset``). The
+    replacement changes no size, so giving every instruction its offset again is what
+    the assembled bytecode holds. Only when converting a rewritten frame, and only when
+    the table could not be computed: other frames fail as they would without graphmend."""
+
+    def wrapped(instructions):
+        try:
+            return compute_exception_table(instructions)
+        except AssertionError:
+            if not getattr(_converting, "rewritten", False):
+                raise
+            update_offsets(instructions)
+            return compute_exception_table(instructions)
 
     wrapped._graphmend_wrapped = True
     return wrapped
@@ -131,6 +170,14 @@ def install() -> bool:
         return False
     if not getattr(ConvertFrame.__call__, "_graphmend_wrapped", False):
         ConvertFrame.__call__ = _run_eagerly_on_internal_error(ConvertFrame.__call__)
+    try:
+        from torch._dynamo import bytecode_transformation
+    except ImportError:  # pragma: no cover - another torch
+        return True
+    table = getattr(bytecode_transformation, "compute_exception_table", None)
+    update_offsets = getattr(bytecode_transformation, "update_offsets", None)
+    if table is not None and update_offsets is not None and not getattr(table, "_graphmend_wrapped", False):
+        bytecode_transformation.compute_exception_table = _offsets_of_replaced_extended_args(table, update_offsets)
     return True
 
 
