@@ -280,7 +280,8 @@ def print_summary(tally: Tally, asked: str, stopped: bool) -> None:
     _print_counter("TorchDynamo's own differences (original compiled differs the same way)", tally.torch_own)
     _print_counter(
         "TorchDynamo's trace-time error for the op eager fails at, where torch's compiler failed on "
-        "the original first (no original run to compare)", tally.traced_op_failures,
+        "the original first, or the original compiled traced it too when called on that input alone "
+        "(it had given up the op's frame on an earlier call)", tally.traced_op_failures,
     )
     _print_counter(
         "the program's own compile-state test answering as traced where the original compiled ran "

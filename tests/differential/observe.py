@@ -654,7 +654,7 @@ def compare(
     report = Report()
     cache: dict[tuple[str, str], LoadedCode] = {}
 
-    def observe(variant: str, mode: str) -> list[Observation]:
+    def observe(variant: str, mode: str, call_inputs=None) -> list[Observation]:
         backend = mode.split(":", 1)[1] if ":" in mode else "eager"
         key = (variant, backend)
         if key not in cache:
@@ -662,10 +662,23 @@ def compare(
         torch._dynamo.reset()
         try:
             with _draws_as_eagerly(variant == DRAWS_AS_EAGERLY):
-                return run_program(program, cache[key], mode, inputs)
+                return run_program(program, cache[key], mode, inputs if call_inputs is None else call_inputs)
         finally:
             torch._dynamo.reset()
             unload(cache[key])
+
+    def original_compiled_alone(mode: str):
+        """The original compiled, on a fresh TorchDynamo, called on one observation's
+        input set alone (after its warm-ups): what the call does with no earlier call's
+        compiled or given-up frames."""
+        warm_ups = len(call_labels(program, inputs)) - len(inputs)
+
+        def run(index: int) -> Observation | None:
+            if index < warm_ups:
+                return None
+            return observe("original", mode, [inputs[index - warm_ups]])[-1]
+
+        return run
 
     # Refusals are keyed by file and line, and the minimiser's candidates share the
     # program's file name: each comparison starts from none.
@@ -712,12 +725,16 @@ def compare(
             # later op fails while tracing). Reported apart, in the summary.
             report.checks_made_eagerly.append(difference)
         elif _each_call_is_the_originals(
-            reference, traced_op_failures(reference, original_compiled, actual), actual,
-            output_lines_apart=under_inductor, draws_kept=draws_kept, zero_signs_aside=joint_backward,
+            reference, traced_op_failures(reference, original_compiled, actual, original_compiled_alone(mode)),
+            actual, output_lines_apart=under_inductor, draws_kept=draws_kept, zero_signs_aside=joint_backward,
+            others=(original_compiled,),
         ):
             # Seeds 132739 and 133609: TorchDynamo (or AOTAutograd) failed on the original
             # on every call, so no original run shows what TorchDynamo does at the op the
             # mended run reached; it is what it does at any op that fails while traced.
+            # Seed 221043: the original compiled ran the op eagerly only because
+            # TorchDynamo gave up its frame on an earlier call; called on that input
+            # alone, it traced the op and raised the same error.
             report.traced_op_failures.append(difference)
         elif mode != "compiled:eager" and _DRAWS.search(program.source) and _each_call_is_the_originals(
             reference, observe(DRAWS_AS_EAGERLY, mode), actual, output_lines_apart=under_inductor,
@@ -754,28 +771,40 @@ def _tests_compile_state(program: Program) -> bool:
 
 
 def traced_op_failures(
-    eager: list[Observation], original_compiled: list[Observation], actual: list[Observation]
+    eager: list[Observation], original_compiled: list[Observation], actual: list[Observation], alone=None,
 ) -> list[Observation]:
     """A reference where the original compiled is none: eager's observations, with the
-    error of each call on which (1) torch's compiler failed on the original compiled, and
-    (2) the mended compiled raised TorchDynamo's ``TorchRuntimeError`` for the op at the
-    very line where eager raised, replaced by that error. TorchDynamo reports an op that
+    error of each call on which the mended compiled raised TorchDynamo's
+    ``TorchRuntimeError`` for the op at the very line where eager raised, replaced by
+    that error, where either (1) torch's compiler failed on the original compiled, or (2)
+    the original compiled, called on that input set alone on a fresh TorchDynamo
+    (``alone(index)``), raised that same error there. TorchDynamo reports an op that
     fails while it traces it as its own error (the class counted as TorchDynamo's own
-    whenever the original compiled shows it); here the original compiled never got that
-    far. Every other piece of the call is still eager's (``_each_call_is_the_originals``
-    then sets the globals and generator aside from that call, as for any call that failed
-    as TorchDynamo did)."""
+    whenever the original compiled shows it); in (1) the original compiled never got
+    that far, in (2) it ran the op eagerly only because it had given up the op's frame
+    on an earlier call (a frame of the rewritten code is another code object, which
+    that call did not give up). Every other piece of the call is still eager's
+    (``_each_call_is_the_originals`` then sets the globals and generator aside from that
+    call, as for any call that failed as TorchDynamo did)."""
     reference = []
-    for expected, original, observed in zip(eager, original_compiled, actual):
+    for index, (expected, original, observed) in enumerate(zip(eager, original_compiled, actual)):
         replaced = expected
         if (
-            original.compiler_failed and expected.error is not None and observed.error is not None
+            expected.error is not None and observed.error is not None
             and observed.error[:2] == ("torch._dynamo.exc", "TorchRuntimeError")
             and expected.error_site is not None and observed.error_site == expected.error_site
+            and (original.compiler_failed or _raised_alone_as_observed(alone, index, observed))
         ):
             replaced = Observation(**{**vars(expected), "error": observed.error})
         reference.append(replaced)
     return reference
+
+
+def _raised_alone_as_observed(alone, index: int, observed: Observation) -> bool:
+    if alone is None:
+        return False
+    first = alone(index)
+    return first is not None and first.error == observed.error and first.error_site == observed.error_site
 
 
 # What a call observed, in pieces that can each be the original's eager or compiled one:

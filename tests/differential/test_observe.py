@@ -377,3 +377,24 @@ def test_an_exception_of_a_call_from_a_thread_is_compared() -> None:
     assert compare(program, modes=("eager",), mended_source=program_of('raise ValueError("v")')).differences == []
     report = compare(program, modes=("eager",), mended_source=program_of('raise RuntimeError("v")'))
     assert [d.part for d in report.differences] == ["error"]
+
+
+def test_a_traced_op_error_counts_as_torchs_own_only_when_the_original_alone_raises_it() -> None:
+    """Seed 221043: the original compiled ran an op eagerly (its own RuntimeError) only
+    because TorchDynamo had given up the op's frame on an earlier call; the mended
+    compiled traced it (TorchDynamo's TorchRuntimeError at the same line). That is
+    TorchDynamo's own error when the original compiled, called on that input alone,
+    raises it too; not otherwise."""
+    from .observe import Observation, traced_op_failures
+
+    traced = ("torch._dynamo.exc", "TorchRuntimeError", "shape")
+    eager = [Observation(error=("builtins", "RuntimeError", "shape"), error_site=("p.py", 9))]
+    original = [Observation(error=("builtins", "RuntimeError", "shape"), error_site=("p.py", 9))]
+    mended = [Observation(error=traced, error_site=("p.py", 9))]
+    alone_same = lambda index: Observation(error=traced, error_site=("p.py", 9))  # noqa: E731
+    alone_eager = lambda index: original[index]  # noqa: E731
+    assert traced_op_failures(eager, original, mended, alone_same)[0].error == traced
+    assert traced_op_failures(eager, original, mended, alone_eager)[0].error == eager[0].error
+    assert traced_op_failures(eager, original, mended)[0].error == eager[0].error
+    elsewhere = [Observation(error=traced, error_site=("p.py", 12))]
+    assert traced_op_failures(eager, original, elsewhere, alone_same)[0].error == eager[0].error

@@ -685,14 +685,18 @@ def f(x, y, box, items, table):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="open: TorchDynamo's TorchRuntimeError on the second call (issue 15)")
 def test_an_op_failing_while_traced_on_a_later_call_raises_the_ops_own_error():
     """Long fuzz run seed 221043 (reduced): on its second call (input 'negative') the
     mended program raises TorchDynamo's ``TorchRuntimeError`` for ``h2 + torch.ones(5)``
     (a shape mismatch found while tracing), where the original compiled raises the op's
     own ``RuntimeError``. The first call's generator state is the original compiled's
     (its compile-state test answers as traced), so the report's first difference (the
-    generator after call 0) is not the cause."""
+    generator after call 0) is not the cause. The original compiled ran the op eagerly
+    only because TorchDynamo gave up the op's resumed frame on call 0 (its
+    ``ZeroDivisionError``); the mended program's frames after the rewritten branches are
+    other code objects, which call 0 did not give up. Called on that input alone, the
+    original compiled raises the same ``TorchRuntimeError``: TorchDynamo's own error for
+    an op that fails while traced, counted apart (``observe.traced_op_failures``)."""
     from .grammar import Program
     from .observe import compare
 
@@ -700,6 +704,7 @@ def test_an_op_failing_while_traced_on_a_later_call_raises_the_ops_own_error():
     program = Program(seed=221043, source=SEED_221043, shape=(4,), log_level=10)
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
+    assert len(report.traced_op_failures) == 1
 
 
 SEED_223137 = '''\
