@@ -120,7 +120,16 @@ class Tally:
         os.replace(out.name, path)
 
 
-def run_programs(options, seeds, tally: Tally, stop_asked: list) -> None:
+# The exit status of a chunk's process that stopped after a harness crash: torch's state
+# in that process may be broken, and the rest of its chunk runs in a new one (seed 230025:
+# inductor failing on a graph made under inference mode left the Python dispatcher's
+# state set, and each of the chunk's 237 later programs failed in the harness).
+CRASHED_PROCESS = 3
+
+
+def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
+    """Run each seed; True when one crashed the harness in a chunk of a run (which then
+    stops there)."""
     started = time.monotonic()
     findings = 0
     if options.findings and os.path.exists(options.findings):
@@ -157,6 +166,9 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> None:
         tally.elapsed += time.monotonic() - program_started
         if options.tally:  # after every program: a process that dies loses none of its work
             tally.save(options.tally)
+        if report is None and getattr(options, "chunk_of_a_run", False):
+            return True
+    return False
 
 
 def _add_report(options, tally: Tally, program, report, findings: int) -> int:
@@ -241,6 +253,10 @@ def run_in_fresh_processes(options, argv, seeds, stop_asked: list) -> Tally:
             child[:] = [subprocess.Popen(command)]
             returncode = child[0].wait()
             child.clear()
+            if returncode == CRASHED_PROCESS:  # the crash is in the tally; the rest runs anew
+                tally = Tally.load(tally_path)
+                pending = chunk[chunk.index(tally.last_seed) + 1:] + pending
+                continue
             if returncode != 0:
                 # The process died in a program (killed, out of memory, a crash in native
                 # code): that program is a crash; the rest of its chunk runs in a new process.
@@ -415,9 +431,11 @@ def main(argv=None) -> int:
         tally = run_in_fresh_processes(options, argv if argv is not None else sys.argv[1:], seeds, stop_asked)
     else:
         tally = Tally.load(options.tally) if options.tally else Tally()
-        run_programs(options, seeds, tally, stop_asked)
+        crashed = run_programs(options, seeds, tally, stop_asked)
         if options.tally:
             tally.save(options.tally)
+        if crashed:
+            return CRASHED_PROCESS
     if not options.chunk_of_a_run:
         print_summary(tally, f"seeds {asked} (shard {options.shard})", stopped=bool(stop_asked))
     return 0

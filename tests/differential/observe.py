@@ -775,10 +775,12 @@ def traced_op_failures(
 ) -> list[Observation]:
     """A reference where the original compiled is none: eager's observations, with the
     error of each call on which the mended compiled raised TorchDynamo's
-    ``TorchRuntimeError`` for the op at the very line where eager raised, replaced by
-    that error, where either (1) torch's compiler failed on the original compiled, or (2)
+    ``TorchRuntimeError`` for an op, replaced by that error, where either (1) torch's
+    compiler failed on the original compiled and eager raised at that very line, or (2)
     the original compiled, called on that input set alone on a fresh TorchDynamo
-    (``alone(index)``), raised that same error there. TorchDynamo reports an op that
+    (``alone(index)``), raised that same error there (seed 232488: eagerly the op's error
+    is caught by the program's ``contextlib.suppress``; TorchDynamo's, raised while
+    converting the frame, is not). TorchDynamo reports an op that
     fails while it traces it as its own error (the class counted as TorchDynamo's own
     whenever the original compiled shows it); in (1) the original compiled never got
     that far, in (2) it ran the op eagerly only because it had given up the op's frame
@@ -789,12 +791,12 @@ def traced_op_failures(
     reference = []
     for index, (expected, original, observed) in enumerate(zip(eager, original_compiled, actual)):
         replaced = expected
-        if (
-            expected.error is not None and observed.error is not None
-            and observed.error[:2] == ("torch._dynamo.exc", "TorchRuntimeError")
+        traced_error = observed.error is not None and observed.error[:2] == ("torch._dynamo.exc", "TorchRuntimeError")
+        where_eager_raised = (
+            original.compiler_failed and expected.error is not None
             and expected.error_site is not None and observed.error_site == expected.error_site
-            and (original.compiler_failed or _raised_alone_as_observed(alone, index, observed))
-        ):
+        )
+        if traced_error and (where_eager_raised or _raised_alone_as_observed(alone, index, observed)):
             replaced = Observation(**{**vars(expected), "error": observed.error})
         reference.append(replaced)
     return reference

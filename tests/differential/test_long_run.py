@@ -93,3 +93,67 @@ def test_a_run_in_fresh_processes_sums_to_the_run_in_one() -> None:
     in_fresh_processes = _summary("--fresh-process-every", "2")
     assert "construct coverage" in in_one and "harness crashes: 0" in in_one
     assert in_fresh_processes == in_one
+
+
+class _ProcessWhoseHarnessCrashes(_ProcessKilledInSomePrograms):
+    """A chunk's process that stops after a harness crash in any of ``CRASHING``, the
+    crash recorded in the tally, as ``run_programs`` does in a chunk of a run."""
+
+    CRASHING = {12}
+    started: list = []
+
+    def __init__(self, command, **kwargs) -> None:
+        tally_path = command[command.index("--tally") + 1]
+        tally = Tally.load(tally_path)
+        self.returncode = 0
+        chunk = [int(s) for s in command[command.index("--seeds") + 1].split(",")]
+        self.started.append(chunk)
+        for seed in chunk:
+            tally.last_seed = seed
+            if seed in self.CRASHING:
+                tally.crashes.append((seed, "harness crash"))
+                tally.save(tally_path)
+                self.returncode = long_run.CRASHED_PROCESS
+                break
+            tally.programs += 1
+            tally.save(tally_path)
+
+
+def test_a_harness_crash_ends_its_chunks_process_and_the_rest_runs_in_a_new_one(monkeypatch) -> None:
+    """Seed 230025: torch's state broken by one program made each later program of its
+    process fail in the harness. The crash is counted once; the next seed starts anew."""
+    monkeypatch.setattr(long_run.subprocess, "Popen", _ProcessWhoseHarnessCrashes)
+    _ProcessWhoseHarnessCrashes.started.clear()
+    options = long_run.argparse.Namespace(
+        fresh_process_every=4, time_limit=0, tally=None, programs=7, start=10, seeds=None, shard="0/1",
+        chunk_of_a_run=False, inductor_every=25,
+    )
+    tally = long_run.run_in_fresh_processes(options, [], list(range(10, 17)), stop_asked=[])
+    assert [seed for seed, _ in tally.crashes] == [12]
+    assert tally.programs == 6 and tally.last_seed == 16
+    assert _ProcessWhoseHarnessCrashes.started == [[10, 11, 12, 13], [13, 14, 15, 16]]
+
+
+def test_a_chunk_stops_at_its_first_harness_crash(monkeypatch) -> None:
+    monkeypatch.setattr(long_run, "generate", lambda seed, **kwargs: long_run.argparse.Namespace(seed=seed, features={}))
+
+    def compare(program, modes):
+        raise RuntimeError("torch's state is broken")
+
+    monkeypatch.setattr(long_run, "compare", compare)
+    options = long_run.argparse.Namespace(
+        findings=None, time_limit=0, tally=None, chunk_of_a_run=True, no_aot_eager=False, inductor_every=0,
+        **{name: False for name in (
+            "without_positions", "without_item_checks", "without_finally_reads", "without_layouts",
+            "without_merges", "without_blocks", "without_fusions", "without_warm", "without_shared_inputs",
+            "without_threads", "without_handlers", "without_grad_modes", "without_attribute_code",
+            "with_tracked_inputs",
+        )},
+    )
+    tally = Tally()
+    assert long_run.run_programs(options, [20, 21, 22], tally, stop_asked=[]) is True
+    assert [seed for seed, _ in tally.crashes] == [20] and tally.last_seed == 20
+    options.chunk_of_a_run = False
+    tally = Tally()
+    assert long_run.run_programs(options, [20, 21], tally, stop_asked=[]) is False
+    assert [seed for seed, _ in tally.crashes] == [20, 21]

@@ -398,3 +398,8 @@ def test_a_traced_op_error_counts_as_torchs_own_only_when_the_original_alone_rai
     assert traced_op_failures(eager, original, mended)[0].error == eager[0].error
     elsewhere = [Observation(error=traced, error_site=("p.py", 12))]
     assert traced_op_failures(eager, original, elsewhere, alone_same)[0].error == eager[0].error
+    # Seed 232488: eagerly the program caught the op's error; alone, the original compiled
+    # raised TorchDynamo's, as the mended did.
+    caught = [Observation(error=None)]
+    assert traced_op_failures(caught, caught, mended, alone_same)[0].error == traced
+    assert traced_op_failures(caught, caught, mended, lambda index: caught[index])[0].error is None
