@@ -673,11 +673,14 @@ def compare(
         compiled or given-up frames."""
         warm_ups = len(call_labels(program, inputs)) - len(inputs)
 
-        def run(index: int) -> Observation | None:
-            if index < warm_ups:
-                return None
-            return observe("original", mode, [inputs[index - warm_ups]])[-1]
+        seen: dict[int, Observation | None] = {}
 
+        def run(index: int) -> Observation | None:
+            if index not in seen:
+                seen[index] = None if index < warm_ups else observe("original", mode, [inputs[index - warm_ups]])[-1]
+            return seen[index]
+
+        run.seen = seen
         return run
 
     # Refusals are keyed by file and line, and the minimiser's candidates share the
@@ -725,9 +728,9 @@ def compare(
             # later op fails while tracing). Reported apart, in the summary.
             report.checks_made_eagerly.append(difference)
         elif _each_call_is_the_originals(
-            reference, traced_op_failures(reference, original_compiled, actual, original_compiled_alone(mode)),
+            reference, traced_op_failures(reference, original_compiled, actual, alone := original_compiled_alone(mode)),
             actual, output_lines_apart=under_inductor, draws_kept=draws_kept, zero_signs_aside=joint_backward,
-            others=(original_compiled,),
+            others=(original_compiled, calls_alone_as_observed(reference, actual, alone.seen)),
         ):
             # Seeds 132739 and 133609: TorchDynamo (or AOTAutograd) failed on the original
             # on every call, so no original run shows what TorchDynamo does at the op the
@@ -800,6 +803,19 @@ def traced_op_failures(
             replaced = Observation(**{**vars(expected), "error": observed.error})
         reference.append(replaced)
     return reference
+
+
+def calls_alone_as_observed(
+    eager: list[Observation], actual: list[Observation], alone: dict[int, Observation | None]
+) -> list[Observation]:
+    """Eager's observations, with each call on which the original compiled, called on
+    that input set alone, raised TorchDynamo's error as the mended run did, replaced by
+    that whole run: the call stops at the error, so its output is that run's, not eager's
+    (seed 232488: eagerly a log line follows the op the program's ``suppress`` caught)."""
+    return [
+        alone[index] if index in alone and _raised_alone_as_observed(alone.get, index, observed) else expected
+        for index, (expected, observed) in enumerate(zip(eager, actual))
+    ]
 
 
 def _raised_alone_as_observed(alone, index: int, observed: Observation) -> bool:

@@ -403,3 +403,18 @@ def test_a_traced_op_error_counts_as_torchs_own_only_when_the_original_alone_rai
     caught = [Observation(error=None)]
     assert traced_op_failures(caught, caught, mended, alone_same)[0].error == traced
     assert traced_op_failures(caught, caught, mended, lambda index: caught[index])[0].error is None
+
+
+def test_a_call_that_stopped_at_torchdynamos_error_may_be_the_original_alone_whole() -> None:
+    """Seed 232488: the call stopped at TorchDynamo's error, so its output is the original
+    compiled's called alone (which stopped there too), not eager's; a call whose alone run
+    raised otherwise keeps eager's observation."""
+    from .observe import Observation, calls_alone_as_observed
+
+    traced = ("torch._dynamo.exc", "TorchRuntimeError", "shape")
+    eager = [Observation(events=[("stdout", "a\n"), ("log", "later")]), Observation(events=[("stdout", "b\n")])]
+    mended = [Observation(error=traced, error_site=("p.py", 9), events=[("stdout", "a\n")]), Observation(events=[("stdout", "b\n")])]
+    alone = {0: Observation(error=traced, error_site=("p.py", 9), events=[("stdout", "a\n")])}
+    assert calls_alone_as_observed(eager, mended, alone) == [alone[0], eager[1]]
+    other = {0: Observation(error=("builtins", "RuntimeError", "shape"), error_site=("p.py", 9))}
+    assert calls_alone_as_observed(eager, mended, other) == eager

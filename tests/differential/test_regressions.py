@@ -812,3 +812,42 @@ def test_a_rewritten_frame_whose_resume_function_needs_a_prefixed_jump_compiles(
     program = Program(seed=222544, source=SEED_222544, shape=(2, 3), log_level=10, requires_grad=True)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
+
+
+SEED_232488 = '''\
+import torch
+class Gauge:
+    def __init__(self):
+            z = self.scale(t) + self.base
+import contextlib
+def f(x, y, box, items, table):
+    if x.mean() < 0:
+        z1 = x
+    else:
+        z1 = y
+    if y.max() > 0.5:
+        h2 = z1 * z1 * 3.0
+    flat_m1 = x.flatten()
+    (pos_m1,) = torch.where(flat_m1 > 0.0)
+    if len(pos_m1) > 0:
+        acc_m1[pos_m1] = rows_m1
+    with contextlib.suppress(RuntimeError, ZeroDivisionError):
+        h2 = h2 + torch.ones(5)
+'''
+
+
+def test_torchdynamos_error_escaping_a_suppress_counts_as_its_own_when_the_original_alone_raises_it():
+    """Long run seed 232488 (minimised): an op whose shape mismatch TorchDynamo finds
+    while tracing sits in the program's ``contextlib.suppress(RuntimeError)``; eagerly
+    the op's error is suppressed, TorchDynamo's (raised converting the frame) escapes.
+    The original compiled ran the op eagerly only because it had given that frame up on
+    an earlier call; called on that input alone it raises the same error, and its call
+    stops there as the mended one does (``observe.calls_alone_as_observed``)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=232488, source=SEED_232488, shape=(4,), log_level=10)
+    report = compare(program, modes=("compiled:eager",))
+    assert report.differences == [], [d.describe() for d in report.differences]
+    assert len(report.traced_op_failures) == 1
