@@ -166,7 +166,7 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
         tally.elapsed += time.monotonic() - program_started
         if options.tally:  # after every program: a process that dies loses none of its work
             tally.save(options.tally)
-        if report is None and getattr(options, "chunk_of_a_run", False):
+        if report is None and options.chunk_of_a_run:
             return True
     return False
 

@@ -680,7 +680,6 @@ def compare(
                 seen[index] = None if index < warm_ups else observe("original", mode, [inputs[index - warm_ups]])[-1]
             return seen[index]
 
-        run.seen = seen
         return run
 
     # Refusals are keyed by file and line, and the minimiser's candidates share the
@@ -730,7 +729,7 @@ def compare(
         elif _each_call_is_the_originals(
             reference, traced_op_failures(reference, original_compiled, actual, alone := original_compiled_alone(mode)),
             actual, output_lines_apart=under_inductor, draws_kept=draws_kept, zero_signs_aside=joint_backward,
-            others=(original_compiled, calls_alone_as_observed(reference, actual, alone.seen)),
+            others=(original_compiled, calls_alone_as_observed(reference, actual, alone)),
         ):
             # Seeds 132739 and 133609: TorchDynamo (or AOTAutograd) failed on the original
             # on every call, so no original run shows what TorchDynamo does at the op the
@@ -794,32 +793,36 @@ def traced_op_failures(
     reference = []
     for index, (expected, original, observed) in enumerate(zip(eager, original_compiled, actual)):
         replaced = expected
-        traced_error = observed.error is not None and observed.error[:2] == ("torch._dynamo.exc", "TorchRuntimeError")
         where_eager_raised = (
             original.compiler_failed and expected.error is not None
             and expected.error_site is not None and observed.error_site == expected.error_site
         )
-        if traced_error and (where_eager_raised or _raised_alone_as_observed(alone, index, observed)):
+        if _traced_op_error(observed) and (where_eager_raised or _raised_alone_as_observed(alone, index, observed)):
             replaced = Observation(**{**vars(expected), "error": observed.error})
         reference.append(replaced)
     return reference
 
 
-def calls_alone_as_observed(
-    eager: list[Observation], actual: list[Observation], alone: dict[int, Observation | None]
-) -> list[Observation]:
+def calls_alone_as_observed(eager: list[Observation], actual: list[Observation], alone) -> list[Observation]:
     """Eager's observations, with each call on which the original compiled, called on
-    that input set alone, raised TorchDynamo's error as the mended run did, replaced by
-    that whole run: the call stops at the error, so its output is that run's, not eager's
-    (seed 232488: eagerly a log line follows the op the program's ``suppress`` caught)."""
+    that input set alone (``alone(index)``), raised TorchDynamo's error as the mended run
+    did, replaced by that whole run: the call stops at the error, so its output is that
+    run's, not eager's (seed 232488: eagerly a log line follows the op the program's
+    ``suppress`` caught)."""
     return [
-        alone[index] if index in alone and _raised_alone_as_observed(alone.get, index, observed) else expected
+        alone(index) if _raised_alone_as_observed(alone, index, observed) else expected
         for index, (expected, observed) in enumerate(zip(eager, actual))
     ]
 
 
+def _traced_op_error(observed: Observation) -> bool:
+    return observed.error is not None and observed.error[:2] == ("torch._dynamo.exc", "TorchRuntimeError")
+
+
 def _raised_alone_as_observed(alone, index: int, observed: Observation) -> bool:
-    if alone is None:
+    """Only for a call that raised TorchDynamo's trace-time error is the original run
+    alone (a run of its own per call asked)."""
+    if alone is None or not _traced_op_error(observed):
         return False
     first = alone(index)
     return first is not None and first.error == observed.error and first.error_site == observed.error_site

@@ -415,6 +415,6 @@ def test_a_call_that_stopped_at_torchdynamos_error_may_be_the_original_alone_who
     eager = [Observation(events=[("stdout", "a\n"), ("log", "later")]), Observation(events=[("stdout", "b\n")])]
     mended = [Observation(error=traced, error_site=("p.py", 9), events=[("stdout", "a\n")]), Observation(events=[("stdout", "b\n")])]
     alone = {0: Observation(error=traced, error_site=("p.py", 9), events=[("stdout", "a\n")])}
-    assert calls_alone_as_observed(eager, mended, alone) == [alone[0], eager[1]]
+    assert calls_alone_as_observed(eager, mended, alone.get) == [alone[0], eager[1]]
     other = {0: Observation(error=("builtins", "RuntimeError", "shape"), error_site=("p.py", 9))}
-    assert calls_alone_as_observed(eager, mended, other) == eager
+    assert calls_alone_as_observed(eager, mended, other.get) == eager
