@@ -50,6 +50,7 @@ import graphmend.runtime  # noqa: F401 - wraps torch.compile: flushes deferred e
 from graphmend.rewrite.pipeline import mend_module_source
 from graphmend.runtime import claims
 
+from . import compile_state
 from . import fuzz_check_helper  # noqa: F401 - the validation helper programs call, registered
 from .grammar import BACKEND_LINE, STATE_NAMES, Program, other_module_source
 
@@ -376,7 +377,6 @@ COMPILE_STATE_AS_TRACED = "original-compile-state-as-traced"
 # compiled's, bit for bit this run's).
 DRAWS_AS_EAGERLY = "original-draws-as-eagerly"
 _DRAWS = re.compile(r"\b(?:rand\w*|bernoulli|dropout|multinomial|normal)\(")
-_COMPILE_STATE_TEST = re.compile(r"\b(?:torch\.compiler\.|torch\._dynamo\.)?is_compiling\(\)")
 
 
 def prepare(
@@ -386,7 +386,9 @@ def prepare(
     if variant == CHECKS_MADE_EAGERLY:
         source = source.replace(_CHECK_IMPORT, _CHECK_IMPORT + "_eagerly as torch_compilable_check")
     if variant == COMPILE_STATE_AS_TRACED:
-        source = _COMPILE_STATE_TEST.sub("True", source)
+        source = compile_state.COMPILE_STATE_TEST.sub("True", source)
+    if compile_state.is_answers_variant(variant):
+        source = compile_state.answering(source, variant)
     if variant == "mended" and mended_source is not None:  # the harness's own tests: a hand-made "mended" text
         source, variant = with_backend(mended_source, backend), "given"
     main_name = main_code = None
@@ -708,9 +710,14 @@ def compare(
             zero_signs_aside=joint_backward,
         ):
             report.torch_own.append(difference)
-        elif _tests_compile_state(program) and _each_call_is_the_originals(
+        elif compile_state.tests_compile_state(program.source) and _each_call_is_the_originals(
             reference, original_compiled, actual, output_lines_apart=under_inductor, draws_kept=draws_kept,
             zero_signs_aside=joint_backward, others=(observe(COMPILE_STATE_AS_TRACED, "eager"),),
+        ):
+            report.compile_state_answers.append(difference)
+        elif compile_state.tests_compile_state(program.source) and _answers_explain(
+            program, observe, original_compiled, actual, output_lines_apart=under_inductor, draws_kept=draws_kept,
+            zero_signs_aside=joint_backward,
         ):
             report.compile_state_answers.append(difference)
         elif program.features.get("check-call") and _each_call_is_the_originals(
@@ -768,8 +775,26 @@ def _draws_as_eagerly(applies: bool):
         claims._compiled_from_mended_code = taken_as_mended
 
 
-def _tests_compile_state(program: Program) -> bool:
-    return bool(_COMPILE_STATE_TEST.search(program.source))
+def _answers_explain(program: Program, observe, original_compiled, actual, draws_kept=None, **comparison) -> bool:
+    """The mended run is the original's with its compile-state tests answering as some
+    mixture of traced and eager code, traced at least where the original compiled traced
+    (``compile_state``)."""
+    answer_sets = compile_state.answer_sets(program.source)
+    if answer_sets is None:
+        return False
+    runs = {chosen: observe(compile_state.variant(chosen), "eager") for chosen in answer_sets}
+    kept_run: list = []
+
+    def kept_call(call: int):
+        if not kept_run:
+            kept_run.append(draws_kept())
+        return kept_run[0][call : call + 1]
+
+    def same_call(reference, compiled, observed, call: int) -> bool:
+        kept = (lambda: kept_call(call)) if draws_kept is not None else None
+        return _each_call_is_the_originals([reference], [compiled], [observed], draws_kept=kept, **comparison)
+
+    return compile_state.explained_by_answers(runs, original_compiled, actual, same_call)
 
 
 def traced_op_failures(

@@ -418,3 +418,65 @@ def test_a_call_that_stopped_at_torchdynamos_error_may_be_the_original_alone_who
     assert calls_alone_as_observed(eager, mended, alone.get) == [alone[0], eager[1]]
     other = {0: Observation(error=("builtins", "RuntimeError", "shape"), error_site=("p.py", 9))}
     assert calls_alone_as_observed(eager, mended, other.get) == eager
+
+
+def test_compile_state_answer_sets_substitute_each_test_site_in_source_order() -> None:
+    from . import compile_state
+
+    source = "if not is_compiling():\n    a()\nif torch.compiler.is_compiling():\n    b()\n"
+    assert compile_state.answer_sets(source) == [frozenset(), {0}, {1}, {0, 1}]
+    assert compile_state.answering(source, compile_state.variant(frozenset({1}))) == (
+        "if not False:\n    a()\nif True:\n    b()\n"
+    )
+    assert compile_state.answer_sets("is_compiling()\n" * (compile_state.MOST_SITES + 1)) is None
+
+
+def test_a_compile_state_mixture_counts_only_as_traced_at_least_where_the_original_compiled_traced() -> None:
+    """Each string stands for one call's observation; an answer set names the sites
+    answering True."""
+    from .compile_state import explained_by_answers
+
+    runs = {frozenset(): ["AB"], frozenset({0}): ["B"], frozenset({1}): ["A"], frozenset({0, 1}): [""]}
+
+    def same_call(reference, compiled, observed, call):
+        return observed in (reference, compiled)
+
+    # The original compiled ran both tests eagerly; the mended traced the first (232508).
+    assert explained_by_answers(runs, ["AB"], ["B"], same_call)
+    # Traced where the original compiled traced, and more.
+    assert explained_by_answers(runs, ["A"], [""], same_call)
+    # Eager where the original compiled traced: graphmend ran traced code eagerly.
+    assert not explained_by_answers(runs, [""], ["B"], same_call)
+    assert not explained_by_answers(runs, ["B"], ["A"], same_call)
+    # No answer set shows the mended call, or the original compiled's.
+    assert not explained_by_answers(runs, ["AB"], ["C"], same_call)
+    assert not explained_by_answers(runs, ["C"], ["B"], same_call)
+
+
+def test_a_mended_run_eager_where_the_original_compiled_traced_still_differs() -> None:
+    """No break: the original compiled traces both tests and prints nothing. A "mended"
+    text that prints the second line only is the original with the first test answering
+    True and the second False, an answer set that leaves out a site the original
+    compiled traced."""
+    from collections import Counter
+
+    header = HEADER.format(shape=(4,)) + "from torch.compiler import is_compiling\n"
+    body = (
+        "\n\ndef f(x, y, box, items, table):\n"
+        "    z = x * 2.0\n"
+        "    if not is_compiling():\n"
+        '        print("first")\n'
+        "    z = z + y\n"
+        "    if not is_compiling():\n"
+        '        print("second")\n'
+        "    return z\n"
+    )
+    program = Program(seed=9, source=header + body, features=Counter())
+    assert compare(program, modes=("compiled:eager",)).differences == []
+    second_only = header + body.replace('print("first")', "pass").replace(
+        "    if not is_compiling():\n        print(\"second\")", '    print("second")'
+    )
+    report = compare(program, modes=("compiled:eager",), mended_source=second_only)
+    assert len(report.differences) == 1 and report.compile_state_answers == []
+    nothing_printed = header + body.replace('print("first")', "pass").replace('print("second")', "pass")
+    assert compare(program, modes=("compiled:eager",), mended_source=nothing_printed).differences == []

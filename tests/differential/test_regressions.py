@@ -851,3 +851,39 @@ def test_torchdynamos_error_escaping_a_suppress_counts_as_its_own_when_the_origi
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
     assert len(report.traced_op_failures) == 1
+
+
+SEED_232508 = '''\
+import warnings
+from torch.compiler import is_compiling
+def f(x, y, box, items, table):
+    if y.max() > 0.5:
+        z1 = x
+    print("alias", z1 is x, z1 is y)
+    if not is_compiling():
+        print("eager only", z1.sum())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+    if not is_compiling() and box.n >= 1:
+        print("eager only", x.sum())
+'''
+
+
+def test_a_compile_state_mixture_left_by_a_break_graphmend_keeps_is_the_programs_own():
+    """Long run seed 232508 (minimised, compiled from another module): the original
+    breaks at the print and gives up the frame resumed there whole (its break inside
+    ``catch_warnings`` cannot be resumed from), so both tests answer False. The mended
+    print does not break: TorchDynamo traces up to the ``with`` block and runs the rest
+    eagerly, so the first test answers True and the second False. That is the original
+    with those answers, traced where the original compiled traced and more
+    (``compile_state``)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(
+        seed=232508, source=SEED_232508, shape=(4,), log_level=10, requires_grad=True, compile_site="other-module"
+    )
+    report = compare(program, modes=("compiled:eager",))
+    assert report.differences == [], [d.describe() for d in report.differences]
+    assert len(report.compile_state_answers) == 1
