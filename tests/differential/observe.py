@@ -177,9 +177,15 @@ def tensor_bits(value: torch.Tensor) -> tuple:
 class Normaliser:
     """Turns values into comparable keys, naming objects the program was given or owns."""
 
-    def __init__(self, known: dict[int, str], storages: dict[int, str]):
+    def __init__(self, known: dict[int, str], storages: dict[int, str], named=()):
         self.known = known
         self.storages = storages
+        # The objects named by identity or storage, held while values are normalised: a
+        # global the call rebinds is freed otherwise, and an object the call makes may
+        # be given its id or its memory and read as that global (a gradient allocated
+        # where ``TOTAL`` was before ``TOTAL = TOTAL + x``, not where a rewrite's ops
+        # put it).
+        self.named = tuple(named)
 
     def __call__(self, value, depth: int = 0):
         identity = self.known.get(id(value))
@@ -545,12 +551,14 @@ def _call(program, module, target, module_names, index, x_value, y_value, item_c
     storages = {}
     for label, tensor in (("x", x), ("y", y)):
         storages[tensor.untyped_storage().data_ptr()] = label
+    named = [x, y, box, items, table]
     for name in STATE_NAMES:
         if name in module.__dict__:
             known.setdefault(id(module.__dict__[name]), name)
+            named.append(module.__dict__[name])
             if isinstance(module.__dict__[name], torch.Tensor):
                 storages[module.__dict__[name].untyped_storage().data_ptr()] = name
-    normalise = Normaliser(known, storages)
+    normalise = Normaliser(known, storages, named)
     observation = Observation()
     torch.manual_seed(1000 + index)
     value = None

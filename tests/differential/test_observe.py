@@ -480,3 +480,25 @@ def test_a_mended_run_eager_where_the_original_compiled_traced_still_differs() -
     assert len(report.differences) == 1 and report.compile_state_answers == []
     nothing_printed = header + body.replace('print("first")', "pass").replace('print("second")', "pass")
     assert compare(program, modes=("compiled:eager",), mended_source=nothing_printed).differences == []
+
+
+
+def test_a_global_the_call_rebinds_is_not_read_in_a_tensor_given_its_memory_later() -> None:
+    """``TOTAL = TOTAL + x`` frees the old ``TOTAL`` (addition saves no input), and eagerly
+    a gradient allocated next read as sharing ``TOTAL``'s storage, in the original and
+    not in the mended run, whose ``torch.where`` allocates otherwise (a hand-made
+    program). The normaliser holds the objects it names, so their memory is not given
+    to a tensor the call makes."""
+    from .observe import Normaliser
+
+    def normaliser_of_a_freed_global(held: bool):
+        total = torch.zeros(1000)
+        storages = {total.untyped_storage().data_ptr(): "TOTAL"}
+        return Normaliser({id(total): "TOTAL"}, storages, [total] if held else [])
+
+    normalise = normaliser_of_a_freed_global(held=True)
+    made = [torch.empty(1000) for _ in range(50)]
+    assert [normalise(t)[-2:] for t in made] == [(("is", None), ("storage", None))] * 50
+    unheld = normaliser_of_a_freed_global(held=False)
+    made = [torch.empty(1000) for _ in range(50)]
+    assert ("storage", "TOTAL") in [unheld(t)[-1] for t in made]  # what holding prevents
