@@ -261,7 +261,8 @@ class _Generator:
     def __init__(self, seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
                  layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
                  warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True,
-                 grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False):
+                 grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False,
+                 global_rebinds: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -339,6 +340,11 @@ class _Generator:
         # Arguments of a tensor subclass that logs its operations, own stream.
         self.tracked_rng = random.Random(f"tracked-inputs-{seed}")
         self.tracked_enabled = tracked_inputs
+        # Module globals rebound (``global TOTAL; TOTAL = ...``), in an arm or not, to a
+        # new object or to an argument (``global_rebind_statement``), own stream.
+        self.rebind_rng = random.Random(f"global-rebind-{seed}")
+        self.global_rebinds_enabled = global_rebinds
+        self.globals_rebound: set[str] = set()
 
     # small helpers ---------------------------------------------------------------
 
@@ -368,8 +374,10 @@ class _Generator:
             return f"{self.pick(UNARY)}({self.expression(names, depth + 1)})"
         return f"{self.pick(names)} * {self.pick(CONSTANTS)}"
 
-    def condition(self, names: list[str]) -> str:
-        name = self.pick(names)
+    def condition(self, names: list[str], rng: random.Random | None = None) -> str:
+        """A tensor condition; drawn from ``rng`` (an own stream) where given."""
+        rng = rng or self.rng
+        name = rng.choice(names)
         forms = [
             f"{name}.sum() > 0",
             f"({name} > 0).all()",
@@ -378,10 +386,10 @@ class _Generator:
             f"({name} > 1).any()",
             "x.sum() > y.sum()",
         ]
-        if self.chance(0.08):
+        if rng.random() < 0.08:
             self.feature("boolop-condition")
-            return f"{self.pick(forms)} {self.pick(['and', 'or'])} {self.pick(forms)}"
-        return self.pick(forms)
+            return f"{rng.choice(forms)} {rng.choice(['and', 'or'])} {rng.choice(forms)}"
+        return rng.choice(forms)
 
     # helpers (module-level functions called by f) ---------------------------------
 
@@ -473,7 +481,43 @@ class _Generator:
             lines = lines + self.grad_mode_statement(names, depth, in_loop)
         if self.attributes_enabled and self.attribute_rng.random() < 0.05:
             lines = lines + self.attribute_statement(names)
+        if self.global_rebinds_enabled and self.rebind_rng.random() < 0.025:
+            lines = lines + self.global_rebind_statement(names)
         return lines
+
+    def global_rebind_statement(self, names: list[str]) -> list[str]:
+        """A module global rebound by ``f`` (``global TOTAL``): to a new tensor or list in
+        one arm or both, to an argument (the global then aliases it, and a later in-place
+        write through the global writes the argument), or unconditionally and read
+        back. What the call leaves in the global, and whether it is the object it was,
+        is observed; autograd frees the rebound tensor, so the harness holds what it names
+        (``observe.Normaliser``)."""
+        rng = self.rebind_rng
+        name = rng.choice(names)
+        condition = self.condition(names, rng)
+        kind = rng.choice(("tensor-both-arms", "tensor-one-arm", "to-argument", "list", "unconditional"))
+        self.feature("global-rebind-" + kind)
+        if kind == "list":
+            self.globals_rebound.add("HISTORY")
+            return [
+                f"if {condition}:", f"    HISTORY = HISTORY + [{name}.sum()]",
+                "else:", f"    HISTORY = {rng.choice(('[]', 'HISTORY[:1]', 'HISTORY'))}",
+            ]
+        self.globals_rebound.add("TOTAL")
+        if kind == "tensor-both-arms":
+            return [
+                f"if {condition}:", f"    TOTAL = TOTAL + {name}",
+                "else:", f"    TOTAL = TOTAL {rng.choice(BINARY)} {rng.choice(CONSTANTS)}",
+            ]
+        if kind == "tensor-one-arm":
+            return [f"if {condition}:", f"    TOTAL = {rng.choice(('TOTAL * ', 'TOTAL + '))}{name}"]
+        if kind == "to-argument":
+            lines = [f"if {condition}:", f"    TOTAL = {rng.choice(('x', 'y'))}"]
+            if rng.random() < 0.5:
+                lines += [rng.choice(("TOTAL.mul_(0.5)", "TOTAL.add_(1.0)", f"{name} = {name} + TOTAL"))]
+            return lines
+        target = rng.choice(self.rebindable(names))
+        return [f"TOTAL = TOTAL + {name}", f"{target} = {target} * TOTAL"]
 
     def attribute_statement(self, names: list[str]) -> list[str]:
         """A data-dependent branch that reads or writes through ``GAUGE``, an object whose
@@ -1212,6 +1256,8 @@ class _Generator:
         if self.globals_written or any("COUNT" in line and "+=" in line for line in body):
             body = ["global COUNT"] + body
             self.feature("global-declaration")
+        if self.globals_rebound:
+            body = [f"global {', '.join(sorted(self.globals_rebound))}"] + body
         compile_site = self.rng.choices(COMPILE_SITES, weights=[6, 2, 2])[0]
         self.feature(f"compiled-from-{compile_site}")
         lines = [HEADER.format(shape=shape)]
@@ -1281,7 +1327,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
              layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
              warm: bool = True, shared_inputs: bool = True, threads: bool = True,
              handlers: bool = True, grad_modes: bool = True, attribute_code: bool = True,
-             tracked_inputs: bool = False) -> Program:
+             tracked_inputs: bool = False, global_rebinds: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1296,6 +1342,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``handlers=False``: before code run while an exception is in flight;
     ``grad_modes=False``: before statements under a grad mode of their own;
     ``attribute_code=False``: before attribute access that runs the program's code;
+    ``global_rebinds=False``: before module globals rebound by ``f``;
     ``tracked_inputs=True``: with arguments of a tensor subclass that logs its
     operations, off by default: under torch 2.13 most differences such programs show
     are torch's own failures with ``__torch_function__`` subclasses, which the original
@@ -1308,5 +1355,5 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
         seed, positions, item_checks and positions, finally_reads and positions, layouts and positions,
         merges and positions, blocks and positions, fusions and positions, warm and positions,
         shared_inputs and positions, threads and positions, handlers and positions, grad_modes and positions,
-        attribute_code and positions, tracked_inputs and positions,
+        attribute_code and positions, tracked_inputs and positions, global_rebinds and positions,
     ).program()

@@ -147,6 +147,7 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
             shared_inputs=not options.without_shared_inputs, threads=not options.without_threads,
             handlers=not options.without_handlers, grad_modes=not options.without_grad_modes,
             attribute_code=not options.without_attribute_code, tracked_inputs=options.with_tracked_inputs,
+            global_rebinds=not options.without_global_rebinds,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
@@ -372,6 +373,10 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--with-tracked-inputs", action="store_true",
         help="also draw arguments of a tensor subclass that logs its operations (see grammar.generate)",
+    )
+    parser.add_argument(
+        "--without-global-rebinds", action="store_true",
+        help="draw programs as the grammar did before module globals rebound by f (the seeds of runs before it)",
     )
     parser.add_argument(
         "--without-blocks", action="store_true",
