@@ -96,6 +96,7 @@ class Tally:
     torch_own: Counter = dataclasses.field(default_factory=Counter)
     checks_made_eagerly: Counter = dataclasses.field(default_factory=Counter)
     draws_as_eagerly: Counter = dataclasses.field(default_factory=Counter)
+    assembly_as_for_rewritten_code: Counter = dataclasses.field(default_factory=Counter)
     numeric: Counter = dataclasses.field(default_factory=Counter)
     traced_op_failures: Counter = dataclasses.field(default_factory=Counter)
     compile_state_answers: Counter = dataclasses.field(default_factory=Counter)
@@ -182,6 +183,8 @@ def _add_report(options, tally: Tally, program, report, findings: int) -> int:
         tally.checks_made_eagerly[difference_class(difference)] += 1
     for difference in report.draws_as_eagerly:
         tally.draws_as_eagerly[difference_class(difference)] += 1
+    for difference in report.assembly_as_for_rewritten_code:
+        tally.assembly_as_for_rewritten_code[difference_class(difference)] += 1
     for difference in report.numeric:
         tally.numeric[difference.mode] += 1
     for difference in report.traced_op_failures:
@@ -301,8 +304,13 @@ def print_summary(tally: Tally, asked: str, stopped: bool) -> None:
         "(it had given up the op's frame on an earlier call)", tally.traced_op_failures,
     )
     _print_counter(
-        "the program's own compile-state test answering as traced where the original compiled ran "
-        "that code eagerly", tally.compile_state_answers,
+        "the program's own compile-state tests answering as traced where the original compiled ran "
+        "that code eagerly (all of them, or some, traced at least where the original compiled traced)",
+        tally.compile_state_answers,
+    )
+    _print_counter(
+        "as the original compiled with TorchDynamo's assembly mended as for graphmend's rewritten "
+        "frames (the original failed on its assembly bug)", tally.assembly_as_for_rewritten_code,
     )
     print(f"inductor float-bit-only differences (allclose): {sum(tally.numeric.values())}")
     print(f"harness crashes: {len(tally.crashes)}")

@@ -48,7 +48,7 @@ import torch
 
 import graphmend.runtime  # noqa: F401 - wraps torch.compile: flushes deferred effects, restores traps
 from graphmend.rewrite.pipeline import mend_module_source
-from graphmend.runtime import claims
+from graphmend.runtime import claims, conversion_failures
 
 from . import compile_state
 from . import fuzz_check_helper  # noqa: F401 - the validation helper programs call, registered
@@ -382,6 +382,16 @@ COMPILE_STATE_AS_TRACED = "original-compile-state-as-traced"
 # gradient one unit in the last place from eager's and far from the original
 # compiled's, bit for bit this run's).
 DRAWS_AS_EAGERLY = "original-draws-as-eagerly"
+
+# The original compiled with TorchDynamo's assembly of every frame mended as graphmend
+# mends it for frames of rewritten code (``conversion_failures``: offsets given again
+# where ``EXTENDED_ARG`` prefixes were replaced). Where the original compiled fails on
+# that assembly bug on every call, it shows nothing past it; this shows what TorchDynamo
+# does there, as it does for the mended program (seed 242676: past it, an op failing
+# while traced inside the program's ``contextlib.suppress`` raises TorchDynamo's error,
+# as in 232488).
+ASSEMBLY_AS_FOR_REWRITTEN_CODE = "original-assembly-as-for-rewritten-code"
+_ASSEMBLY_FAILURE = "exception table entry start instruction has no offset"
 _DRAWS = re.compile(r"\b(?:rand\w*|bernoulli|dropout|multinomial|normal)\(")
 
 
@@ -645,6 +655,10 @@ class Report:
     # The original compiled with graphmend's policy for random draws differs the same
     # way (see ``DRAWS_AS_EAGERLY``).
     draws_as_eagerly: list[Difference] = field(default_factory=list)
+    # The original compiled failed on TorchDynamo's assembly bug; with its assembly
+    # mended as graphmend's frames are, it differs the same way
+    # (``ASSEMBLY_AS_FOR_REWRITTEN_CODE``).
+    assembly_as_for_rewritten_code: list[Difference] = field(default_factory=list)
     modes_run: list[str] = field(default_factory=list)
     crashed: str | None = None
 
@@ -671,7 +685,9 @@ def compare(
             cache[key] = prepare(program, variant, backend, filename, module_name, mended_source)
         torch._dynamo.reset()
         try:
-            with _draws_as_eagerly(variant == DRAWS_AS_EAGERLY):
+            with _draws_as_eagerly(variant == DRAWS_AS_EAGERLY), _assembly_as_for_rewritten_code(
+                variant == ASSEMBLY_AS_FOR_REWRITTEN_CODE
+            ):
                 return run_program(program, cache[key], mode, inputs if call_inputs is None else call_inputs)
         finally:
             torch._dynamo.reset()
@@ -758,6 +774,11 @@ def compare(
             draws_kept=draws_kept, zero_signs_aside=joint_backward,
         ):
             report.draws_as_eagerly.append(difference)
+        elif _failed_on_assembly(original_compiled) and _each_call_is_the_originals(
+            reference, observe(ASSEMBLY_AS_FOR_REWRITTEN_CODE, mode), actual, output_lines_apart=under_inductor,
+            draws_kept=draws_kept, zero_signs_aside=joint_backward,
+        ):
+            report.assembly_as_for_rewritten_code.append(difference)
         elif under_inductor and _each_call_is_the_originals(
             reference, original_compiled, actual, float_bits_aside=True, output_lines_apart=True,
             draws_kept=draws_kept,
@@ -766,6 +787,31 @@ def compare(
         else:
             report.differences.append(difference)
     return report
+
+
+def _failed_on_assembly(observations: list[Observation]) -> bool:
+    return any(o.error is not None and o.error[1] == "AssertionError" and _ASSEMBLY_FAILURE in o.error[3] for o in observations)
+
+
+class _EveryFrameAsRewritten(threading.local):
+    """``conversion_failures._converting`` answering that every frame is of rewritten code."""
+
+    rewritten = property(lambda self: True, lambda self, value: None)
+
+
+@contextlib.contextmanager
+def _assembly_as_for_rewritten_code(applies: bool):
+    """While ``applies``: TorchDynamo's assembly of every frame is mended as graphmend mends
+    it for frames of rewritten code (``ASSEMBLY_AS_FOR_REWRITTEN_CODE``)."""
+    if not applies:
+        yield
+        return
+    converting = conversion_failures._converting
+    conversion_failures._converting = _EveryFrameAsRewritten()
+    try:
+        yield
+    finally:
+        conversion_failures._converting = converting
 
 
 @contextlib.contextmanager

@@ -887,3 +887,64 @@ def test_a_compile_state_mixture_left_by_a_break_graphmend_keeps_is_the_programs
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
     assert len(report.compile_state_answers) == 1
+
+
+SEED_242676 = '''\
+import torch
+class Router(torch.nn.Module):
+    def __init__(self):
+        pass
+import contextlib
+def f(x, y, box, items, table):
+    if y.mean() < 0:
+        pass
+    with contextlib.suppress(RuntimeError, ZeroDivisionError):
+        y = y * 3.0
+        y = y + torch.ones(5)
+    if (x > 1).any() and (x > 0).all():
+        h2 = torch.sigmoid(y)
+    try:
+        h1 = y - 1.5
+        for i in range(3):
+            if h1.sum() > 0:
+                h2 = h2 + torch.ones(5)
+            grid_l1 = torch.stack([flat_l1, -flat_l1, flat_l1 * 0.5], dim=1)
+            normed_l1 = NORM(grid_l1.float().unsqueeze(0).transpose(1, 2))
+            print("normed", flat_l1.sum())
+            h2 = h2 + normed_l1.transpose(1, 2).reshape(-1).sum() * 0.125
+            try:
+                pass
+            except Exception as error:
+                pass
+    except ValueError as error:
+        pass
+'''
+
+
+def test_an_op_failing_past_torchdynamos_assembly_bug_counts_as_the_original_with_its_assembly_mended():
+    """Long run seed 242676 (minimised): the original compiled fails on every call on
+    TorchDynamo's assembly bug (``exception table entry start instruction has no
+    offset``), which graphmend mends for its own frames (``conversion_failures``). Past
+    it, the mended frame traces an op inside ``contextlib.suppress(RuntimeError)`` that
+    fails, and TorchDynamo's error escapes the ``suppress`` (as in seed 232488); eagerly
+    a later op raises. The original compiled with its assembly mended the same way
+    (``observe.ASSEMBLY_AS_FOR_REWRITTEN_CODE``) raises that same error; a mended run that
+    also writes an argument still differs."""
+    from graphmend.rewrite.pipeline import mend_module_source
+
+    from .grammar import Program
+    from .observe import compare, with_backend
+
+    claims.forget_refusals()
+    program = Program(seed=242676, source=SEED_242676, shape=(2, 3), log_level=20)
+    report = compare(program, modes=("compiled:eager",))
+    assert report.differences == [], [d.describe() for d in report.differences]
+    assert len(report.assembly_as_for_rewritten_code) == 1
+    mended = mend_module_source(
+        with_backend(SEED_242676, "eager"), filename="/graphmend-fuzz/program_242676.py",
+        module_name="gm_fuzz_242676", scope="all",
+    ).source
+    assert "print_in_graph" in mended
+    writes_box = mended.replace("def f(x, y, box, items, table):\n", "def f(x, y, box, items, table):\n    box.n = 7\n")
+    assert writes_box != mended
+    assert compare(program, modes=("compiled:eager",), mended_source=writes_box).differences != []
