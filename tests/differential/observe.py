@@ -36,6 +36,7 @@ import io
 import logging
 import math
 import os
+import queue
 import re
 import sys
 import threading
@@ -572,39 +573,63 @@ def _call(program, module, target, module_names, index, x_value, y_value, item_c
     observation = Observation()
     torch.manual_seed(1000 + index)
     value = None
-    with observing(list(module_names), program.log_level, observation.events):
-        try:
-            arguments = (x, y, box, items, table)
-            value = _called_from_a_thread(target, arguments) if program.calls_from_threads else target(*arguments)
-            observation.value = normalise(value)
-        except Exception as error:  # noqa: BLE001 - the exception is what is compared
-            observation.error = exception_key(error, module_names)
-            observation.error_site = error_site(error, _program_files(module_names))
-            observation.compiler_failed = compiler_failed(error)
-    if observation.error is None and program.requires_grad:
-        observation.gradients = _gradients(value, x, y, normalise)
+    calling_thread = _CallingThread() if program.calls_from_threads else None
+    made_there = calling_thread.run if calling_thread is not None else (lambda function, *args: function(*args))
+    try:
+        with observing(list(module_names), program.log_level, observation.events):
+            try:
+                value = made_there(target, x, y, box, items, table)
+                observation.value = normalise(value)
+            except Exception as error:  # noqa: BLE001 - the exception is what is compared
+                observation.error = exception_key(error, module_names)
+                observation.error_site = error_site(error, _program_files(module_names))
+                observation.compiler_failed = compiler_failed(error)
+        if observation.error is None and program.requires_grad:
+            observation.gradients = made_there(_gradients, value, x, y, normalise)
+    finally:
+        if calling_thread is not None:
+            calling_thread.close()
     observation.arguments = normalise((x, y, box, items, table))
     _record_globals_and_rng(observation, module, normalise)
     return observation
 
 
-def _called_from_a_thread(target, arguments):
-    """``target(*arguments)`` in a thread of its own, started and joined: its value, or
-    its exception raised again here (its traceback keeps the thread's frames)."""
-    outcome = {}
+class _CallingThread:
+    """A thread of a call's own (``Program.calls_from_threads``), where ``f`` runs and then
+    the backward of what it returned. Autograd sums the gradients an input gets in the
+    order of the numbers its nodes were given, counted per thread: with ``f``'s nodes
+    numbered in a new thread and the backward's sum made in the main thread, the order
+    depended on how many nodes the main thread had made before in the process (seed
+    243502, the second program of a new process: the original's first run summed a
+    gradient one unit in the last place apart from every later run, the mended one's
+    included). Made in the same thread, the sum's nodes come after ``f``'s."""
 
-    def call():
-        try:
-            outcome["value"] = target(*arguments)
-        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
-            outcome["error"] = error
+    def __init__(self):
+        self._tasks: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="fuzz-call")
+        self._thread.start()
 
-    worker = threading.Thread(target=call, name="fuzz-call")
-    worker.start()
-    worker.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    def run(self, function, *arguments):
+        """``function(*arguments)`` there: its value, or its exception raised again here
+        (its traceback keeps the thread's frames)."""
+        outcome: queue.Queue = queue.Queue(maxsize=1)
+        self._tasks.put((function, arguments, outcome))
+        succeeded, result = outcome.get()
+        if not succeeded:
+            raise result
+        return result
+
+    def close(self) -> None:
+        self._tasks.put(None)
+        self._thread.join()
+
+    def _serve(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            function, arguments, outcome = task
+            try:
+                outcome.put((True, function(*arguments)))
+            except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+                outcome.put((False, error))
 
 
 def _gradients(value, x, y, normalise):

@@ -372,6 +372,27 @@ def test_calls_from_threads_are_made_from_a_thread_of_their_own() -> None:
     assert [d.part for d in report.differences] == ["globals"]
 
 
+def test_the_backward_of_a_call_from_a_thread_is_made_in_that_thread() -> None:
+    """Seed 243502: autograd orders the gradients it sums by numbers counted per thread,
+    so a backward made in the main thread summed in an order that depended on the
+    process's history. The gradient hook records the thread the backward ran in."""
+    from . import observe
+
+    body = (
+        "import threading\n"
+        "y.register_hook(lambda g: HISTORY.append(threading.current_thread().name))\n"
+        "return y * 2.0"
+    )
+    program = Program(seed=7, source=program_of(body), calls_from_threads=True, requires_grad=True)
+    loaded = observe.prepare(program, "original", "eager", "/graphmend-fuzz/program_7.py", "gm_fuzz_7")
+    try:
+        observations = observe.run_program(program, loaded, "eager", observe.input_values(7, (4,)))
+    finally:
+        observe.unload(loaded)
+    history = repr(observations[-1].globals)
+    assert "fuzz-call" in history and "MainThread" not in history
+
+
 def test_an_exception_of_a_call_from_a_thread_is_compared() -> None:
     program = Program(seed=7, source=program_of('raise ValueError("v")'), calls_from_threads=True)
     assert compare(program, modes=("eager",), mended_source=program_of('raise ValueError("v")')).differences == []
