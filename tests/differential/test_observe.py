@@ -509,7 +509,8 @@ def test_a_global_the_call_rebinds_is_not_read_in_a_tensor_given_its_memory_late
     a gradient allocated next read as sharing ``TOTAL``'s storage, in the original and
     not in the mended run, whose ``torch.where`` allocates otherwise (a hand-made
     program). The normaliser holds the objects it names, so their memory is not given
-    to a tensor the call makes."""
+    to a tensor the call makes. (Whether an unheld one's memory is given again is the
+    allocator's choice: a fresh-clone CI run under load did not reuse it.)"""
     from .observe import Normaliser
 
     def normaliser_of_a_freed_global(held: bool):
@@ -520,6 +521,3 @@ def test_a_global_the_call_rebinds_is_not_read_in_a_tensor_given_its_memory_late
     normalise = normaliser_of_a_freed_global(held=True)
     made = [torch.empty(1000) for _ in range(50)]
     assert [normalise(t)[-2:] for t in made] == [(("is", None), ("storage", None))] * 50
-    unheld = normaliser_of_a_freed_global(held=False)
-    made = [torch.empty(1000) for _ in range(50)]
-    assert ("storage", "TOTAL") in [unheld(t)[-1] for t in made]  # what holding prevents
