@@ -115,6 +115,10 @@ def test_select_uses_where_only_for_matching_tensors():
     assert runtime.select(torch.tensor(False), 1, 2) == 2
     mismatched = runtime.select(taken, torch.ones(2), torch.zeros(1, 2))
     assert mismatched.shape == (2,)
+    # torch.where would lay the result out as the first arm: the taken arm's own object.
+    transposed, contiguous = torch.ones(3, 3).t() * 2, torch.zeros(3, 3)
+    assert runtime.select(torch.tensor(False), transposed, contiguous) is contiguous
+    assert runtime.select(taken, contiguous, transposed) is contiguous
 
 
 def test_bare_decorator_is_wrapped_at_the_boundary(module):

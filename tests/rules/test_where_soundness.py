@@ -394,6 +394,7 @@ def _same(first, second) -> bool:
             and isinstance(second, torch.Tensor)
             and first.shape == second.shape
             and first.dtype == second.dtype
+            and first.stride() == second.stride()
             and torch.equal(first, second)
         )
     if isinstance(first, (list, tuple)):
@@ -489,6 +490,33 @@ def test_select_falls_back_under_autograd_no_nan_gradient():
     # Without autograd the same rewrite selects inside the graph.
     with torch.no_grad():
         assert breaks(mended.f, torch.tensor([0.0, 1.0, 2.0])) == 0
+
+
+def test_select_falls_back_when_the_arms_are_laid_out_differently():
+    """``torch.where`` lays its result out as its first tensor operand: with ``x``
+    transposed by the caller and the false arm taken, ``z`` came back laid out as
+    ``x * 2`` (strides (1, 3)) where the original returns ``y + 1`` (3, 1), so
+    ``z.is_contiguous()``, ``z.stride()`` and ``z.view(-1)`` changed."""
+    source = _source(
+        """
+        def f(x, y):
+            if y.sum() > 0:
+                z = x * 2.0
+            else:
+                z = y + 1.0
+            return z
+        """
+    )
+    transposed = lambda: torch.arange(9.0).reshape(3, 3).t()  # noqa: E731
+    make_args = lambda module: (transposed(), -torch.ones(3, 3))  # noqa: E731
+    original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
+    compiled = torch.compile(mended.f, backend="eager", dynamic=False)
+    torch._dynamo.reset()
+    assert compiled(*make_args(None)).stride() == (3, 1)
+    # Arms laid out alike: the selection stays in the graph.
+    assert breaks(mended.f, transposed(), -transposed()) == 0
+    # Operands laid out differently keep the original branch and its one break.
+    assert breaks(mended.f, *make_args(None)) == breaks(original.f, *make_args(None)) == 1
 
 
 @pytest.mark.parametrize("read_after", [False, True])

@@ -42,8 +42,11 @@ def select(predicate, value_if_true, value_if_false):
     """Pick between the values two branch arms computed, inside the graph when possible.
 
     ``torch.where`` is used only when it returns exactly what the taken arm computed:
-    two plain tensors (no subclass) of one shape, dtype, device and layout, and no
-    autograd through them. Under autograd the backward of ``torch.where`` multiplies the untaken arm's
+    two plain tensors (no subclass) of one shape, dtype, device, layout and strides, and
+    no autograd through them. ``torch.where`` lays its result out as its first tensor
+    operand, whichever arm is taken: arms laid out differently (an input transposed by
+    the caller, ``x * 2`` against ``y + 1``) would change what ``stride()``,
+    ``is_contiguous()`` and ``view`` see. Under autograd the backward of ``torch.where`` multiplies the untaken arm's
     derivative by zero, and an infinite derivative there (``sqrt`` at 0, ``log`` at
     0, a division) turns the gradient into NaN; the plain Python choice then keeps
     the original behaviour (and its graph break).
@@ -64,6 +67,7 @@ def select(predicate, value_if_true, value_if_false):
         and not value_if_false.requires_grad
         and value_if_true.layout == torch.strided
         and value_if_false.layout == torch.strided
+        and value_if_true.stride() == value_if_false.stride()
     ):
         return torch.where(predicate, value_if_true, value_if_false)
     return value_if_true if predicate else value_if_false
@@ -139,7 +143,12 @@ def operands_combine(*operands) -> bool:
 
     Each value must be of its kind (see ``graphmend.rules.safety``), all tensors on
     one device, and their shapes must broadcast together: then so does every value
-    computed from them by elementwise operations and full reductions.
+    computed from them by elementwise operations and full reductions. Tensors of more
+    than one dimension must be laid out alike (all contiguous, all channels-last, or
+    all of one shape and strides):
+    elementwise results keep their operands' layout, and arms laid out differently are
+    selected outside the graph (``select``), a break inside the runtime where the
+    original branch breaks in the program.
     """
     if not graph_so_far_may_continue():
         return False
@@ -160,6 +169,8 @@ def operands_combine(*operands) -> bool:
             elif value.device != device and value.dim() != 0:
                 return False
             shapes.append(tuple(value.shape))
+    if not _laid_out_alike([value for value, _ in operands if isinstance(value, torch.Tensor)]):
+        return False
     longest = 0
     for shape in shapes:
         if len(shape) > longest:
@@ -173,6 +184,26 @@ def operands_combine(*operands) -> bool:
                     if size != 1 and dimension != size:
                         return False
                     size = dimension
+    return True
+
+
+def _laid_out_alike(tensors) -> bool:
+    # Compared with ``==``, not hashed: under dynamic shapes sizes and strides are
+    # symbolic, which TorchDynamo cannot put in a set without a break.
+    first = None
+    for tensor in tensors:
+        if tensor.dim() < 2:
+            continue
+        if tensor.is_contiguous():
+            layout = ("contiguous",)
+        elif tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last):
+            layout = ("channels_last",)
+        else:
+            layout = ("strided", tuple(tensor.shape), tuple(tensor.stride()))
+        if first is None:
+            first = layout
+        elif layout != first:
+            return False
     return True
 
 
