@@ -633,6 +633,45 @@ def test_output_inside_inference_mode_keeps_its_break():
     assert report.differences == [], [d.describe() for d in report.differences]
 
 
+SEED_250224 = '''\
+import torch
+HISTORY = []
+ROW_HOOKED = torch.nn.Linear(1, 1)
+ROW_HOOKED.register_forward_hook(lambda module, inputs, output: HISTORY.append(output.shape[0]))
+def f(x, y, box, items, table):
+    if y.sum() > 0:
+        pass
+    with torch.inference_mode():
+        flat_m1 = x.flatten()
+        (pos_m1,) = torch.where(flat_m1 > 0.0)
+        acc_m1 = flat_m1 * 0.5
+        if len(pos_m1) > 0:
+            rows_m1 = flat_m1[pos_m1] * 2.0 + torch.tanh(acc_m1[pos_m1])
+            rows_m1 = ROW_HOOKED(rows_m1.reshape(-1, 1)).reshape(-1)
+        y = y + acc_m1.reshape(y.shape)
+    print("v", y)
+    y.add_(1.0)
+'''
+
+
+def test_output_after_inference_mode_keeps_its_break():
+    """Long fuzz run seed 250224 (minimised): the print after the ``with
+    torch.inference_mode()`` block joined the block's graph with ``y.add_(1.0)``, whose
+    update of the inference tensor ``y`` then failed inside that graph, and the forward
+    hook's ``HISTORY.append``, a side effect TorchDynamo applies when the graph returns,
+    was lost; the original's graph returned at the print's break first. Under
+    ``aot_eager`` the joined graph failed to compile (``BackendCompilerFailed``) where
+    the original's update succeeds. No claim survives in a graph that enters the mode
+    now (``claims.joined_graph_enters_no_inference_mode``)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=250224, source=SEED_250224, shape=(2, 3), log_level=10)
+    report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
+    assert report.differences == [], [d.describe() for d in report.differences]
+
+
 SEED_221043 = '''\
 import logging
 import warnings

@@ -17,6 +17,7 @@ that decide it come only later in the same trace:
   (``random_draws_stay_on_their_side``);
 - the joined graph holds a batch norm of a tensor that is not contiguous, which torch
   traces with the wrong strides (``batch_norms_read_contiguous_tensors``);
+- the joined graph enters ``torch.inference_mode()`` (``joined_graph_enters_no_inference_mode``);
 - output shares the graph with a lowered guard (``outputs_share_no_graph_with_a_lowered_guard``)
   or with an input written in place (``outputs_share_no_graph_with_an_input_written_in_place``);
 - TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
@@ -658,6 +659,22 @@ def backend_keeps_graph_order(output) -> bool:
     return _backend_is(output, ("eager", "aot_eager"), "keeps_graph_order")
 
 
+def joined_graph_enters_no_inference_mode(output) -> str | None:
+    """A claim made outside a ``torch.inference_mode()`` block joins the graph holding the
+    block with code after it (or before it) that the original ran in another graph.
+    The block's outputs are inference tensors when the graph runs under ``eager``, and
+    an in-place update of one after the block then fails at run time inside the joined
+    graph, losing the side effects TorchDynamo applies after a graph returns (a
+    forward hook's ``HISTORY.append``, long fuzz run seed 250224), where the original's
+    graph had returned before the update failed; a functionalizing backend fails to
+    compile the update instead (``BackendCompilerFailed``). Claims made inside the
+    block are refused when made (``not_inside_inference_mode``)."""
+    for node in computed_nodes(output):
+        if getattr(node.target, "__name__", None) == "_enter_inference_mode" and (not node.args or node.args[0]):
+            return "the joined graph enters `torch.inference_mode()`, whose outputs are inference tensors"
+    return None
+
+
 def _backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
     """Whether the backend compiling ``output`` is one of TorchDynamo's registered
     ``names`` (through the wrappers torch puts around it), or one marked with
@@ -696,7 +713,11 @@ def _refusals(output, claims, graph_break: bool):
     aliased = ordered_operators_share_no_graph_with_aliased_inputs_written_in_place(output, claims)
     if aliased is not None:
         return [(claim.site, _ALWAYS, aliased) for claim in claims.values() if claim.kind in (OUTPUT, GUARD)]
-    for_all = random_draws_stay_on_their_side(output, claims) or batch_norms_read_contiguous_tensors(output)
+    for_all = (
+        random_draws_stay_on_their_side(output, claims)
+        or batch_norms_read_contiguous_tensors(output)
+        or joined_graph_enters_no_inference_mode(output)
+    )
     kind = _ALWAYS
     if for_all is None:
         for_all, kind = joined_graph_records_no_autograd(output), _UNDER_GRAD
