@@ -224,11 +224,17 @@ class Program:
     # ``x`` and ``y`` are ``Tracked`` tensors (``TRACKED_DEFINITIONS``): every operation
     # on them or on what they produce is logged in ``OPS_SEEN``.
     inputs_are_tracked: bool = False
+    # The arguments (of a 2-D shape) passed laid out transposed: same shape and values,
+    # strides (1, rows). Elementwise results keep their operand's layout, so arms laid
+    # out differently are told apart by ``stride()``, ``is_contiguous()`` and ``view``.
+    transposed_inputs: tuple = ()
 
     def describe(self) -> str:
         return (
             f"seed {self.seed} (grad={self.requires_grad}, shape={self.shape}, "
-            f"compiled from: {self.compile_site})\n{self.source}"
+            f"compiled from: {self.compile_site}"
+            + (f", transposed: {', '.join(self.transposed_inputs)}" if self.transposed_inputs else "")
+            + f")\n{self.source}"
         )
 
 
@@ -262,7 +268,7 @@ class _Generator:
                  layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
                  warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True,
                  grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False,
-                 global_rebinds: bool = True):
+                 global_rebinds: bool = True, transposed_inputs: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -343,6 +349,9 @@ class _Generator:
         # Module globals rebound (``global TOTAL; TOTAL = ...``), in an arm or not, to a
         # new object or to an argument (``global_rebind_statement``), own stream.
         self.rebind_rng = random.Random(f"global-rebind-{seed}")
+        # Arguments laid out transposed (``Program.transposed_inputs``), own stream.
+        self.transposed_rng = random.Random(f"transposed-inputs-{seed}")
+        self.transposed_enabled = transposed_inputs
         self.global_rebinds_enabled = global_rebinds
         self.globals_rebound: set[str] = set()
 
@@ -1303,6 +1312,10 @@ class _Generator:
         calls_from_threads = self.threads_enabled and self.threads_rng.random() < 0.2
         if calls_from_threads:
             self.feature("calls-from-threads")
+        transposed_inputs = ()
+        if self.transposed_enabled and len(shape) == 2 and not inputs_share_memory and self.transposed_rng.random() < 0.4:
+            transposed_inputs = self.transposed_rng.choice((("x",), ("y",), ("x", "y")))
+            self.feature("inputs-transposed-" + "-".join(transposed_inputs))
         inputs_are_tracked = self.tracked_enabled and self.tracked_rng.random() < 0.12
         if inputs_are_tracked:
             self.feature("inputs-tracked-subclass")
@@ -1320,6 +1333,7 @@ class _Generator:
             inputs_share_memory=inputs_share_memory,
             calls_from_threads=calls_from_threads,
             inputs_are_tracked=inputs_are_tracked,
+            transposed_inputs=transposed_inputs,
         )
 
 
@@ -1327,7 +1341,8 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
              layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
              warm: bool = True, shared_inputs: bool = True, threads: bool = True,
              handlers: bool = True, grad_modes: bool = True, attribute_code: bool = True,
-             tracked_inputs: bool = False, global_rebinds: bool = True) -> Program:
+             tracked_inputs: bool = False, global_rebinds: bool = True,
+             transposed_inputs: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1343,6 +1358,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``grad_modes=False``: before statements under a grad mode of their own;
     ``attribute_code=False``: before attribute access that runs the program's code;
     ``global_rebinds=False``: before module globals rebound by ``f``;
+    ``transposed_inputs=False``: before arguments laid out transposed;
     ``tracked_inputs=True``: with arguments of a tensor subclass that logs its
     operations, off by default: under torch 2.13 most differences such programs show
     are torch's own failures with ``__torch_function__`` subclasses, which the original
@@ -1356,4 +1372,5 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
         merges and positions, blocks and positions, fusions and positions, warm and positions,
         shared_inputs and positions, threads and positions, handlers and positions, grad_modes and positions,
         attribute_code and positions, tracked_inputs and positions, global_rebinds and positions,
+        transposed_inputs and positions,
     ).program()

@@ -194,6 +194,7 @@ class Normaliser:
             key = (
                 "tensor", str(value.dtype), tuple(value.shape), value.requires_grad,
                 value.grad_fn is not None, tensor_bits(value),
+                tuple(value.stride()) if value.layout == torch.strided else None,
             )
             storage = None
             if value.layout == torch.strided and value.device.type == "cpu":
@@ -469,6 +470,11 @@ def input_values(seed: int, shape: tuple) -> list[tuple[str, torch.Tensor, torch
     ]
 
 
+def laid_out_transposed(value: torch.Tensor) -> torch.Tensor:
+    """``value`` (2-D) with the same shape and values, stored transposed."""
+    return value.t().contiguous().t()
+
+
 # one run ------------------------------------------------------------------------------
 
 
@@ -518,6 +524,10 @@ def _warm_up(program, module, mode, module_names, first_inputs) -> Observation:
     ``f``: compiled on its own in compiled modes, so that ``f`` may then enter a helper
     whose graph TorchDynamo has cached (traced under no caller of ``f``'s)."""
     _, x_value, y_value, _, _ = first_inputs
+    if "x" in program.transposed_inputs:
+        x_value = laid_out_transposed(x_value)
+    if "y" in program.transposed_inputs:
+        y_value = laid_out_transposed(y_value)
     normalise = Normaliser({}, {})
     observation = Observation()
     torch.manual_seed(999)
@@ -544,6 +554,10 @@ def _record_globals_and_rng(observation: Observation, module, normalise) -> None
 
 
 def _call(program, module, target, module_names, index, x_value, y_value, item_count, box_count) -> Observation:
+    if "x" in program.transposed_inputs:
+        x_value = laid_out_transposed(x_value)
+    if "y" in program.transposed_inputs:
+        y_value = laid_out_transposed(y_value)
     if program.inputs_share_memory:
         x, y = torch.stack([x_value, y_value]).unbind(0)
     else:

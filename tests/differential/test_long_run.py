@@ -147,7 +147,7 @@ def test_a_chunk_stops_at_its_first_harness_crash(monkeypatch) -> None:
             "without_positions", "without_item_checks", "without_finally_reads", "without_layouts",
             "without_merges", "without_blocks", "without_fusions", "without_warm", "without_shared_inputs",
             "without_threads", "without_handlers", "without_grad_modes", "without_attribute_code",
-            "with_tracked_inputs", "without_global_rebinds",
+            "with_tracked_inputs", "without_global_rebinds", "without_transposed_inputs",
         )},
     )
     tally = Tally()
