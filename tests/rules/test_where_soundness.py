@@ -517,6 +517,12 @@ def test_select_falls_back_when_the_arms_are_laid_out_differently():
     assert breaks(mended.f, transposed(), -transposed()) == 0
     # Operands laid out differently keep the original branch and its one break.
     assert breaks(mended.f, *make_args(None)) == breaks(original.f, *make_args(None)) == 1
+    # Laid out alike under dynamic shapes (symbolic strides): still one graph, each call.
+    torch._dynamo.reset()
+    whole = torch.compile(mended.f, backend="eager", dynamic=True, fullgraph=True)
+    for rows in (3, 4, 6):
+        x, y = (torch.randn(rows, rows + 1).t() for _ in range(2))
+        assert whole(x, y).stride() == (1, rows + 1)
 
 
 @pytest.mark.parametrize("read_after", [False, True])
