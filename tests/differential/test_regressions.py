@@ -672,6 +672,66 @@ def test_output_after_inference_mode_keeps_its_break():
     assert report.differences == [], [d.describe() for d in report.differences]
 
 
+SEED_261872 = '''\
+import logging
+import torch
+import torch.nn.functional as F
+logger = logging.getLogger(__name__)
+HISTORY = []
+SEEN = []
+class ListHandler(logging.Handler):
+    def emit(self, record):
+        SEEN.append(record.getMessage())
+ROW_HOOKED = torch.nn.Linear(1, 1)
+ROW_HOOKED.register_forward_hook(lambda module, inputs, output: HISTORY.append(output.shape[0]))
+class Gauge:
+    def __init__(self):
+        self.base = torch.tensor(0.5)
+    def step(self, t):
+        if t.sum() > 0:
+            z = self.scale(t) + self.base
+        return z
+class LoudGauge(Gauge):
+    def scale(self, t):
+        return t * 3.0
+GAUGE = LoudGauge()
+def f(x, y, box, items, table):
+    flat_m1 = x.flatten()
+    (pos_m1,) = torch.where(flat_m1 > 0.0)
+    acc_m1 = flat_m1 * 0.5
+    if len(pos_m1) > 0:
+        rows_m1 = flat_m1[pos_m1] * 2.0 + torch.tanh(acc_m1[pos_m1])
+        rows_m1 = ROW_HOOKED(rows_m1.reshape(-1, 1)).reshape(-1)
+        acc_m1[pos_m1] = rows_m1
+    x = x + acc_m1.reshape(x.shape)
+    y = F.relu(y, inplace=True)
+    acc = x * 0.0
+    x = GAUGE.step(x)
+    if x.max() > 0.5:
+        return torch.abs(torch.relu(x))
+    return torch.tanh(y * 3.0)
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 15): AOTAutograd miscompiles the graph after a captured torch.where")
+def test_a_capture_that_makes_a_mutated_input_of_the_next_graph_keeps_its_value_under_aot_eager():
+    """Long fuzz run seed 261872 (minimised). With ``torch.where`` captured, the
+    graph after the ``len(pos_m1) > 0`` break takes ``acc_m1`` as an input (the original's
+    computes it), writes it with rows that require grad (``ROW_HOOKED``'s parameters), and
+    also writes the input ``y`` in place and returns it. AOTAutograd in torch 2.13
+    returns ``y``'s values for ``x`` in such a graph (pure torch: ``acc.mul_(w); x =
+    x * 2; y = torch.relu_(y); return x, y`` with ``acc`` not requiring grad and ``w``
+    requiring it), so the mended program returns the wrong value under ``aot_eager``.
+    Open: no check sees that graph from the trace that made the claim."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=261872, source=SEED_261872, shape=(2, 3), log_level=10)
+    report = compare(program, modes=("compiled:aot_eager",))
+    assert report.differences == [], [d.describe() for d in report.differences]
+
+
 SEED_221043 = '''\
 import logging
 import warnings
