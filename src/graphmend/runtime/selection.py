@@ -46,10 +46,11 @@ def select(predicate, value_if_true, value_if_false):
     no autograd through them. ``torch.where`` lays its result out as its first tensor
     operand, whichever arm is taken: arms laid out differently (an input transposed by
     the caller, ``x * 2`` against ``y + 1``) would change what ``stride()``,
-    ``is_contiguous()`` and ``view`` see. Under autograd the backward of ``torch.where`` multiplies the untaken arm's
-    derivative by zero, and an infinite derivative there (``sqrt`` at 0, ``log`` at
-    0, a division) turns the gradient into NaN; the plain Python choice then keeps
-    the original behaviour (and its graph break).
+    ``is_contiguous()`` and ``view`` see. Under autograd the backward of
+    ``torch.where`` multiplies the untaken arm's derivative by zero, and an infinite
+    derivative there (``sqrt`` at 0, ``log`` at 0, a division) turns the gradient into
+    NaN; the plain Python choice then keeps the original behaviour (and its graph
+    break).
     """
     if value_if_true is value_if_false:
         return value_if_true
@@ -145,10 +146,9 @@ def operands_combine(*operands) -> bool:
     one device, and their shapes must broadcast together: then so does every value
     computed from them by elementwise operations and full reductions. Tensors of more
     than one dimension must be laid out alike (all contiguous, all channels-last, or
-    all of one shape and strides):
-    elementwise results keep their operands' layout, and arms laid out differently are
-    selected outside the graph (``select``), a break inside the runtime where the
-    original branch breaks in the program.
+    all of one shape and strides): elementwise results keep their operands' layout, and
+    arms laid out differently are selected outside the graph (``select``), a break
+    inside the runtime where the original branch breaks in the program.
     """
     if not graph_so_far_may_continue():
         return False
