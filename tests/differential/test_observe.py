@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graphmend.runtime import claims
+
 from .grammar import HEADER, Program
 from .observe import compare
 
@@ -307,24 +309,34 @@ def test_where_torch_failed_on_the_original_first_its_trace_time_error_is_the_re
 def test_a_compile_state_test_answering_as_traced_is_reported_apart() -> None:
     """Seed 140784: the original compiled runs the frame eagerly after an error while
     tracing, so its `if torch.compiler.is_compiling():` takes the eager arm; graphmend's
-    compiled run traces it and takes the other. The reference for that is the original
+    compiled run traced it and took the other. The reference for that is the original
     with each compile-state test answering True, run eagerly; a mended run whose traced
-    arm computes anything else still differs."""
+    arm computes anything else still differs. graphmend now refuses the capture that made
+    that trace (the graph broke on the size it made:
+    ``claims.captured_sizes_decide_no_break``), so the mended text given here makes the
+    capture unconditionally, as graphmend did before."""
     from graphmend.rewrite.pipeline import mend_module_source
 
     from .grammar import generate
     from .observe import with_backend
 
     program = generate(140784)
-    report = compare(program, modes=("compiled:eager",))
-    assert report.differences == [] and len(report.compile_state_answers) == 1
     mended = mend_module_source(
         with_backend(program.source, "eager"), filename=f"/graphmend-fuzz/program_{program.seed}.py",
         module_name=f"gm_fuzz_{program.seed}", scope="entry",
     ).source
-    assert "x = x + 0.5" in mended
-    changed = mended.replace("x = x + 0.5", "x = x + 0.75")
+    assert "x = x + 0.5" in mended and mended.count(_CAPTURE_CLAIM) == 1
+    captured = mended.replace(_CAPTURE_CLAIM, "True")
+    report = compare(program, modes=("compiled:eager",), mended_source=captured)
+    assert report.differences == [] and len(report.compile_state_answers) == 1
+    changed = captured.replace("x = x + 0.5", "x = x + 0.75")
     assert compare(program, modes=("compiled:eager",), mended_source=changed).differences != []
+    claims.forget_refusals()
+    own = compare(program, modes=("compiled:eager",))
+    assert own.differences == [] and own.compile_state_answers == []
+
+
+_CAPTURE_CLAIM = "__graphmend__.dynamic_shapes.may_capture()"
 
 
 GUARDED = 'z = x * 2\nif (x < 0).any():\n    raise ValueError("negative input")\nreturn z + y'

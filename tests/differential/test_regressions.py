@@ -713,7 +713,6 @@ def f(x, y, box, items, table):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 15): AOTAutograd miscompiles the graph after a captured torch.where")
 def test_a_capture_that_makes_a_mutated_input_of_the_next_graph_keeps_its_value_under_aot_eager():
     """Long fuzz run seed 261872 (minimised). With ``torch.where`` captured, the
     graph after the ``len(pos_m1) > 0`` break takes ``acc_m1`` as an input (the original's
@@ -721,8 +720,10 @@ def test_a_capture_that_makes_a_mutated_input_of_the_next_graph_keeps_its_value_
     also writes the input ``y`` in place and returns it. AOTAutograd in torch 2.13
     returns ``y``'s values for ``x`` in such a graph (pure torch: ``acc.mul_(w); x =
     x * 2; y = torch.relu_(y); return x, y`` with ``acc`` not requiring grad and ``w``
-    requiring it), so the mended program returns the wrong value under ``aot_eager``.
-    Open: no check sees that graph from the trace that made the claim."""
+    requiring it), so the mended program returned the wrong value under ``aot_eager``.
+    The capture removed no break there: the trace broke at ``len(pos_m1) > 0`` on the
+    size it made, and the capture is now refused
+    (``claims.captured_sizes_decide_no_break``), so the graphs are the original's."""
     from .grammar import Program
     from .observe import compare
 
@@ -941,7 +942,12 @@ def test_torchdynamos_error_escaping_a_suppress_counts_as_its_own_when_the_origi
     the op's error is suppressed, TorchDynamo's (raised converting the frame) escapes.
     The original compiled ran the op eagerly only because it had given that frame up on
     an earlier call; called on that input alone it raises the same error, and its call
-    stops there as the mended one does (``observe.calls_alone_as_observed``)."""
+    stops there as the mended one does (``observe.calls_alone_as_observed``). The trace
+    that reached the op came from capturing ``torch.where`` and breaking at
+    ``len(pos_m1) > 0`` on the size it made; that capture is refused now
+    (``claims.captured_sizes_decide_no_break``), the mended program's graphs are the
+    original's and no failure is left to tell apart (the classification itself:
+    ``test_observe.test_a_traced_op_error_counts_as_torchs_own_only_when_the_original_alone_raises_it``)."""
     from .grammar import Program
     from .observe import compare
 
@@ -949,7 +955,9 @@ def test_torchdynamos_error_escaping_a_suppress_counts_as_its_own_when_the_origi
     program = Program(seed=232488, source=SEED_232488, shape=(4,), log_level=10)
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
-    assert len(report.traced_op_failures) == 1
+    assert report.traced_op_failures == []
+    refused = [reason for (_, line), reason in claims.trace_time_declines.items() if line == 14]
+    assert refused == ["the graph breaks on the size the capture made, so the capture removes no break"]
 
 
 SEED_232508 = '''\

@@ -384,3 +384,46 @@ def test_a_tensor_subclass_sees_the_operations_the_original_makes():
         return type(value).__name__, value.tolist(), list(module.OPS)
 
     assert run(mended, compiled=True) == run(original, compiled=False)
+
+
+def test_a_break_on_the_size_the_capture_made_keeps_the_original_break():
+    """Traced with the capture, the graph would break at ``if len(rows) > 0:`` instead,
+    on the size the capture made: no break removed, only the next graph's start moved,
+    which can meet torch's own bugs the original's graphs do not (long fuzz run seed
+    261872, ``claims.captured_sizes_decide_no_break``). The capture is refused and the
+    original's graphs come back."""
+    source = """
+        def main(x, w):
+            (rows,) = torch.where(x.sum(-1) > 0)
+            scaled = w * 2
+            if len(rows) > 0:
+                scaled = scaled + 1
+            return scaled
+    """
+    claims.forget_refusals()
+    original, mended, result = original_and_mended(program(source))
+    assert result.changed
+    assert counts(mended.main, X, W) == counts(original.main, X, W) == (2, 1)
+    declines = [reason for (filename, line), reason in claims.trace_time_declines.items() if line == 6]
+    assert declines == ["the graph breaks on the size the capture made, so the capture removes no break"]
+    assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))
+
+
+def test_a_later_break_elsewhere_keeps_the_capture():
+    """The twin: the graph breaks later on something else (here TorchDynamo's own
+    ``graph_break()``), with the positions used in the graph before it. The capture
+    removed the original's break at ``torch.where`` and stands."""
+    source = """
+        def main(x, w):
+            (rows,) = torch.where(x.sum(-1) > 0)
+            picked = w[rows] * 2
+            torch._dynamo.graph_break()
+            return picked + 1
+    """
+    claims.forget_refusals()
+    original, mended, result = original_and_mended(program(source))
+    assert result.changed
+    assert counts(original.main, X, W) == (3, 2)
+    assert counts(mended.main, X, W) == (2, 1)
+    assert not [line for (_, line) in claims.trace_time_declines if line == 6]
+    assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))

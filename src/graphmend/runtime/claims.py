@@ -18,6 +18,7 @@ that decide it come only later in the same trace:
 - the joined graph holds a batch norm of a tensor that is not contiguous, which torch
   traces with the wrong strides (``batch_norms_read_contiguous_tensors``);
 - the joined graph enters ``torch.inference_mode()`` (``joined_graph_enters_no_inference_mode``);
+- the graph breaks on a size a capture made (``captured_sizes_decide_no_break``);
 - output shares the graph with a lowered guard (``outputs_share_no_graph_with_a_lowered_guard``)
   or with an input written in place (``outputs_share_no_graph_with_an_input_written_in_place``);
 - TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
@@ -70,7 +71,7 @@ _hooks_installed = {
 
 
 # What stands in the graph for a claimed statement.
-GUARD, OUTPUT, SELECTION, MERGE = "guard", "output", "selection", "merge"
+GUARD, OUTPUT, SELECTION, MERGE, CAPTURE = "guard", "output", "selection", "merge", "capture"
 # The merged branches (Capture's ``torch.cond``) whose ``merge_rows`` this trace entered.
 _MERGES_ENTERED_ATTRIBUTE = "_graphmend_merges_entered"
 
@@ -85,8 +86,8 @@ class Claim:
     # Why the rest of the original frame ran (or may later run) eagerly, where it did:
     # the mended frame must then compile to its end in one graph.
     rest_ran_eagerly: str | None
-    # GUARD (Trap), OUTPUT (Defer), SELECTION (Where, Capture) or MERGE (Capture's
-    # branch on whether positions are empty).
+    # GUARD (Trap), OUTPUT (Defer), SELECTION (Where), CAPTURE (Capture's positions) or
+    # MERGE (Capture's branch on whether positions are empty).
     kind: str = SELECTION
 
 
@@ -675,6 +676,54 @@ def joined_graph_enters_no_inference_mode(output) -> str | None:
     return None
 
 
+_SIZE_MAKING_OPERATORS = ("nonzero", "nonempty_positions")
+
+
+def captured_sizes_decide_no_break(output, translator, graph_break: bool) -> str | None:
+    """A capture removes the break at its call only when the trace goes past every use of
+    the size it made. When the graph breaks with that size on TorchDynamo's stack (the
+    branch ``if len(positions) > 0:`` whose merged form was refused, a print of the
+    count), the break is still there, only later: the graph after it starts elsewhere
+    than the original's and takes as inputs tensors the original's computes itself.
+    Such a graph can meet torch's own bugs where the original's does not (long fuzz run
+    seed 261872: it wrote an input not requiring grad with rows that do, and wrote and
+    returned another input, and AOTAutograd in torch 2.13 returned one output's values
+    for another). A capture that removes no break keeps the original call and its break."""
+    if not graph_break:
+        return None
+    made = set()
+    for node in output.graph.nodes:
+        if node.op == "call_function" and _is_graphmend_operator(node.target, _SIZE_MAKING_OPERATORS):
+            made |= _unbacked_symbols(node.meta.get("example_value"))
+    if not made:
+        return None
+    frame = translator
+    while frame is not None:
+        for variable in getattr(frame, "stack", ()):
+            if _unbacked_symbols(getattr(variable, "sym_num", None)) & made:
+                return "the graph breaks on the size the capture made, so the capture removes no break"
+        frame = getattr(frame, "parent", None)
+    return None
+
+
+def _is_graphmend_operator(target, names: tuple[str, ...]) -> bool:
+    overload = getattr(target, "_overloadpacket", None)
+    return getattr(overload, "_qualified_op_name", "") in tuple(f"graphmend::{name}" for name in names)
+
+
+def _unbacked_symbols(value) -> set:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    if isinstance(value, torch.Tensor):
+        value = tuple(value.shape)
+    if value is None or isinstance(value, (bool, int, float)):
+        return set()
+    try:
+        return set(free_unbacked_symbols(value))
+    except Exception:  # noqa: BLE001 - a value free_unbacked_symbols does not walk holds none we made
+        return set()
+
+
 def _backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
     """Whether the backend compiling ``output`` is one of TorchDynamo's registered
     ``names`` (through the wrappers torch puts around it), or one marked with
@@ -699,12 +748,15 @@ def _backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
     return False
 
 
-def _refusals(output, claims, graph_break: bool):
+def _refusals(output, translator, claims, graph_break: bool):
     """(site, kind, reason) for each claim the whole trace refuses."""
     stopped = merged_branches_were_traced(output, claims)
     if stopped:
         reason = "TorchDynamo broke the graph at the branch's `torch.cond`"
         return [(site, _ALWAYS, reason) for site in stopped]
+    decided = captured_sizes_decide_no_break(output, translator, graph_break)
+    if decided is not None:
+        return [(claim.site, _ALWAYS, decided) for claim in claims.values() if claim.kind == CAPTURE]
     with_guard = outputs_share_no_graph_with_a_lowered_guard(output, claims) or (
         outputs_share_no_graph_with_an_input_written_in_place(output, claims)
     )
@@ -759,7 +811,7 @@ def _check_before_compiling(compile_subgraph):
     def wrapped(self, tx, reason, *args, **kwargs):
         claims = getattr(self, _CLAIMS_ATTRIBUTE, None)
         if claims:
-            refusals = _refusals(self, claims, bool(getattr(reason, "graph_break", True)))
+            refusals = _refusals(self, tx, claims, bool(getattr(reason, "graph_break", True)))
             if refusals:
                 for site, kind, why in refusals:
                     _refuse(site, kind, why)

@@ -82,7 +82,7 @@ def _claim(context) -> None:
 
 
 def _claim_capture(tracer) -> bool:
-    if not claims.claim_break_at_user_site(tracer):
+    if not claims.claim_break_at_user_site(tracer, kind=claims.CAPTURE):
         return False
     user = claims.user_translator(tracer)
     captures_claimed().append((user.f_code.co_filename, user.lineno))
