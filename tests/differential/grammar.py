@@ -228,17 +228,23 @@ class Program:
     # strides (1, rows). Elementwise results keep their operand's layout, so arms laid
     # out differently are told apart by ``stride()``, ``is_contiguous()`` and ``view``.
     transposed_inputs: tuple = ()
+    # Compiled with ``dynamic=True`` (every size symbolic from the first trace), and
+    # called once more, last, on arguments of other sizes (``observe.input_values``):
+    # graphmend's trace-time checks then read sizes that are symbols, and the graphs
+    # compiled for the first calls are reused or traced again for the last.
+    compiled_dynamic: bool = False
 
     def describe(self) -> str:
         return (
             f"seed {self.seed} (grad={self.requires_grad}, shape={self.shape}, "
             f"compiled from: {self.compile_site}"
             + (f", transposed: {', '.join(self.transposed_inputs)}" if self.transposed_inputs else "")
+            + (", dynamic" if self.compiled_dynamic else "")
             + f")\n{self.source}"
         )
 
 
-def other_module_source(library: str, caller_catches: bool = False) -> str:
+def other_module_source(library: str, caller_catches: bool = False, dynamic: bool = False) -> str:
     """The module that compiles the program's ``f`` from elsewhere (``compile_site="other-module"``);
     with ``caller_catches``, also a compiled ``caller`` that calls ``f`` after a break
     inside a ``try`` (TorchDynamo runs it eagerly from there and enters ``f``'s frame,
@@ -247,7 +253,7 @@ def other_module_source(library: str, caller_catches: bool = False) -> str:
         "import torch\n\n"
         f"import {library} as library\n\n"
         f"{BACKEND_LINE}\n"
-        "compiled_f = torch.compile(library.f, backend=BACKEND, dynamic=False)\n"
+        f"compiled_f = torch.compile(library.f, backend=BACKEND, dynamic={dynamic})\n"
     )
     if caller_catches:
         source += (
@@ -258,7 +264,7 @@ def other_module_source(library: str, caller_catches: bool = False) -> str:
             "    except Exception as error:\n"
             '        print("caught in caller", type(error).__name__, error)\n'
             "        return x * 0.0\n\n\n"
-            "compiled_caller = torch.compile(caller, backend=BACKEND, dynamic=False)\n"
+            f"compiled_caller = torch.compile(caller, backend=BACKEND, dynamic={dynamic})\n"
         )
     return source
 
@@ -268,7 +274,7 @@ class _Generator:
                  layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
                  warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True,
                  grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False,
-                 global_rebinds: bool = True, transposed_inputs: bool = True):
+                 global_rebinds: bool = True, transposed_inputs: bool = True, dynamic_compiles: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -352,6 +358,10 @@ class _Generator:
         # Arguments laid out transposed (``Program.transposed_inputs``), own stream.
         self.transposed_rng = random.Random(f"transposed-inputs-{seed}")
         self.transposed_enabled = transposed_inputs
+        # Compiled with ``dynamic=True`` and called on other sizes last
+        # (``Program.compiled_dynamic``), own stream.
+        self.dynamic_rng = random.Random(f"dynamic-compiles-{seed}")
+        self.dynamic_enabled = dynamic_compiles
         self.global_rebinds_enabled = global_rebinds
         self.globals_rebound: set[str] = set()
 
@@ -1269,6 +1279,9 @@ class _Generator:
             body = [f"global {', '.join(sorted(self.globals_rebound))}"] + body
         compile_site = self.rng.choices(COMPILE_SITES, weights=[6, 2, 2])[0]
         self.feature(f"compiled-from-{compile_site}")
+        compiled_dynamic = self.dynamic_enabled and self.dynamic_rng.random() < 0.3
+        if compiled_dynamic:
+            self.feature("compiled-dynamic")
         lines = [HEADER.format(shape=shape)]
         if self.list_handler:
             lines.append("logger.addHandler(ListHandler())\n")
@@ -1291,7 +1304,7 @@ class _Generator:
         lines += [helper + "\n\n" for helper in self.helpers]
         lines.append("def f(x, y, box, items, table):\n" + "\n".join(self.indent(body)) + "\n")
         if compile_site == "module":
-            lines.append(f"\n{BACKEND_LINE}\ncompiled_f = torch.compile(f, backend=BACKEND, dynamic=False)\n")
+            lines.append(f"\n{BACKEND_LINE}\ncompiled_f = torch.compile(f, backend=BACKEND, dynamic={compiled_dynamic})\n")
         source = "\n".join(lines)
         warm_helpers = ()
         helper_names = tuple(h.split("(", 1)[0][len("def "):] for h in self.helpers if h.startswith("def helper")
@@ -1334,6 +1347,7 @@ class _Generator:
             calls_from_threads=calls_from_threads,
             inputs_are_tracked=inputs_are_tracked,
             transposed_inputs=transposed_inputs,
+            compiled_dynamic=compiled_dynamic,
         )
 
 
@@ -1342,7 +1356,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
              warm: bool = True, shared_inputs: bool = True, threads: bool = True,
              handlers: bool = True, grad_modes: bool = True, attribute_code: bool = True,
              tracked_inputs: bool = False, global_rebinds: bool = True,
-             transposed_inputs: bool = True) -> Program:
+             transposed_inputs: bool = True, dynamic_compiles: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1359,6 +1373,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``attribute_code=False``: before attribute access that runs the program's code;
     ``global_rebinds=False``: before module globals rebound by ``f``;
     ``transposed_inputs=False``: before arguments laid out transposed;
+    ``dynamic_compiles=False``: before programs compiled with ``dynamic=True``;
     ``tracked_inputs=True``: with arguments of a tensor subclass that logs its
     operations, off by default: under torch 2.13 most differences such programs show
     are torch's own failures with ``__torch_function__`` subclasses, which the original
@@ -1372,5 +1387,5 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
         merges and positions, blocks and positions, fusions and positions, warm and positions,
         shared_inputs and positions, threads and positions, handlers and positions, grad_modes and positions,
         attribute_code and positions, tracked_inputs and positions, global_rebinds and positions,
-        transposed_inputs and positions,
+        transposed_inputs and positions, dynamic_compiles and positions,
     ).program()

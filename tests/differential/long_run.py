@@ -150,6 +150,7 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
             attribute_code=not options.without_attribute_code, tracked_inputs=options.with_tracked_inputs,
             global_rebinds=not options.without_global_rebinds,
             transposed_inputs=not options.without_transposed_inputs,
+            dynamic_compiles=not options.without_dynamic_compiles,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
@@ -386,6 +387,10 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--without-global-rebinds", action="store_true",
         help="draw programs as the grammar did before module globals rebound by f (the seeds of runs before it)",
+    )
+    parser.add_argument(
+        "--without-dynamic-compiles", action="store_true",
+        help="draw programs as the grammar did before programs compiled with dynamic=True (the seeds of runs before it)",
     )
     parser.add_argument(
         "--without-transposed-inputs", action="store_true",

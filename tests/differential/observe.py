@@ -412,7 +412,7 @@ def prepare(
     main_name = main_code = None
     if program.compile_site == "other-module":
         main_name = module_name + "_main"
-        main_source = with_backend(other_module_source(module_name, program.caller_catches), backend)
+        main_source = with_backend(other_module_source(module_name, program.caller_catches, program.compiled_dynamic), backend)
         main_filename = filename.replace(".py", "_main.py")
         main_code = _compile(main_source, main_filename, main_name, variant, scope="entry")
     scope = "entry" if program.compile_site == "module" else "all"
@@ -449,25 +449,32 @@ def unload(loaded: LoadedCode) -> None:
 INPUT_NAMES = ("positive", "negative", "zeros", "small")
 
 
-def input_values(seed: int, shape: tuple) -> list[tuple[str, torch.Tensor, torch.Tensor, int, int]]:
+def input_values(seed: int, shape: tuple, resized: bool = False) -> list[tuple[str, torch.Tensor, torch.Tensor, int, int]]:
     """(name, x, y, how many items, box.n) per input set; ``zeros`` has exact zeros (sqrt's
-    infinite derivative), ``small`` fails range guards."""
+    infinite derivative), ``small`` fails range guards. ``resized`` (programs compiled
+    with ``dynamic=True``): a last set, ``resized``, of other sizes (each dimension one
+    larger, no size 0 or 1, which TorchDynamo specialises), drawn after the others so
+    that theirs stay what they were."""
     generator = torch.Generator().manual_seed(seed)
 
-    def draw():
-        return torch.randn(shape, generator=generator).clamp(-3.0, 3.0)
+    def draw(size=shape):
+        return torch.randn(size, generator=generator).clamp(-3.0, 3.0)
 
     positive = torch.rand(shape, generator=generator) + 0.5
     negative = -(torch.rand(shape, generator=generator) + 0.1)
     zeros = draw()
     zeros.view(-1)[::2] = 0.0
     small = draw() - 6.0
-    return [
+    sets = [
         ("positive", positive, positive.clone(), 0, 1),
         ("negative", negative, draw(), 1, 0),
         ("zeros", zeros, zeros.clone(), 0, 0),
         ("small", small, small.clone(), 2, 1),
     ]
+    if resized:
+        other = tuple(size + 1 for size in shape)
+        sets.append(("resized", draw(other), draw(other), 1, 1))
+    return sets
 
 
 def laid_out_transposed(value: torch.Tensor) -> torch.Tensor:
@@ -492,7 +499,7 @@ def run_program(program: Program, loaded: LoadedCode, mode: str, inputs) -> list
         elif program.compile_site == "other-module":
             target = main.compiled_f
         else:
-            target = torch.compile(module.f, backend=backend, dynamic=False)
+            target = torch.compile(module.f, backend=backend, dynamic=program.compiled_dynamic)
     names = {loaded.module_name} | ({loaded.main_name} if loaded.main_name else set())
     observations = []
     if program.warm_helpers:
@@ -538,7 +545,7 @@ def _warm_up(program, module, mode, module_names, first_inputs) -> Observation:
             if helper is None:  # the minimiser removed it
                 continue
             if mode != "eager":
-                helper = torch.compile(helper, backend=mode.split(":", 1)[1], dynamic=False)
+                helper = torch.compile(helper, backend=mode.split(":", 1)[1], dynamic=program.compiled_dynamic)
             try:
                 outcomes.append(("value", normalise(helper(x_value.clone(), y_value.clone()))))
             except Exception as error:  # noqa: BLE001 - compared like f's exceptions
@@ -713,7 +720,7 @@ def compare(
     that showed the difference)."""
     filename = filename or f"/graphmend-fuzz/program_{program.seed}.py"
     module_name = f"gm_fuzz_{program.seed}"
-    inputs = input_values(program.seed, program.shape)[:calls]
+    inputs = input_values(program.seed, program.shape, program.compiled_dynamic)[:calls]
     report = Report()
     cache: dict[tuple[str, str], LoadedCode] = {}
 

@@ -61,11 +61,12 @@ EVERY_CONSTRUCT = {
     "global-rebind-tensor-both-arms", "global-rebind-tensor-one-arm", "global-rebind-to-argument",
     "global-rebind-list", "global-rebind-unconditional",
     "inputs-transposed-x", "inputs-transposed-y", "inputs-transposed-x-y",
+    "compiled-dynamic",
 }
 # md5 of the sources of seeds 0..99 and how the harness calls them: KNOWN_DIFFERENCES
 # names seeds, so a change to the grammar must come with a fresh look at them and a new
 # digest.
-PROGRAMS_DIGEST = "1ad7c79553bea2fc59a4815cfff03373"
+PROGRAMS_DIGEST = "c98f62d1f6f0a06819516f87b2c16ffc"
 
 # seed -> the difference classes it shows on main (long_run's class names; the rule).
 # Found on main (ff78338); each class has its reproducer in /work/notes/fuzz_findings.md.
@@ -86,7 +87,8 @@ def test_grammar_is_deterministic_and_covers_every_construct() -> None:
     assert EVERY_CONSTRUCT <= seen, f"never generated: {sorted(EVERY_CONSTRUCT - seen)}"
     digest = hashlib.md5("".join(
         p.source + repr((p.warm_helpers, p.caller_catches, p.inputs_share_memory, p.calls_from_threads))
-        + (repr(p.transposed_inputs) if p.transposed_inputs else "") for p in programs[:100]
+        + (repr(p.transposed_inputs) if p.transposed_inputs else "")
+        + ("dynamic" if p.compiled_dynamic else "") for p in programs[:100]
     ).encode()).hexdigest()
     assert PROGRAMS_DIGEST is None or digest == PROGRAMS_DIGEST, (
         "the grammar changed: re-check KNOWN_DIFFERENCES, then update PROGRAMS_DIGEST"

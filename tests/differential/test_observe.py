@@ -533,3 +533,26 @@ def test_a_global_the_call_rebinds_is_not_read_in_a_tensor_given_its_memory_late
     normalise = normaliser_of_a_freed_global(held=True)
     made = [torch.empty(1000) for _ in range(50)]
     assert [normalise(t)[-2:] for t in made] == [(("is", None), ("storage", None))] * 50
+
+
+def test_a_program_compiled_dynamic_is_called_last_on_other_sizes() -> None:
+    """``Program.compiled_dynamic``: ``torch.compile(..., dynamic=True)`` wherever the
+    harness or the program compiles ``f``, and a fifth input set, ``resized``, each
+    dimension one larger; the first four sets are the ones a static program gets. A
+    mended text that computes otherwise on the other sizes alone differs there."""
+    from .grammar import generate
+    from .observe import call_labels, input_values
+
+    static = input_values(3, (2, 3))
+    sets = input_values(3, (2, 3), resized=True)
+    assert [name for name, *_ in sets] == ["positive", "negative", "zeros", "small", "resized"]
+    assert all(torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(static, sets))
+    assert tuple(sets[-1][1].shape) == (3, 4)
+    program = Program(seed=3, source=program_of("return x * 2.0"), shape=(2, 3), compiled_dynamic=True)
+    assert [label[0] for label in call_labels(program, sets)][-1] == "resized"
+    assert compare(program, modes=("eager", "compiled:eager")).differences == []
+    other_sizes = program_of("if x.shape[0] == 2:\n    return x * 2.0\nreturn x * 3.0")
+    report = compare(program, modes=("compiled:eager",), mended_source=other_sizes)
+    assert [(d.mode, d.call, d.input_name) for d in report.differences] == [("compiled:eager", 4, "resized")]
+    module_site = next(p for p in map(generate, range(400)) if p.compiled_dynamic and p.compile_site == "module")
+    assert "dynamic=True)" in module_site.source
