@@ -485,8 +485,11 @@ def laid_out_transposed(value: torch.Tensor) -> torch.Tensor:
 # one run ------------------------------------------------------------------------------
 
 
-def run_program(program: Program, loaded: LoadedCode, mode: str, inputs) -> list[Observation]:
-    """Load the program once and call it on every input set in turn."""
+def run_program(
+    program: Program, loaded: LoadedCode, mode: str, inputs, fresh_dynamo_before: int | None = None
+) -> list[Observation]:
+    """Load the program once and call it on every input set in turn (TorchDynamo's
+    caches emptied just before the call on ``inputs[fresh_dynamo_before]``)."""
     torch.manual_seed(program.seed)
     module = _exec_module(loaded.module_name, loaded.code)
     main = _exec_module(loaded.main_name, loaded.main_code) if loaded.main_name else None
@@ -511,6 +514,8 @@ def run_program(program: Program, loaded: LoadedCode, mode: str, inputs) -> list
         observations.append(_call(program, module, warm_target, names, -1, *inputs[0][1:]))
         target = main.caller if mode == "eager" else main.compiled_caller
     for index, (_, x_value, y_value, item_count, box_count) in enumerate(inputs):
+        if index == fresh_dynamo_before:
+            torch._dynamo.reset()
         observations.append(
             _call(program, module, target, names, index, x_value, y_value, item_count, box_count)
         )
@@ -724,7 +729,7 @@ def compare(
     report = Report()
     cache: dict[tuple[str, str], LoadedCode] = {}
 
-    def observe(variant: str, mode: str, call_inputs=None) -> list[Observation]:
+    def observe(variant: str, mode: str, call_inputs=None, fresh_dynamo_before=None) -> list[Observation]:
         backend = mode.split(":", 1)[1] if ":" in mode else "eager"
         key = (variant, backend)
         if key not in cache:
@@ -734,22 +739,29 @@ def compare(
             with _draws_as_eagerly(variant == DRAWS_AS_EAGERLY), _assembly_as_for_rewritten_code(
                 variant == ASSEMBLY_AS_FOR_REWRITTEN_CODE
             ):
-                return run_program(program, cache[key], mode, inputs if call_inputs is None else call_inputs)
+                return run_program(
+                    program, cache[key], mode, inputs if call_inputs is None else call_inputs, fresh_dynamo_before
+                )
         finally:
             torch._dynamo.reset()
             unload(cache[key])
 
     def original_compiled_alone(mode: str):
-        """The original compiled, on a fresh TorchDynamo, called on one observation's
-        input set alone (after its warm-ups): what the call does with no earlier call's
-        compiled or given-up frames."""
+        """The original compiled, called on one observation's input set after the same
+        earlier calls, with TorchDynamo's caches emptied just before it: what the call
+        does with no earlier call's compiled or given-up frames, the program's own state
+        being what its earlier calls made it (seed 272822: a global list the program
+        appends to is printed; called alone, the count differed)."""
         warm_ups = len(call_labels(program, inputs)) - len(inputs)
 
         seen: dict[int, Observation | None] = {}
 
         def run(index: int) -> Observation | None:
             if index not in seen:
-                seen[index] = None if index < warm_ups else observe("original", mode, [inputs[index - warm_ups]])[-1]
+                call = index - warm_ups
+                seen[index] = (
+                    None if call < 0 else observe("original", mode, inputs[: call + 1], fresh_dynamo_before=call)[-1]
+                )
             return seen[index]
 
         return run
@@ -813,7 +825,7 @@ def compare(
             # mended run reached; it is what it does at any op that fails while traced.
             # Seed 221043: the original compiled ran the op eagerly only because
             # TorchDynamo gave up its frame on an earlier call; called on that input
-            # alone, it traced the op and raised the same error.
+            # with TorchDynamo's caches fresh, it traced the op and raised the same error.
             report.traced_op_failures.append(difference)
         elif mode != "compiled:eager" and _DRAWS.search(program.source) and _each_call_is_the_originals(
             reference, observe(DRAWS_AS_EAGERLY, mode), actual, output_lines_apart=under_inductor,
@@ -904,7 +916,7 @@ def traced_op_failures(
     error of each call on which the mended compiled raised TorchDynamo's
     ``TorchRuntimeError`` for an op, replaced by that error, where either (1) torch's
     compiler failed on the original compiled and eager raised at that very line, or (2)
-    the original compiled, called on that input set alone on a fresh TorchDynamo
+    the original compiled, called on that input set with TorchDynamo's caches fresh
     (``alone(index)``), raised that same error there (seed 232488: eagerly the op's error
     is caught by the program's ``contextlib.suppress``; TorchDynamo's, raised while
     converting the frame, is not). TorchDynamo reports an op that
@@ -930,8 +942,8 @@ def traced_op_failures(
 
 def calls_alone_as_observed(eager: list[Observation], actual: list[Observation], alone) -> list[Observation]:
     """Eager's observations, with each call on which the original compiled, called on
-    that input set alone (``alone(index)``), raised TorchDynamo's error as the mended run
-    did, replaced by that whole run: the call stops at the error, so its output is that
+    that input set with TorchDynamo's caches fresh (``alone(index)``), raised
+    TorchDynamo's error as the mended run did, replaced by that whole run: the call stops at the error, so its output is that
     run's, not eager's (seed 232488: eagerly a log line follows the op the program's
     ``suppress`` caught)."""
     return [

@@ -1055,3 +1055,60 @@ def test_an_op_failing_past_torchdynamos_assembly_bug_counts_as_the_original_wit
     writes_box = mended.replace("def f(x, y, box, items, table):\n", "def f(x, y, box, items, table):\n    box.n = 7\n")
     assert writes_box != mended
     assert compare(program, modes=("compiled:eager",), mended_source=writes_box).differences != []
+
+
+SEED_272822 = r'''import torch
+import torch.nn.functional as F
+WRITTEN = []
+class OwnStream:
+    def write(self, text):
+        WRITTEN.append(text)
+OWN_STREAM = OwnStream()
+class Router(torch.nn.Module):
+    def __init__(self):
+        self.experts = torch.nn.ModuleList([torch.nn.Tanh(), torch.nn.Identity()])
+def f(x, y, box, items, table):
+    acc = x * 0.0
+    def bump(t):
+        return t + 1.0
+    if (x > 0).all():
+        x = bump(x)
+    print("acc", acc)
+    OWN_STREAM.write("own raw\n")
+    print("written", len(WRITTEN))
+    try:
+        x = F.relu(x, inplace=True)
+        print("alias", z1 is x, z1 is y)
+    finally:
+        print("finally", len(items))
+    try:
+        try:
+                y = torch.relu(x * 0.5)
+        finally:
+            print("finally", COUNT)
+    except UserWarning as error:
+        print("handled", type(error).__name__, str(error)[:40])
+BACKEND = "eager"
+compiled_f = torch.compile(f, backend=BACKEND, dynamic=False)
+'''
+
+
+def test_a_traced_op_error_after_an_earlier_call_gave_up_the_frame_is_judged_in_the_programs_state():
+    """Long run seed 272822 (minimised): the first call raises NameError while its frame
+    is traced, and TorchDynamo then runs the original's frame eagerly on the second call,
+    where the in-place ``relu`` of a leaf that requires grad raises RuntimeError after the
+    ``finally`` prints. graphmend's prints are in the graph, its frame is another code
+    object, and TorchDynamo traces it: the op fails while traced (``TorchRuntimeError``),
+    as the original compiled does on that call with TorchDynamo's caches fresh. The
+    harness's reference for that call now keeps the program's state (the global list
+    ``WRITTEN``, whose length is printed, grew over the first call); called alone it
+    printed another count, and the program counted as a difference."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=272822, source=SEED_272822, shape=(2, 3), log_level=10, requires_grad=True,
+                      compile_site="module")
+    report = compare(program, modes=("compiled:eager",))
+    assert report.differences == [], [d.describe() for d in report.differences]
+    assert len(report.traced_op_failures) == 1
