@@ -676,7 +676,8 @@ def joined_graph_enters_no_inference_mode(output) -> str | None:
     return None
 
 
-_SIZE_MAKING_OPERATORS = ("nonzero", "nonempty_positions")
+# Capture's operators whose output size is a fresh unbacked symbol (``dynamic_shapes``).
+_SIZE_MAKING_OPERATORS = ("graphmend::nonzero", "graphmend::nonempty_positions")
 
 
 def captured_sizes_decide_no_break(output, translator, graph_break: bool) -> str | None:
@@ -693,7 +694,8 @@ def captured_sizes_decide_no_break(output, translator, graph_break: bool) -> str
         return None
     made = set()
     for node in output.graph.nodes:
-        if node.op == "call_function" and _is_graphmend_operator(node.target, _SIZE_MAKING_OPERATORS):
+        overload = getattr(node.target, "_overloadpacket", None) if node.op == "call_function" else None
+        if getattr(overload, "_qualified_op_name", None) in _SIZE_MAKING_OPERATORS:
             made |= _unbacked_symbols(node.meta.get("example_value"))
     if not made:
         return None
@@ -704,11 +706,6 @@ def captured_sizes_decide_no_break(output, translator, graph_break: bool) -> str
                 return "the graph breaks on the size the capture made, so the capture removes no break"
         frame = getattr(frame, "parent", None)
     return None
-
-
-def _is_graphmend_operator(target, names: tuple[str, ...]) -> bool:
-    overload = getattr(target, "_overloadpacket", None)
-    return getattr(overload, "_qualified_op_name", "") in tuple(f"graphmend::{name}" for name in names)
 
 
 def _unbacked_symbols(value) -> set:
