@@ -944,8 +944,9 @@ def test_torchdynamos_error_escaping_a_suppress_counts_as_its_own_when_the_origi
     an earlier call; called on that input alone it raises the same error, and its call
     stops there as the mended one does (``observe.calls_alone_as_observed``). The trace
     that reached the op came from capturing ``torch.where`` and breaking at
-    ``len(pos_m1) > 0`` on the size it made; that capture is refused now
-    (``claims.captured_sizes_decide_no_break``), the mended program's graphs are the
+    ``len(pos_m1) > 0`` on the size it made; that capture is refused now, as soon as
+    tracing needs that size on the host (``claims._refuse_captures_whose_sizes_are_needed``,
+    before ``claims.captured_sizes_decide_no_break`` would at the break), the mended program's graphs are the
     original's and no failure is left to tell apart (the classification itself:
     ``test_observe.test_a_traced_op_error_counts_as_torchs_own_only_when_the_original_alone_raises_it``)."""
     from .grammar import Program
@@ -957,7 +958,7 @@ def test_torchdynamos_error_escaping_a_suppress_counts_as_its_own_when_the_origi
     assert report.differences == [], [d.describe() for d in report.differences]
     assert report.traced_op_failures == []
     refused = [reason for (_, line), reason in claims.trace_time_declines.items() if line == 14]
-    assert refused == ["the graph breaks on the size the capture made, so the capture removes no break"]
+    assert refused == ["tracing needed the size the capture made on the host, so the capture removes no break"]
 
 
 SEED_232508 = '''\

@@ -405,7 +405,7 @@ def test_a_break_on_the_size_the_capture_made_keeps_the_original_break():
     assert result.changed
     assert counts(mended.main, X, W) == counts(original.main, X, W) == (2, 1)
     declines = [reason for (filename, line), reason in claims.trace_time_declines.items() if line == 6]
-    assert declines == ["the graph breaks on the size the capture made, so the capture removes no break"]
+    assert declines == ["tracing needed the size the capture made on the host, so the capture removes no break"]
     assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))
 
 
@@ -426,4 +426,35 @@ def test_a_later_break_elsewhere_keeps_the_capture():
     assert counts(original.main, X, W) == (3, 2)
     assert counts(mended.main, X, W) == (2, 1)
     assert not [line for (_, line) in claims.trace_time_declines if line == 6]
+    assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))
+
+
+def test_a_branch_on_the_size_inside_a_helper_keeps_the_original_break():
+    """The size is branched on inside a helper TorchDynamo inlines: it breaks the graph
+    at the helper's call instead and traces the frame again, so the captured frame
+    would compile 3 graphs with 2 breaks where the original has 2 and 1. Tracing's need
+    for the size on the host refuses the capture
+    (``claims._refuse_captures_whose_sizes_are_needed``), and the trace TorchDynamo
+    starts again keeps the original call, from the first call on (the frame is not run
+    eagerly for a trace that took another path)."""
+    source = """
+        def check(rows, w):
+            if len(rows) > 0:
+                return w + 1
+            return w
+
+        def main(x, w):
+            (rows,) = torch.where(x.sum(-1) > 0)
+            scaled = w * 2
+            scaled = check(rows, scaled)
+            return scaled * rows.numel()
+    """
+    claims.forget_refusals()
+    conversion_failures.frames_run_eagerly.clear()
+    original, mended, result = original_and_mended(program(source))
+    assert result.changed
+    assert counts(mended.main, X, W) == counts(original.main, X, W) == (2, 1)
+    assert conversion_failures.frames_run_eagerly == {}
+    declines = [reason for (_, line), reason in claims.trace_time_declines.items() if line == 11]
+    assert declines == ["tracing needed the size the capture made on the host, so the capture removes no break"]
     assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))

@@ -67,6 +67,7 @@ _hooks_installed = {
     "restart_on_given_up_frame": False,
     "check_before_compiling": False,
     "check_the_compiled_graph": False,
+    "refuse_captures_whose_sizes_are_needed": False,
 }
 
 
@@ -680,7 +681,7 @@ def joined_graph_enters_no_inference_mode(output) -> str | None:
 _SIZE_MAKING_OPERATORS = ("graphmend::nonzero", "graphmend::nonempty_positions")
 
 
-def captured_sizes_decide_no_break(output, translator, graph_break: bool) -> str | None:
+def captured_sizes_decide_no_break(output, translator, claims, graph_break: bool) -> str | None:
     """A capture removes the break at its call only when the trace goes past every use of
     the size it made. When the graph breaks with that size on TorchDynamo's stack (the
     branch ``if len(positions) > 0:`` whose merged form was refused, a print of the
@@ -692,6 +693,9 @@ def captured_sizes_decide_no_break(output, translator, graph_break: bool) -> str
     for another). A capture that removes no break keeps the original call and its break."""
     if not graph_break:
         return None
+    refused = [claim.site for claim in claims.values() if claim.kind == CAPTURE and refused_reason(claim.site)]
+    if refused:
+        return refused_reason(refused[0])
     made = set()
     for node in output.graph.nodes:
         overload = getattr(node.target, "_overloadpacket", None) if node.op == "call_function" else None
@@ -706,6 +710,47 @@ def captured_sizes_decide_no_break(output, translator, graph_break: bool) -> str
                 return "the graph breaks on the size the capture made, so the capture removes no break"
         frame = getattr(frame, "parent", None)
     return None
+
+
+_SIZE_NEEDED_REASON = "tracing needed the size the capture made on the host, so the capture removes no break"
+# The user site of the capture that made each unbacked size, while its trace lasts
+# (symbols are the trace's own: a later trace makes new ones).
+_sizes_made_at = threading.local()
+
+
+def record_size_made(size, site: tuple[str, int]) -> None:
+    """``graphmend::nonzero``'s fake made ``size`` (a SymInt) for the capture at ``site``."""
+    made = getattr(_sizes_made_at, "sites", None)
+    if made is None or len(made) > 4096:
+        made = _sizes_made_at.sites = {}
+    for symbol in _unbacked_symbols(size):
+        made[symbol] = site
+
+
+def _refuse_captures_whose_sizes_are_needed(make_error):
+    """Wrap ``ShapeEnv._make_data_dependent_error``, which makes the error tracing raises
+    when it must know an unbacked size on the host (a branch on it, ``int()`` of it),
+    wherever that is: in the frame or in a function TorchDynamo inlines, whose break
+    TorchDynamo then takes at the call (and traces the frame again). A capture whose
+    size is needed so removes no break: the original broke where it was made, and the
+    mended graph breaks later, often more than once (a branch in a helper split the
+    frame at the helper's call: 3 graphs and 2 breaks where the original has 2 and 1).
+    The capture that made the size is refused for good, and the trace that holds it is
+    refused before it compiles (``captured_sizes_decide_no_break``)."""
+
+    def wrapped(self, expr, unhinted_expr, *args, **kwargs):
+        try:
+            made = getattr(_sizes_made_at, "sites", {})
+            for symbol in getattr(unhinted_expr, "free_symbols", ()):
+                site = made.get(symbol)
+                if site is not None:
+                    refuse_for_good(site, _SIZE_NEEDED_REASON)
+        except Exception:  # noqa: BLE001 - recording must never change the error torch raises
+            pass
+        return make_error(self, expr, unhinted_expr, *args, **kwargs)
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
 
 
 def _unbacked_symbols(value) -> set:
@@ -751,7 +796,7 @@ def _refusals(output, translator, claims, graph_break: bool):
     if stopped:
         reason = "TorchDynamo broke the graph at the branch's `torch.cond`"
         return [(site, _ALWAYS, reason) for site in stopped]
-    decided = captured_sizes_decide_no_break(output, translator, graph_break)
+    decided = captured_sizes_decide_no_break(output, translator, claims, graph_break)
     if decided is not None:
         return [(claim.site, _ALWAYS, decided) for claim in claims.values() if claim.kind == CAPTURE]
     with_guard = outputs_share_no_graph_with_a_lowered_guard(output, claims) or (
@@ -877,12 +922,25 @@ def _restart_given_up_frame_without_claims(run):
     up a frame whose trace holds claims (``frame_was_not_given_up_while_tracing``),
     refuse them and trace the frame again (nothing of it has run), so that its graphs
     and resume functions are the original's. Under ``fullgraph=True`` the failure is
-    the user's error, as in the original."""
-    from torch._dynamo.exc import Unsupported, UserError
+    the user's error, as in the original.
+
+    Also: when TorchDynamo restarts the trace to break the graph at a call whose inlined
+    function it could not trace, and a capture of this trace was refused meanwhile
+    (``_refuse_captures_whose_sizes_are_needed``), the restart is made one that forgets
+    the path taken: the trace again keeps the capture's original call, where
+    TorchDynamo's own restart expects the path of this trace (``SpeculationLogDivergence``,
+    and the frame would run eagerly)."""
+    from torch._dynamo.exc import SpeculationRestartAnalysis, Unsupported, UserError
 
     def wrapped(self, *args, **kwargs):
         try:
             return run(self, *args, **kwargs)
+        except SpeculationRestartAnalysis:
+            claims = getattr(self.output, _CLAIMS_ATTRIBUTE, None) or {}
+            refused = [c.site for c in claims.values() if c.kind == CAPTURE and refused_reason(c.site)]
+            if not refused:
+                raise
+            raise _restart(self.output, refused_reason(refused[0])) from None
         except (Unsupported, UserError) as error:
             claims = getattr(self.output, _CLAIMS_ATTRIBUTE, None)
             if not claims or getattr(self, "error_on_graph_break", True) or getattr(self, "one_graph", True):
@@ -918,6 +976,16 @@ def _install_hooks() -> None:
         if not getattr(compile_subgraph, "_graphmend_wrapped", False):
             OutputGraph.compile_subgraph = _check_before_compiling(compile_subgraph)
         _hooks_installed["check_before_compiling"] = True
+    try:
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        make_error = ShapeEnv._make_data_dependent_error
+    except (ImportError, AttributeError):  # pragma: no cover - another torch
+        make_error = None
+    if make_error is not None:
+        if not getattr(make_error, "_graphmend_wrapped", False):
+            ShapeEnv._make_data_dependent_error = _refuse_captures_whose_sizes_are_needed(make_error)
+        _hooks_installed["refuse_captures_whose_sizes_are_needed"] = True
     call_user_compiler = getattr(OutputGraph, "call_user_compiler", None)
     if call_user_compiler is not None:
         if not getattr(call_user_compiler, "_graphmend_wrapped", False):

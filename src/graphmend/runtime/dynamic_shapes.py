@@ -54,6 +54,10 @@ def _nonzero_while_tracing(x: torch.Tensor) -> torch.Tensor:
 
     count = allocate_size(torch.library.get_ctx()._shape_env)
     _state.sizes_made = sizes_made() + 1
+    # The capture claimed last is this call's: the captured calls run only once claimed.
+    claimed = captures_claimed()
+    if claimed:
+        claims.record_size_made(count, claimed[-1])
     # ``torch.nonzero`` writes its positions column by column: strides ``(1, count)``.
     # A fake of other strides misleads the functionalizing backends, which plan views
     # of the real output by the fake's strides (CLAP under aot_eager: "view size is not
