@@ -122,6 +122,16 @@ NORM = torch.nn.BatchNorm1d(3).eval()
 '''
 
 
+# A helper TorchDynamo inlines that branches on the size a capture made: the trace breaks
+# at the helper's call, not where the size is made.
+HELPER_BRANCH_DEFINITIONS = '''\
+def scattered_if_any(positions, flat, total):
+    if len(positions) > 0:
+        total = total.index_add(0, positions, flat[positions] * 2.0)
+    return total
+'''
+
+
 MERGE_DEFINITIONS = '''\
 ROW_NORM = torch.nn.BatchNorm1d(1).eval()
 ROW_HOOKED = torch.nn.Linear(1, 1)
@@ -274,7 +284,8 @@ class _Generator:
                  layouts: bool = True, merges: bool = True, blocks: bool = True, fusions: bool = True,
                  warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True,
                  grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False,
-                 global_rebinds: bool = True, transposed_inputs: bool = True, dynamic_compiles: bool = True):
+                 global_rebinds: bool = True, transposed_inputs: bool = True, dynamic_compiles: bool = True,
+                 helper_branches: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -299,6 +310,10 @@ class _Generator:
         self.positions = False
         self.positions_counter = 0
         self.mask_rng = random.Random(f"mask-index-{seed}")
+        # Positions handed to a helper that branches on their count, own stream.
+        self.helper_branch_rng = random.Random(f"positions-helper-branch-{seed}")
+        self.helper_branches_enabled = helper_branches
+        self.helper_branches = False
         # ``.item()`` counts that a check compares, from a stream of their own.
         self.item_rng = random.Random(f"item-check-{seed}")
         self.item_checks_enabled = item_checks
@@ -797,6 +812,8 @@ class _Generator:
         kind = rng.choice(("where", "nonzero", "argwhere", "printed", "copied", "copied-in-helper", "routing"))
         if self.mask_rng.random() < 0.15:  # its own stream: the seeds found before keep their programs
             kind = "mask-index"
+        if self.helper_branches_enabled and self.helper_branch_rng.random() < 0.15:  # own stream, as above
+            kind = "branched-in-helper"
         self.feature(f"positions-{kind}")
         scatter_back = [
             f"{total} = torch.zeros_like({flat})",
@@ -809,6 +826,13 @@ class _Generator:
             lines += [f"{positions} = ({flat} > {threshold}).nonzero(as_tuple=True)[0]"] + scatter_back
         elif kind == "argwhere":
             lines += [f"{positions} = torch.argwhere({flat} > {threshold})[:, 0]"] + scatter_back
+        elif kind == "branched-in-helper":
+            self.helper_branches = True
+            lines += [
+                f"({positions},) = torch.where({flat} > {threshold})",
+                f"{total} = scattered_if_any({positions}, {flat}, torch.zeros_like({flat}))",
+                f"{target} = {target} + {total}.reshape({target}.shape)",
+            ]
         elif kind == "mask-index":
             mask = f"mask{suffix}"
             lines += [
@@ -1293,6 +1317,8 @@ class _Generator:
             lines.append(POSITIONS_DEFINITIONS)
         if self.layouts:
             lines.append(LAYOUT_DEFINITIONS)
+        if self.helper_branches:
+            lines.append(HELPER_BRANCH_DEFINITIONS)
         if self.merges:
             lines.append(MERGE_DEFINITIONS)
         if self.attribute_definitions is not None:
@@ -1356,7 +1382,8 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
              warm: bool = True, shared_inputs: bool = True, threads: bool = True,
              handlers: bool = True, grad_modes: bool = True, attribute_code: bool = True,
              tracked_inputs: bool = False, global_rebinds: bool = True,
-             transposed_inputs: bool = True, dynamic_compiles: bool = True) -> Program:
+             transposed_inputs: bool = True, dynamic_compiles: bool = True,
+             helper_branches: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1374,6 +1401,8 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``global_rebinds=False``: before module globals rebound by ``f``;
     ``transposed_inputs=False``: before arguments laid out transposed;
     ``dynamic_compiles=False``: before programs compiled with ``dynamic=True``;
+    ``helper_branches=False``: before positions handed to a helper that branches on
+    their count;
     ``tracked_inputs=True``: with arguments of a tensor subclass that logs its
     operations, off by default: under torch 2.13 most differences such programs show
     are torch's own failures with ``__torch_function__`` subclasses, which the original
@@ -1387,5 +1416,5 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
         merges and positions, blocks and positions, fusions and positions, warm and positions,
         shared_inputs and positions, threads and positions, handlers and positions, grad_modes and positions,
         attribute_code and positions, tracked_inputs and positions, global_rebinds and positions,
-        transposed_inputs and positions, dynamic_compiles and positions,
+        transposed_inputs and positions, dynamic_compiles and positions, helper_branches and positions,
     ).program()

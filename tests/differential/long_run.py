@@ -151,6 +151,7 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
             global_rebinds=not options.without_global_rebinds,
             transposed_inputs=not options.without_transposed_inputs,
             dynamic_compiles=not options.without_dynamic_compiles,
+            helper_branches=not options.without_helper_branches,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
@@ -391,6 +392,10 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--without-dynamic-compiles", action="store_true",
         help="draw programs as the grammar did before programs compiled with dynamic=True (the seeds of runs before it)",
+    )
+    parser.add_argument(
+        "--without-helper-branches", action="store_true",
+        help="draw programs as the grammar did before positions handed to a helper that branches on their count",
     )
     parser.add_argument(
         "--without-transposed-inputs", action="store_true",
