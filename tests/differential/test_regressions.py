@@ -1113,3 +1113,38 @@ def test_a_traced_op_error_after_an_earlier_call_gave_up_the_frame_is_judged_in_
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
     assert len(report.traced_op_failures) == 1
+
+
+SEED_290026 = r'''import torch
+TOTAL = torch.zeros((2, 3))
+def helper1(t, u):
+    pass
+def f(x, y, box, items, table):
+    global TOTAL
+    y = torch.sigmoid(torch.abs(y))
+    if (y > 0).all():
+        TOTAL = TOTAL + y
+    for i in range(3):
+        if x.max() > 0.5:
+            pass
+'''
+
+
+def test_a_traced_op_error_is_the_originals_whatever_torchdynamo_names_its_sizes():
+    """Long run seed 290026 (minimised), compiled with ``dynamic=True`` and called last
+    on other sizes, where ``TOTAL + y`` fails. The original's frame after the first break
+    holds a break in a loop, so TorchDynamo ran it eagerly from the first call on and the
+    last call raised the op's own RuntimeError; graphmend's frame has no break and
+    compiled, and its trace for the new sizes raises TorchDynamo's ``TorchRuntimeError``.
+    The original compiled raises that error too on that call with TorchDynamo's caches
+    fresh, but names the sizes by its own history of the frame (``(s10, s94)`` for the
+    sizes the mended trace named ``(s17, s94)``); the harness set the names aside only
+    now (``observe._raised_alone_as_observed``)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=290026, source=SEED_290026, shape=(2, 3), log_level=20, compiled_dynamic=True)
+    report = compare(program, modes=("compiled:eager",))
+    assert report.differences == [], [d.describe() for d in report.differences]
+    assert [d.input_name for d in report.traced_op_failures] == ["resized"]
