@@ -33,7 +33,7 @@ def test_the_whole_trace_checks_it_names_exist():
     from graphmend.cli.rule import _WHOLE_TRACE_CHECKS
 
     names = re.findall(r"\((\w+)\)", _WHOLE_TRACE_CHECKS)
-    assert len(names) == 11  # the ten whole-trace checks and the claim-time not_inside_inference_mode
+    assert len(names) == 12  # the eleven whole-trace checks and the claim-time not_inside_inference_mode
     for name in names:
         assert callable(getattr(claims, name)), name
 

@@ -84,7 +84,10 @@ and the frame traced again where
     in place that shares its memory with another input, under a backend that does
     not run the graph as written (ordered_operators_share_no_graph_with_aliased_inputs_written_in_place);
   - the rest of the original frame ran eagerly and the mended frame still breaks later
-    (rest_of_eager_frame_compiles_whole).
+    (rest_of_eager_frame_compiles_whole);
+  - for Capture: the graph breaks on the size the capture made, or tracing needs that
+    size on the host, in the frame or in a function it calls (captured_sizes_decide_no_break):
+    the capture would remove no break.
 `graphmend explain` names the check for a break kept this way. No statement loses its
 break inside torch.inference_mode() (not_inside_inference_mode)."""
 

@@ -28,7 +28,10 @@ Legality conditions (each a function, returning the reason it fails):
   ``list()``...) or iterated over, which would need the count on the host.
 A use the rule cannot see (a helper that calls ``.tolist()`` on what it is given)
 makes tracing fail on the captured size; that frame then runs eagerly, as its
-original would (``graphmend.runtime.conversion_failures``).
+original would (``graphmend.runtime.conversion_failures``). A capture that would remove
+no break (the graph breaks on its size, or tracing needs its size on the host, as a
+branch on ``len(positions)`` in a helper does) is refused while tracing and the frame
+traced again with the original call (``graphmend.runtime.claims.captured_sizes_decide_no_break``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ that decide it come only later in the same trace:
 - the joined graph holds a batch norm of a tensor that is not contiguous, which torch
   traces with the wrong strides (``batch_norms_read_contiguous_tensors``);
 - the joined graph enters ``torch.inference_mode()`` (``joined_graph_enters_no_inference_mode``);
-- the graph breaks on a size a capture made (``captured_sizes_decide_no_break``);
+- the graph breaks on a size a capture made, or tracing needs that size on the host
+  anywhere, an inlined function too (``captured_sizes_decide_no_break``,
+  ``_refuse_captures_whose_sizes_are_needed``);
 - output shares the graph with a lowered guard (``outputs_share_no_graph_with_a_lowered_guard``)
   or with an input written in place (``outputs_share_no_graph_with_an_input_written_in_place``);
 - TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
