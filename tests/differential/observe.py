@@ -1002,7 +1002,8 @@ def _each_call_is_the_originals(
     entry because the call failed as the original compiled did).
     Printed tensors, in the output and in text the program keeps in a global (seed
     53307: a log handler writing into a list), are compared without their autograd
-    node's name (``_autograd_node_names_aside``). From a call that raised (or not) as the
+    node's name, and stderr tracebacks without the number torch gives a graph's code
+    (``_torch_names_aside``). From a call that raised (or not) as the
     original compiled did and not as eager code did, the globals (which hold what every call
     before put there, and what that call did before it failed) are no longer compared, nor
     the generator. ``float_bits_aside``: tensors compare by
@@ -1028,7 +1029,7 @@ def _each_call_is_the_originals(
     def piece(observation, names, index=None):
         values = tuple(getattr(observation, name) for name in names)
         if names == ("events",) and output_lines_apart:
-            lines = _event_pieces(_autograd_node_names_aside(observation.events))
+            lines = _event_pieces(_torch_names_aside(observation.events))
             if float_bits_aside:
                 lines = _strip_float_bits(lines)
             return len(lines) if index is None else lines[index] if index < len(lines) else None
@@ -1037,7 +1038,7 @@ def _each_call_is_the_originals(
         if index is not None:  # one global, or one input's gradient: each its own observable
             values = values[0][index] if values[0] is not None and index < len(values[0]) else None
         if names in (("events",), ("globals",)):
-            values = _autograd_node_names_aside(values)
+            values = _torch_names_aside(values)
         if names == ("gradients",) and zero_signs_aside:
             values = _zero_signs_aside(values)
         return _strip_float_bits(values) if float_bits_aside else values
@@ -1089,17 +1090,22 @@ def _each_call_is_the_originals(
 
 
 _AUTOGRAD_NODE = re.compile(r",\s*grad_fn=<\w+>")
+_GENERATED_CODE_KEY = re.compile(r"<eval_with_key>\.\d+")
 
 
-def _autograd_node_names_aside(value):
-    """Printed tensors with their autograd node's name left out (not whether they have
-    one): a tensor made inside a graph prints ``grad_fn=<CompiledFunctionBackward>``,
-    the same tensor made eagerly its op's node, and which statements end up in a graph
-    is what graphmend changes (seed 40850)."""
+def _torch_names_aside(value):
+    """Text with two names torch gives left out: a printed tensor's autograd node's name
+    (not whether it has one): a tensor made inside a graph prints
+    ``grad_fn=<CompiledFunctionBackward>``, the same tensor made eagerly its op's node,
+    and which statements end up in a graph is what graphmend changes (seed 40850); and
+    the number of a graph's generated code, ``<eval_with_key>.13``, counted over the
+    process, in the traceback torch prints to stderr when an error is raised inside a
+    graph (seed 290481: ``1 // box.n`` with ``box.n`` a size input and 0; the original
+    compiled printed the same traceback, numbered by the graphs compiled before it)."""
     if isinstance(value, str):
-        return _AUTOGRAD_NODE.sub(", grad_fn=<node>", value)
+        return _GENERATED_CODE_KEY.sub("<eval_with_key>", _AUTOGRAD_NODE.sub(", grad_fn=<node>", value))
     if isinstance(value, (tuple, list)):
-        return type(value)(_autograd_node_names_aside(item) for item in value)
+        return type(value)(_torch_names_aside(item) for item in value)
     return value
 
 

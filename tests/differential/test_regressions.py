@@ -1148,3 +1148,70 @@ def test_a_traced_op_error_is_the_originals_whatever_torchdynamo_names_its_sizes
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
     assert [d.input_name for d in report.traced_op_failures] == ["resized"]
+
+
+SEED_290481 = r'''import logging
+import sys
+import warnings
+import torch
+import torch.nn.functional as F
+logger = logging.getLogger(__name__)
+COUNT = 0
+TOTAL = torch.zeros((4,))
+HISTORY = []
+SEEN = []
+CACHE = {}
+class Router(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = torch.nn.ModuleList([torch.nn.Tanh(), torch.nn.Identity()])
+ROUTER = Router()
+def helper2(t, u):
+    global COUNT
+    return u + (t * u)
+def f(x, y, box, items, table):
+    global TOTAL
+    if (x > 0).all() or x.max() > 0.5:
+        z1 = x
+    else:
+        z1 = y
+    z1.mul_(10.0)
+    print("alias", z1 is x, z1 is y)
+    TOTAL = TOTAL + z1
+    z1 = z1 * TOTAL
+    try:
+        z1 = torch.tanh(z1 * 1.5)
+    finally:
+        print("finally", COUNT)
+        z1 = helper2(z1, y)
+        z1 = z1 + torch.randn_like(z1)
+    flat_p1 = y.flatten()
+    pos_p1 = (flat_p1 > -1.0).nonzero()
+    print("positions", pos_p1.sum(), pos_p1.shape[0])
+    h4 = torch.tanh(y) * torch.relu(z1)
+    if z1.max() > 0.5:
+        h5 = torch.tanh(z1) - 3.0
+        h6 = torch.tanh(z1) * h5
+        z1 = torch.sqrt(h4.abs()) * 0.25
+        h4 = z1
+        h4 = h4 * (1 // box.n)
+        h6 = helper7(h6, z1)
+    return h4 - 3.0
+'''
+
+
+def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_compared_without_its_code_number():
+    """Long run seed 290481 (minimised), under ``aot_eager``: ``h4 * (1 // box.n)``, where
+    ``box.n`` is 0 on the later calls and TorchDynamo passes it to the graph as a size.
+    The division fails inside the graph, and torch prints a traceback to stderr naming the
+    graph's generated code ``<eval_with_key>.N``, N counted over the process. The original
+    compiled prints the same traceback with another N (the harness compiles it first):
+    counted as TorchDynamo's own only now (``observe._torch_names_aside``)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=290481, source=SEED_290481, shape=(4,), log_level=20, compiled_dynamic=True)
+    report = compare(program, modes=("compiled:aot_eager",))
+    assert report.differences == [], [d.describe() for d in report.differences]
+    assert report.torch_own, "the original compiled raises in its graph too"
