@@ -1091,6 +1091,14 @@ def _each_call_is_the_originals(
 
 _AUTOGRAD_NODE = re.compile(r",\s*grad_fn=<\w+>")
 _GENERATED_CODE_KEY = re.compile(r"<eval_with_key>\.\d+")
+# What ``torch.fx``'s ``_WrappedCall`` prints to stderr when an error is raised inside a
+# graph: the traceback, then the graph's generated code around the failing line (lines
+# of code are indented, the rest blank); group 1 is the error's own last line.
+_ERROR_INSIDE_A_GRAPH = re.compile(
+    r"Traceback \(most recent call last\):\n  File \"[^\"\n]*torch/fx/graph_module\.py\"[\s\S]*?"
+    r"\n([A-Za-z_][\w.]*: [^\n]*|[A-Za-z_][\w.]*)\n\nCall using an FX-traced Module, line \d+ of the traced "
+    r"Module's generated forward function:\n[\s\S]*?~~~ <--- HERE\n(?:(?: {4}[^\n]*)?\n)*"
+)
 
 
 def _torch_names_aside(value):
@@ -1101,8 +1109,12 @@ def _torch_names_aside(value):
     the number of a graph's generated code, ``<eval_with_key>.13``, counted over the
     process, in the traceback torch prints to stderr when an error is raised inside a
     graph (seed 290481: ``1 // box.n`` with ``box.n`` a size input and 0; the original
-    compiled printed the same traceback, numbered by the graphs compiled before it)."""
+    compiled printed the same traceback, numbered by the graphs compiled before it); and
+    of that traceback, all but the error's own line: the rest is the graph's code around
+    the failing line, and which statements a graph holds is what graphmend changes (seed
+    302052: Where joined the branch holding ``1 // box.n`` to the graph before it)."""
     if isinstance(value, str):
+        value = _ERROR_INSIDE_A_GRAPH.sub(r"<error inside a graph, printed by torch: \1>\n", value)
         return _GENERATED_CODE_KEY.sub("<eval_with_key>", _AUTOGRAD_NODE.sub(", grad_fn=<node>", value))
     if isinstance(value, (tuple, list)):
         return type(value)(_torch_names_aside(item) for item in value)

@@ -1215,3 +1215,72 @@ def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_compared_with
     report = compare(program, modes=("compiled:aot_eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
     assert report.torch_own, "the original compiled raises in its graph too"
+
+
+SEED_302052 = r'''import logging
+import sys
+import warnings
+import torch
+WRITTEN = []
+class OwnStream:
+    def write(self, text):
+        WRITTEN.append(text)
+        return len(text)
+OWN_STREAM = OwnStream()
+class Router(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = torch.nn.ModuleList([torch.nn.Tanh(), torch.nn.Identity()])
+ROUTER = Router()
+class Gauge:
+    @property
+    def step(self, t):
+        if t.mean() < 0:
+            z = self.scale(t) * self.level
+        return z
+class LookupGauge(Gauge):
+    def __getattr__(self, name):
+        HISTORY.append("lookup " + name)
+        return torch.tensor(0.75)
+GAUGE = LookupGauge()
+import contextlib
+def helper3(t, u):
+    if (u > 1).any():
+        return torch.sigmoid(torch.sigmoid(u))
+    return t + 0.5
+def f(x, y, box, items, table):
+    warnings.warn("deprecated", DeprecationWarning)
+    print("own", file=OWN_STREAM)
+    print("written", len(WRITTEN))
+    x = torch.abs(torch.tanh(y))
+    if x.max() > 0.5:
+        y = y * 0.5
+        h1 = y * 0.5 - y * 0.25
+        h2 = torch.sigmoid(h1)
+        x = y
+        y = torch.sigmoid(torch.sigmoid(h1))
+        h2 = h2 * (1 // box.n)
+        h1 = helper3(h1, h1)
+    flat_p1 = y.flatten()
+    pos_p1 = (flat_p1 > 0.0).nonzero()
+    print("positions", positions_as_list(pos_p1))
+    sys.stderr.write("err\n")
+    h2 = GAUGE.step(h2)
+    h4 = x + 3.0
+'''
+
+
+def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_compared_without_the_graphs_code():
+    """Long run seed 302052 (minimised), under ``aot_eager``: Where joins the branch that
+    holds ``h2 * (1 // box.n)`` to the graph before it; with ``box.n`` 0 the division
+    fails inside the graph, and torch prints the traceback with the graph's code around
+    the failing line. The original compiled prints the same error from its own, smaller
+    graph: the same error, other graph code (``observe._torch_names_aside``)."""
+    from .grammar import Program
+    from .observe import compare
+
+    claims.forget_refusals()
+    program = Program(seed=302052, source=SEED_302052, shape=(4,), log_level=10, compiled_dynamic=True)
+    report = compare(program, modes=("compiled:aot_eager",))
+    assert report.differences == [], [d.describe() for d in report.differences]
+    assert report.torch_own, "the original compiled raises in its graph too"
