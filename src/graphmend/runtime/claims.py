@@ -695,9 +695,9 @@ def captured_sizes_decide_no_break(output, translator, claims, graph_break: bool
     for another). A capture that removes no break keeps the original call and its break."""
     if not graph_break:
         return None
-    refused = [claim.site for claim in claims.values() if claim.kind == CAPTURE and refused_reason(claim.site)]
-    if refused:
-        return refused_reason(refused[0])
+    refused = _refused_capture_reason(claims)
+    if refused is not None:
+        return refused
     made = set()
     for node in output.graph.nodes:
         overload = getattr(node.target, "_overloadpacket", None) if node.op == "call_function" else None
@@ -711,6 +711,14 @@ def captured_sizes_decide_no_break(output, translator, claims, graph_break: bool
             if _unbacked_symbols(getattr(variable, "sym_num", None)) & made:
                 return "the graph breaks on the size the capture made, so the capture removes no break"
         frame = getattr(frame, "parent", None)
+    return None
+
+
+def _refused_capture_reason(claims) -> str | None:
+    """Why the first capture claim of a trace was refused since it was made, if one was."""
+    for claim in claims.values():
+        if claim.kind == CAPTURE and refused_reason(claim.site):
+            return refused_reason(claim.site)
     return None
 
 
@@ -938,11 +946,10 @@ def _restart_given_up_frame_without_claims(run):
         try:
             return run(self, *args, **kwargs)
         except SpeculationRestartAnalysis:
-            claims = getattr(self.output, _CLAIMS_ATTRIBUTE, None) or {}
-            refused = [c.site for c in claims.values() if c.kind == CAPTURE and refused_reason(c.site)]
-            if not refused:
+            refused = _refused_capture_reason(getattr(self.output, _CLAIMS_ATTRIBUTE, None) or {})
+            if refused is None:
                 raise
-            raise _restart(self.output, refused_reason(refused[0])) from None
+            raise _restart(self.output, refused) from None
         except (Unsupported, UserError) as error:
             claims = getattr(self.output, _CLAIMS_ATTRIBUTE, None)
             if not claims or getattr(self, "error_on_graph_break", True) or getattr(self, "one_graph", True):
