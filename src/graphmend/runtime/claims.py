@@ -723,16 +723,18 @@ def _refused_capture_reason(claims) -> str | None:
 
 
 _SIZE_NEEDED_REASON = "tracing needed the size the capture made on the host, so the capture removes no break"
-# The user site of the capture that made each unbacked size, while its trace lasts
-# (symbols are the trace's own: a later trace makes new ones).
-_sizes_made_at = threading.local()
+# On the trace's ShapeEnv: the user site of the capture that made each unbacked size
+# (unbacked symbols are numbered per ShapeEnv, so ``u0`` of another trace is another size).
+_CAPTURE_SITES_ATTRIBUTE = "_graphmend_capture_sites"
 
 
-def record_size_made(size, site: tuple[str, int]) -> None:
-    """``graphmend::nonzero``'s fake made ``size`` (a SymInt) for the capture at ``site``."""
-    made = getattr(_sizes_made_at, "sites", None)
-    if made is None or len(made) > 4096:
-        made = _sizes_made_at.sites = {}
+def record_size_made(shape_env, size, site: tuple[str, int]) -> None:
+    """``graphmend::nonzero``'s fake made ``size`` (a SymInt of ``shape_env``) for the
+    capture at ``site``."""
+    made = getattr(shape_env, _CAPTURE_SITES_ATTRIBUTE, None)
+    if made is None:
+        made = {}
+        setattr(shape_env, _CAPTURE_SITES_ATTRIBUTE, made)
     for symbol in _unbacked_symbols(size):
         made[symbol] = site
 
@@ -750,7 +752,7 @@ def _refuse_captures_whose_sizes_are_needed(make_error):
 
     def wrapped(self, expr, unhinted_expr, *args, **kwargs):
         try:
-            made = getattr(_sizes_made_at, "sites", {})
+            made = getattr(self, _CAPTURE_SITES_ATTRIBUTE, {})
             for symbol in getattr(unhinted_expr, "free_symbols", ()):
                 site = made.get(symbol)
                 if site is not None:

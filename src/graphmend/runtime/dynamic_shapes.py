@@ -52,12 +52,13 @@ def _nonzero_while_tracing(x: torch.Tensor) -> torch.Tensor:
     # the way it makes it, for this operator alone.
     from torch._library.fake_impl import allocate_size
 
-    count = allocate_size(torch.library.get_ctx()._shape_env)
+    shape_env = torch.library.get_ctx()._shape_env
+    count = allocate_size(shape_env)
     _state.sizes_made = sizes_made() + 1
     # The capture claimed last is this call's: the captured calls run only once claimed.
     claimed = captures_claimed()
     if claimed:
-        claims.record_size_made(count, claimed[-1])
+        claims.record_size_made(shape_env, count, claimed[-1])
     # ``torch.nonzero`` writes its positions column by column: strides ``(1, count)``.
     # A fake of other strides misleads the functionalizing backends, which plan views
     # of the real output by the fake's strides (CLAP under aot_eager: "view size is not
