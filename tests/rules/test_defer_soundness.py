@@ -602,3 +602,133 @@ def test_output_stays_in_the_graph_when_nothing_after_it_fails_tracing():
     with contextlib.redirect_stdout(io.StringIO()):
         torch.compile(mended.f, backend=counter, dynamic=False)(torch.ones(3, requires_grad=True))
     assert counter.graphs == 1
+
+
+# 7. A call whose own arguments make it fail fails at the call (output_call_arguments.py).
+
+@pytest.mark.parametrize(
+    "call, caught",
+    [
+        ('print("value", end=5)', "TypeError"),
+        ('print("a", "b", sep=b"-")', "TypeError"),
+        ('logger.log("loud", "message %s", 3)', "TypeError"),
+        ('logger.log(x.sum(), "message")', "TypeError"),
+        ("logger.warning()", "TypeError"),
+        ('logger.warning("extra", extra={"message": "clash"})', "KeyError"),
+        ('warnings.warn("careful", UserWarning, category=UserWarning)', "TypeError"),
+    ],
+    ids=[
+        "print_separators_are_strings__end",
+        "print_separators_are_strings__sep",
+        "log_level_is_an_integer__string",
+        "log_level_is_an_integer__tensor",
+        "log_message_is_given",
+        "extra_names_no_record_attribute",
+        "warning_arguments_given_once",
+    ],
+)
+def test_a_call_its_arguments_make_fail_fails_at_the_call_inside_a_try_there_or_in_the_caller(call, caught):
+    assert_same_behaviour(
+        f"""
+        def f(x):
+            y = x * 2
+            try:
+                {call}
+            except {caught} as error:
+                print("caught", type(error).__name__)
+            print("after")
+            return y + 1
+        """,
+        "f",
+        lambda: (torch.ones(3),),
+    )
+    assert_same_behaviour(
+        f"""
+        def g(x):
+            y = x * 2
+            {call}
+            print("not reached")
+            return y + 1
+
+        def caller(x):
+            try:
+                return g(x)
+            except {caught} as error:
+                print("caught", type(error).__name__)
+                return x
+        """,
+        "caller",
+        lambda: (torch.ones(3),),
+    )
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        'logger.warning("count %d", "many")',
+        'logger.warning("a %s b %s", 1)',
+        'logger.warning("%x", 1.5)',
+        'logger.warning("%(name)s", 1)',
+    ],
+    ids=["number_conversion_of_a_string", "too_few_arguments", "hex_of_a_float", "named_conversion"],
+)
+def test_log_message_formats__logging_reports_the_error_with_the_stack_at_the_call(call):
+    """Logging catches a formatting error and prints it with the call stack at the
+    call; from inside a graph that stack would end in graphmend's runtime."""
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(
+        f"""
+        def f(x):
+            y = x * 2
+            {call}
+            return y + 1
+        """
+    ))
+    logger = logging.getLogger(LOGGER_NAME)
+    saved = logger.handlers[:], logger.propagate
+    logger.handlers, logger.propagate = [logging.StreamHandler(io.StringIO())], False
+    try:
+        for backend in BACKENDS:
+            reports = []
+            for module in (original, mended):
+                function = module.f
+                torch._dynamo.reset()
+                if backend is not None:
+                    function = torch.compile(function, backend=backend, dynamic=False)
+                errors = io.StringIO()
+                with contextlib.redirect_stderr(errors):
+                    function(torch.ones(3))
+                reports.append(errors.getvalue())
+            assert "--- Logging error ---" in reports[0]
+            assert reports[1] == reports[0], f"backend={backend}"
+    finally:
+        logger.handlers, logger.propagate = saved
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        'print("a", "b", sep="-", end="")',
+        'logger.log(logging.WARNING, "count %d of %s", x.numel(), "values")',
+        'logger.warning("%5.2f%% and %x", 1.5, 255)',
+        'warnings.warn("careful", category=UserWarning)',
+    ],
+    ids=["print", "log", "number_conversions", "warn"],
+)
+def test_a_call_its_arguments_do_not_make_fail_stays_in_the_graph(call):
+    from graphmend.counting import CountingBackend
+
+    _, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(
+        f"""
+        def f(x):
+            y = x * 2
+            {call}
+            return y + 1
+        """
+    ))
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    # Ignored warnings: pytest records shown ones into a list, which keeps them eager.
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(mended.f, backend=counter, dynamic=False)(torch.ones(3))
+    assert counter.graphs == 1  # a break at the call would make two

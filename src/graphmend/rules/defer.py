@@ -13,7 +13,9 @@ While tracing, ``print_in_graph`` puts an ordered effect operator into the graph
 the call was; it prints when the graph runs, with tensors as they are at that point
 (``graphmend.runtime.deferred``). What the runtime cannot show exactly there (a
 tensor with autograd history, a mutable object, a user handler or Logger subclass,
-a warning a filter turns into an exception) it hands back, and the original callee
+a warning a filter turns into an exception, a call its own arguments make fail such
+as ``print(end=5)`` or a message they do not format: ``output_call_arguments.py``)
+it hands back, and the original callee
 is called with the same argument values in this frame, with the original call's
 graph break. The eager path is the original call. The compiled form comes last, so
 that a call handed back falls through to the next statement with no jump between

@@ -22,7 +22,7 @@ tracing: it is put in a registry under an integer key that the graph passes to t
 operator, with those as operands (their values at the call). The registration runs at trace
 time (``claims.decide_in_trace``, a constant of the trace) and decides whether the
 effect can happen inside the graph exactly as it would eagerly
-(``why_not_exact_in_graph``, ``no_input_written_in_place_before``,
+(``why_not_exact_in_graph``, ``why_the_call_fails``, ``no_input_written_in_place_before``,
 ``no_output_state_changed_in_trace``, ``no_earlier_output_in_graph``, then the checks of
 the whole trace in ``graphmend.runtime.claims``); when it cannot, the arguments go
 back to the rewritten code, which makes the original call with them in the user's own
@@ -44,6 +44,7 @@ import torch
 from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims, operators
+from graphmend.runtime import output_call_arguments as arguments
 
 # The standard Logger methods and the level each logs at (``log`` takes the level as its
 # first argument); shared by Defer's rewrite and ``graphmend fix``'s in-place calls.
@@ -254,6 +255,8 @@ def _registered_key(translator, kind, target_id, detail, template, slots, kwargs
         return -1
     if why_not_exact_in_graph(kind, target, detail, template, kwargs) is not None:
         return -1
+    if why_the_call_fails(kind, detail, template, slots, kwargs) is not None:
+        return -1
     reason = (
         no_input_written_in_place_before(translator)
         or no_output_state_changed_in_trace(translator, kind, target)
@@ -377,6 +380,26 @@ def why_not_exact_in_graph(
     if kind == _WARNING:
         return _why_not_exact_warning(detail, template, kwargs)
     return f"unknown effect {kind!r}"
+
+
+def why_the_call_fails(kind: str, detail: tuple, template: tuple, slots: tuple, kwargs: dict) -> str | None:
+    """Why the call's own arguments would make it fail at the call, where a graph
+    cannot fail in its place (``graphmend.runtime.output_call_arguments``)."""
+    if kind == _PRINT:
+        return arguments.print_separators_are_strings(kwargs)
+    if kind == _WARNING:
+        return arguments.warning_arguments_given_once(template, kwargs)
+    operands = arguments.operand_kinds(template, slots)
+    if kind == _LOG_RECORD and detail[0] == "log":
+        reason = arguments.log_level_is_an_integer(operands, _INT)
+        if reason is not None:
+            return reason
+        operands = operands[1:]
+    return (
+        arguments.log_message_is_given(operands)
+        or arguments.extra_names_no_record_attribute(kwargs)
+        or arguments.log_message_formats(operands, _INT)
+    )
 
 
 def _why_not_exact_log(logger, detail: tuple, template: tuple, kwargs: dict) -> str | None:
