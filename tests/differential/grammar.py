@@ -285,7 +285,7 @@ class _Generator:
                  warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True,
                  grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False,
                  global_rebinds: bool = True, transposed_inputs: bool = True, dynamic_compiles: bool = True,
-                 helper_branches: bool = True):
+                 helper_branches: bool = True, failing_outputs: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -314,6 +314,9 @@ class _Generator:
         self.helper_branch_rng = random.Random(f"positions-helper-branch-{seed}")
         self.helper_branches_enabled = helper_branches
         self.helper_branches = False
+        # Output calls whose own arguments make them fail, from a stream of their own.
+        self.failing_output_rng = random.Random(f"failing-output-{seed}")
+        self.failing_outputs_enabled = failing_outputs
         # ``.item()`` counts that a check compares, from a stream of their own.
         self.item_rng = random.Random(f"item-check-{seed}")
         self.item_checks_enabled = item_checks
@@ -517,7 +520,43 @@ class _Generator:
             lines = lines + self.attribute_statement(names)
         if self.global_rebinds_enabled and self.rebind_rng.random() < 0.025:
             lines = lines + self.global_rebind_statement(names)
+        if self.failing_outputs_enabled and self.failing_output_rng.random() < 0.03:
+            lines = lines + self.failing_output_statement(names)
         return lines
+
+    def failing_output_statement(self, names: list[str]) -> list[str]:
+        """An output call whose own arguments make it fail at the call: the callee
+        rejects them (TypeError, KeyError), caught in ``f`` or not, after an in-place
+        write that a graph failing in its place would lose; or logging reports that the
+        message does not format them, on stderr with the call stack at the call."""
+        rng = self.failing_output_rng
+        name = rng.choice(names)
+        end = rng.choice(("5", "0.5", 'b";"'))
+        rejected = [
+            ("print-end", f'print("v", {name}.sum(), end={end})', "TypeError"),
+            ("print-sep", f'print("a", {name}.shape, sep=b"-")', "TypeError"),
+            ("log-level", f'logger.log("loud", "v %s", {name}.sum())', "TypeError"),
+            ("log-level", f'logger.log({name}.sum(), "v")', "TypeError"),
+            ("log-no-message", "logger.warning()", "TypeError"),
+            ("log-extra", f'logger.warning("extra %s", {name}.sum(), extra={{"message": "clash"}})', "KeyError"),
+            ("warn-twice", 'warnings.warn("careful", UserWarning, category=UserWarning)', "TypeError"),
+        ]
+        unformatted = [
+            'logger.warning("count %d", "many")',
+            f'logger.warning("a %s b %s", {name}.sum())',
+            'logger.error("%x", 1.5)',
+            f'logger.warning("no conversion", {name}.shape)',
+        ]
+        if rng.random() < 0.3:
+            self.feature("failing-output-unformatted")
+            return [rng.choice(unformatted)]
+        kind, call, error = rng.choice(rejected)
+        self.feature("failing-output-" + kind)
+        lines = ["TOTAL.add_(1.0)"] if rng.random() < 0.5 else []
+        if rng.random() < 0.7:
+            self.feature("failing-output-caught")
+            return lines + ["try:", f"    {call}", f"except {error} as error:", '    print("caught", type(error).__name__)']
+        return lines + [call]
 
     def global_rebind_statement(self, names: list[str]) -> list[str]:
         """A module global rebound by ``f`` (``global TOTAL``): to a new tensor or list in
@@ -1383,7 +1422,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
              handlers: bool = True, grad_modes: bool = True, attribute_code: bool = True,
              tracked_inputs: bool = False, global_rebinds: bool = True,
              transposed_inputs: bool = True, dynamic_compiles: bool = True,
-             helper_branches: bool = True) -> Program:
+             helper_branches: bool = True, failing_outputs: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1403,6 +1442,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``dynamic_compiles=False``: before programs compiled with ``dynamic=True``;
     ``helper_branches=False``: before positions handed to a helper that branches on
     their count;
+    ``failing_outputs=False``: before output calls whose own arguments make them fail;
     ``tracked_inputs=True``: with arguments of a tensor subclass that logs its
     operations, off by default: under torch 2.13 most differences such programs show
     are torch's own failures with ``__torch_function__`` subclasses, which the original
@@ -1417,4 +1457,5 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
         shared_inputs and positions, threads and positions, handlers and positions, grad_modes and positions,
         attribute_code and positions, tracked_inputs and positions, global_rebinds and positions,
         transposed_inputs and positions, dynamic_compiles and positions, helper_branches and positions,
+        failing_outputs and positions,
     ).program()

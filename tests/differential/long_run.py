@@ -152,6 +152,7 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
             transposed_inputs=not options.without_transposed_inputs,
             dynamic_compiles=not options.without_dynamic_compiles,
             helper_branches=not options.without_helper_branches,
+            failing_outputs=not options.without_failing_outputs,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
@@ -396,6 +397,10 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--without-helper-branches", action="store_true",
         help="draw programs as the grammar did before positions handed to a helper that branches on their count",
+    )
+    parser.add_argument(
+        "--without-failing-outputs", action="store_true",
+        help="draw programs as the grammar did before output calls whose own arguments make them fail",
     )
     parser.add_argument(
         "--without-transposed-inputs", action="store_true",
