@@ -732,3 +732,149 @@ def test_a_call_its_arguments_do_not_make_fail_stays_in_the_graph(call):
         warnings.simplefilter("ignore")
         torch.compile(mended.f, backend=counter, dynamic=False)(torch.ones(3))
     assert counter.graphs == 1  # a break at the call would make two
+
+
+# 8. Output settings the trace decided on, changed by the program between two calls.
+
+def _calls_with_a_change_between(module, entry, backend, change, make_args):
+    """Outcomes of two calls of ``module.<entry>`` compiled once, ``change()`` between."""
+    torch._dynamo.reset()
+    function = torch.compile(getattr(module, entry), backend=backend, dynamic=False)
+    outcomes = []
+    saved_stdout = sys.stdout
+    shown = io.StringIO()
+
+    @torch._dynamo.disable  # like a real stream: traced code cannot reach its state
+    def show(message, category, filename, lineno, file=None, line=None):
+        shown.write(f"{category.__name__}: {message}\n")
+
+    with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        sys.stdout = io.StringIO()
+        try:
+            for call in range(2):
+                if call == 1:
+                    change(module)
+                arguments = make_args()
+                try:
+                    outcome = ("value", _plain(function(*arguments)))
+                except Exception as error:  # the observation is the exception itself
+                    outcome = ("raised", type(error).__name__, str(error))
+                outcomes.append((
+                    outcome, [_plain(argument) for argument in arguments], list(module.HISTORY),
+                    dict(vars(module.STATE)), shown.getvalue(),
+                ))
+        finally:
+            sys.stdout = saved_stdout
+    return outcomes
+
+
+def _assert_same_with_a_change_between(source, entry, change, make_args):
+    original, mended, result = original_and_mended(
+        PRELUDE + "HISTORY = []\nclass State:\n    pass\nSTATE = State()\n" + textwrap.dedent(source)
+    )
+    assert result.changed
+    for backend in ("eager", "aot_eager"):
+        expected = _calls_with_a_change_between(original, entry, backend, change, make_args)
+        seen = _calls_with_a_change_between(mended, entry, backend, change, make_args)
+        assert seen == expected, f"backend={backend}\nmended:   {seen}\noriginal: {expected}"
+
+
+def test_stdout_swapped_between_calls_for_a_stream_whose_write_is_python_code():
+    """The trace put the print in the graph for a builtin stream; the second call's
+    stream appends to a list the function reads after printing."""
+
+    def swap(module):
+        sys.stdout = module.ListStream()
+
+    _assert_same_with_a_change_between(
+        """
+        class ListStream:
+            def write(self, text):
+                HISTORY.append(text)
+                return len(text)
+
+            def flush(self):
+                pass
+
+        def f(x):
+            print("value", x.sum())
+            return x + len(HISTORY)
+        """,
+        "f",
+        swap,
+        lambda: (torch.ones(2),),
+    )
+
+
+@pytest.mark.parametrize(
+    "body, entry",
+    [
+        (
+            """
+            def f(x, total):
+                total.add_(1.0)
+                warnings.warn("careful")
+                return x * 2
+            """,
+            "f",
+        ),
+        (
+            # A write TorchDynamo replays after the graph, to a value no guard reads.
+            """
+            def f(x, total):
+                STATE.last = "before the warning"
+                warnings.warn("careful")
+                return x * 2
+            """,
+            "f",
+        ),
+        (
+            """
+            def g(x, total):
+                y = x * 2
+                warnings.warn("careful")
+                return y
+
+            def f(x, total):
+                try:
+                    return g(x, total)
+                except UserWarning:
+                    HISTORY.append("caught")
+                    return x
+            """,
+            "f",
+        ),
+    ],
+    ids=["no_input_mutated_before", "no_pending_side_effect_before", "no_handler_in_traced_frames"],
+)
+def test_nothing_lost_if_the_warning_raises__filter_set_to_error_between_calls(body, entry):
+    def errors_from_now_on(module):
+        warnings.simplefilter("error")
+        vars(module.STATE).clear()
+
+    _assert_same_with_a_change_between(body, entry, errors_from_now_on, lambda: (torch.ones(2), torch.zeros(2)))
+
+
+def test_swapping_stdout_for_another_builtin_stream_between_calls_compiles_nothing_more():
+    from graphmend.counting import CountingBackend
+
+    _, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            y = x * 2
+            print("value", y.sum())
+            warnings.warn("careful")
+            return y + 1
+        """
+    ))
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    compiled = torch.compile(mended.f, backend=counter, dynamic=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            with contextlib.redirect_stdout(io.StringIO()):
+                compiled(torch.ones(3))
+    assert counter.graphs == 1

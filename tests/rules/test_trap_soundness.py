@@ -460,6 +460,24 @@ def test_no_pending_side_effect_before_guard__attributes_set_and_put_back_are_no
     assert_same_everywhere(source, x - 10)
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_no_pending_side_effect_before_guard__attribute_put_back_is_guarded_between_calls(backend):
+    """The put-back writes are no change only while the attribute holds what they store:
+    a program that leaves another value there between calls must not run the graph
+    whose failing guard drops them (the original resets the flag, then raises)."""
+    source = SET_THEN_RESET.format(tail="")
+    results = []
+    for module in original_and_mended(PRELUDE + textwrap.dedent(source))[:2]:
+        torch._dynamo.reset()
+        compiled = torch.compile(module.main, backend=backend, dynamic=False)
+        compiled(torch.arange(4.0))
+        module.COLLECTOR.active = "left by someone else"
+        with pytest.raises(ValueError):
+            compiled(torch.arange(4.0) - 10)
+        results.append(vars(module.COLLECTOR))
+    assert results[1] == results[0] == {"active": None, "compiling": False}
+
+
 def test_no_pending_side_effect_before_guard__attribute_left_changed():
     source = SET_THEN_RESET.format(tail="").replace('COLLECTOR.active = None', 'COLLECTOR.active = "done"')
     original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(source))

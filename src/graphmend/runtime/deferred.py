@@ -43,7 +43,7 @@ import warnings
 import torch
 from torch._dynamo.comptime import comptime
 
-from graphmend.runtime import claims, operators
+from graphmend.runtime import claims, operators, traps
 from graphmend.runtime import output_call_arguments as arguments
 
 # The standard Logger methods and the level each logs at (``log`` takes the level as its
@@ -261,6 +261,7 @@ def _registered_key(translator, kind, target_id, detail, template, slots, kwargs
         no_input_written_in_place_before(translator)
         or no_output_state_changed_in_trace(translator, kind, target)
         or no_earlier_output_in_graph(translator)
+        or (nothing_lost_if_the_warning_raises(translator) if kind == _WARNING else None)
     )
     if reason is not None:
         claims.decline_at_user_site(translator, reason)
@@ -299,6 +300,25 @@ def no_input_written_in_place_before(translator) -> str | None:
     written = claims.input_written_in_place_so_far(translator)
     if written is not None:
         return f"the input `{written}` is written in place before the output"
+    return None
+
+
+def nothing_lost_if_the_warning_raises(translator) -> str | None:
+    """The warnings filters are read while tracing, not guarded: a program that turns
+    warnings into errors between calls (``warnings.simplefilter("error")``) has the
+    warning raise inside the graph, as a failed lowered guard does. So a warning in
+    the graph needs what a lowered guard needs: no ``try`` or ``with`` around it in a
+    traced frame (it would catch the error), no input written in place before it (a
+    functionalizing backend writes it back only when the graph ends) and no write to an
+    existing object before it (replayed only when the graph ends)."""
+    user = claims.user_translator(translator)
+    reason = (
+        traps.no_handler_in_traced_frames(user)
+        or traps.no_input_mutated_before_guard(user)
+        or traps.no_pending_side_effect_before_guard(user)
+    )
+    if reason is not None:
+        return f"{reason.replace('the guard', 'the warning')} (a filter set later may make it raise)"
     return None
 
 
@@ -557,6 +577,11 @@ def print_in_graph(args: tuple, kwargs: dict):
     ``print`` with eagerly."""
     printed = dict(kwargs)
     target = printed.pop("file", None)
+    if target is None:
+        # Read while traced, so that TorchDynamo guards on the type of ``sys.stdout``:
+        # whether the stream's ``write`` is code traced code may also write through is
+        # decided on it, and a program may swap the stream between calls.
+        type(sys.stdout)
     if _record(_PRINT, target, (), args, printed) is _IN_GRAPH:
         return _IN_GRAPH
     return args, kwargs

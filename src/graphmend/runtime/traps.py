@@ -450,7 +450,14 @@ _MISSING = object()
 def _stores_put_back_what_is_there(side_effects, variable) -> bool:
     """Whether every pending write to an existing object's attributes stores the very
     constant the attribute holds now (set, then reset in a ``finally``: transformers'
-    output collector). Dropping such writes leaves the object as the original left it."""
+    output collector). Dropping such writes leaves the object as the original left it.
+
+    The trace is guarded on each such attribute holding that constant when a call
+    starts: traced code that only writes it reads no value TorchDynamo would guard on,
+    and a program that changes it between calls would otherwise run a graph whose
+    failing guard drops a write that is no longer a no-op."""
+    from torch._dynamo.guards import GuardBuilder, install_guard
+    from torch._dynamo.source import AttrSource
     from torch._dynamo.variables import UserDefinedObjectVariable
 
     if not isinstance(variable, UserDefinedObjectVariable):
@@ -470,6 +477,8 @@ def _stores_put_back_what_is_there(side_effects, variable) -> bool:
                 return False
             if not isinstance(value, (type(None), bool, int, float, str)):
                 return False
+        for attribute in stores:
+            install_guard(AttrSource(variable.source, attribute).make_guard(GuardBuilder.CONSTANT_MATCH))
     except Exception:  # noqa: BLE001 - TorchDynamo internals changed: count it as a change
         return False
     return True
