@@ -285,7 +285,7 @@ class _Generator:
                  warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True,
                  grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False,
                  global_rebinds: bool = True, transposed_inputs: bool = True, dynamic_compiles: bool = True,
-                 helper_branches: bool = True, failing_outputs: bool = True):
+                 helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True):
         self.seed = seed
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
@@ -317,6 +317,9 @@ class _Generator:
         # Output calls whose own arguments make them fail, from a stream of their own.
         self.failing_output_rng = random.Random(f"failing-output-{seed}")
         self.failing_outputs_enabled = failing_outputs
+        # Output settings the program changes between two calls, from a stream of their own.
+        self.between_rng = random.Random(f"between-calls-{seed}")
+        self.between_calls_enabled = between_calls
         # ``.item()`` counts that a check compares, from a stream of their own.
         self.item_rng = random.Random(f"item-check-{seed}")
         self.item_checks_enabled = item_checks
@@ -1326,6 +1329,33 @@ class _Generator:
         self.feature("return-branch")
         return [f"if {self.condition(names)}:", f"    return {self.expression(names)}", f"return {self.expression(names)}"]
 
+    def before_call_definition(self, body: list[str]) -> tuple[str | None, list[str]]:
+        """``before_call(index)``, which the harness calls before each call of ``f`` (in
+        the call's own output settings): from a later call on, the program turns its
+        warnings into errors, or prints through a stream whose ``write`` is Python code
+        appending to ``WRITTEN``. What a trace decided for the settings it saw must not
+        hold for a call made under others; ``f`` starts with what would show it (a
+        warning after an in-place write, a print then a read of ``WRITTEN``), and may
+        have more of it anywhere. Returns the definition (or None) and ``f``'s body."""
+        rng = self.between_rng
+        if rng.random() >= 0.08:
+            return None, body
+        first = rng.choice((1, 2))
+        kind = rng.choice(("warnings-error", "stdout-python-stream"))
+        self.feature("between-calls-" + kind)
+        if kind == "warnings-error":
+            change = 'warnings.filterwarnings("error", module=__name__)'
+            opening = ["TOTAL.add_(1.0)", 'warnings.warn("between calls")']
+        else:
+            self.own_stream = True
+            change = "sys.stdout = OWN_STREAM"
+            opening = ['print("between calls", x.sum())', "x = x * (1.0 + len(WRITTEN))"]
+        declarations = 0
+        while declarations < len(body) and body[declarations].startswith("global "):
+            declarations += 1
+        body = body[:declarations] + opening + body[declarations:]
+        return f"def before_call(index):\n    if index >= {first}:\n        {change}\n", body
+
     def program(self) -> Program:
         shape = self.pick([(4,), (4,), (2, 3)])
         names = ["x", "y"]
@@ -1345,6 +1375,9 @@ class _Generator:
         compiled_dynamic = self.dynamic_enabled and self.dynamic_rng.random() < 0.3
         if compiled_dynamic:
             self.feature("compiled-dynamic")
+        before_call = None
+        if self.between_calls_enabled:
+            before_call, body = self.before_call_definition(body)
         lines = [HEADER.format(shape=shape)]
         if self.list_handler:
             lines.append("logger.addHandler(ListHandler())\n")
@@ -1367,6 +1400,8 @@ class _Generator:
         if self.compile_state_import:
             lines.append("from torch.compiler import is_compiling\n")
         lines += [helper + "\n\n" for helper in self.helpers]
+        if before_call is not None:
+            lines.append(before_call)
         lines.append("def f(x, y, box, items, table):\n" + "\n".join(self.indent(body)) + "\n")
         if compile_site == "module":
             lines.append(f"\n{BACKEND_LINE}\ncompiled_f = torch.compile(f, backend=BACKEND, dynamic={compiled_dynamic})\n")
@@ -1422,7 +1457,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
              handlers: bool = True, grad_modes: bool = True, attribute_code: bool = True,
              tracked_inputs: bool = False, global_rebinds: bool = True,
              transposed_inputs: bool = True, dynamic_compiles: bool = True,
-             helper_branches: bool = True, failing_outputs: bool = True) -> Program:
+             helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1443,6 +1478,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``helper_branches=False``: before positions handed to a helper that branches on
     their count;
     ``failing_outputs=False``: before output calls whose own arguments make them fail;
+    ``between_calls=False``: before output settings changed between calls;
     ``tracked_inputs=True``: with arguments of a tensor subclass that logs its
     operations, off by default: under torch 2.13 most differences such programs show
     are torch's own failures with ``__torch_function__`` subclasses, which the original
@@ -1457,5 +1493,5 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
         shared_inputs and positions, threads and positions, handlers and positions, grad_modes and positions,
         attribute_code and positions, tracked_inputs and positions, global_rebinds and positions,
         transposed_inputs and positions, dynamic_compiles and positions, helper_branches and positions,
-        failing_outputs and positions,
+        failing_outputs and positions, between_calls and positions,
     ).program()

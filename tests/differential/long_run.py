@@ -153,6 +153,7 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
             dynamic_compiles=not options.without_dynamic_compiles,
             helper_branches=not options.without_helper_branches,
             failing_outputs=not options.without_failing_outputs,
+            between_calls=not options.without_between_calls,
         )
         modes = ["eager", "compiled:eager"]
         if not options.no_aot_eager:
@@ -401,6 +402,10 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--without-failing-outputs", action="store_true",
         help="draw programs as the grammar did before output calls whose own arguments make them fail",
+    )
+    parser.add_argument(
+        "--without-between-calls", action="store_true",
+        help="draw programs as the grammar did before output settings changed between calls",
     )
     parser.add_argument(
         "--without-transposed-inputs", action="store_true",

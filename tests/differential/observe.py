@@ -603,6 +603,9 @@ def _call(program, module, target, module_names, index, x_value, y_value, item_c
     made_there = calling_thread.run if calling_thread is not None else (lambda function, *args: function(*args))
     try:
         with observing(list(module_names), program.log_level, observation.events):
+            before_call = getattr(module, "before_call", None)
+            if callable(before_call):  # the program's own change of its output settings
+                before_call(index)
             try:
                 value = made_there(target, x, y, box, items, table)
                 observation.value = normalise(value)
