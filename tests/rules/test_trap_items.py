@@ -11,7 +11,7 @@ import torch
 
 from graphmend.counting import count_breaks
 from helpers import assert_equivalent, breaks, finding_reasons, original_and_mended
-from tests.rules.test_trap_checks import known_test_helper, program  # noqa: F401 - the fixture registers the helper
+from tests.rules.test_trap_checks import declined_while_tracing, known_test_helper, program  # noqa: F401 - the fixture registers the helper
 
 # qwen2-audio's merge (transformers 5.x): a count of tokens against a count of rows a
 # boolean mask selected (the Capture rule keeps that selection in the graph).
@@ -220,3 +220,45 @@ def test_an_item_no_check_reads_is_reported_as_before():
     items = [f for f in result.findings if f.category == "TI"]
     assert len(items) == 1 and items[0].rule is None and not items[0].fixed
     assert finding_reasons(result, "Trap") == []
+
+
+def _outcomes_over_calls(function, calls, dynamic):
+    """Each call's value or exception (type and message), compiled with ``eager``."""
+    torch._dynamo.reset()
+    compiled = torch.compile(function, backend="eager", dynamic=dynamic)
+    outcomes = []
+    for arguments in calls:
+        try:
+            outcomes.append(compiled(*arguments).tolist())
+        except Exception as error:  # noqa: BLE001 - the exception is the observation
+            outcomes.append((type(error).__qualname__, str(error)))
+    return outcomes
+
+
+def test_items_stay_with_lowered_checks__an_item_whose_check_keeps_its_break_keeps_its_own():
+    """While tracing: the check is refused (a break after it in the same frame), so the
+    ``.item()`` keeps its break too. Compiled with ``dynamic=True``, the original's resume
+    function after the ``.item()`` formats a symbolic count in the message, which
+    TorchDynamo cannot trace: it runs the rest of the frame eagerly, and a shape mismatch
+    there raises the op's own RuntimeError. With the count kept a tensor, the mended frame
+    traced the rest, and TorchDynamo raised its TorchRuntimeError (long fuzz run seed
+    321019)."""
+    source = """
+        def main(x, y):
+            count = (x > 0).sum().item()
+            torch_compilable_check(count <= len(x), f"count {count:>4}", IndexError)
+            torch._dynamo.graph_break()
+            return x + y
+    """
+    original, mended, result = original_and_mended(program(source))
+    assert any(f.category == "TI" and f.fixed for f in result.findings)
+    calls = [(torch.arange(4.0), torch.ones(4)), (torch.arange(5.0), torch.ones(4))]
+    expected = [original.main(*arguments).tolist() if i == 0 else None for i, arguments in enumerate(calls)]
+    try:
+        original.main(*calls[1])
+    except RuntimeError as error:
+        expected[1] = ("RuntimeError", str(error))
+    assert expected[1] is not None
+    assert _outcomes_over_calls(original.main, calls, dynamic=True) == expected
+    assert _outcomes_over_calls(mended.main, calls, dynamic=True) == expected
+    assert any("no check that reads it" in reason for reason in declined_while_tracing())

@@ -85,6 +85,8 @@ and the frame traced again where
     not run the graph as written (ordered_operators_share_no_graph_with_aliased_inputs_written_in_place);
   - the rest of the original frame ran eagerly and the mended frame still breaks later
     (rest_of_eager_frame_compiles_whole);
+  - for Trap's kept .item(): no check that reads the value is lowered in the same
+    graph (items_stay_with_lowered_checks);
   - for Capture: the graph breaks on the size the capture made, or tracing needs that
     size on the host, in the frame or in a function it calls (captured_sizes_decide_no_break):
     the capture would remove no break.

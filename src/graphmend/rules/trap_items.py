@@ -4,7 +4,7 @@
     torch_compilable_check(n == m, f"tokens: {n}, features: {m}")
 becomes
     _gm_item_1 = (ids == token).sum()
-    if __graphmend__.is_compiling() and __graphmend__.checks.keeps_item_tensor(_gm_item_1):
+    if __graphmend__.is_compiling() and __graphmend__.checks.keeps_item_tensor(_gm_item_1, (3,)):
         n = _gm_item_1
     else:
         n = _gm_item_1.item()
@@ -18,7 +18,10 @@ value. Exact only for a 0-d int64 (or bool) tensor compared with integers in int
 range: a Python int and an int64 tensor compare alike, while a float's ``.item()`` is a
 double that compares with Python floats in double precision (the tensor in float32),
 and a narrower integer dtype cannot hold every integer it may be compared with, which
-``keeps_item_tensor`` checks while tracing (with a plain 0-d tensor type).
+``keeps_item_tensor`` checks while tracing (with a plain 0-d tensor type). ``(3,)`` are
+the lines of the checks that read the value: the ``.item()`` stays a tensor only in a
+graph where one of them is lowered (``claims.items_stay_with_lowered_checks``, checked
+while tracing); where none is, the ``.item()`` keeps its break, as in the original.
 
 ``check`` reports the ``.item()`` (the break of the original program); the check it
 keeps a tensor for is listed as a follow-on ("a break only once the ``.item()`` at line
@@ -267,11 +270,27 @@ def apply(context: FunctionContext) -> None:
         setattr(kept[0].value, LIFTED_ITEM_LINE, call.lineno)
         copied = statements(f"{name} = {temporary}.item()")
         place(computed + kept + copied, statement)
-        keeps = statements(f"{RUNTIME_NAME}.checks.keeps_item_tensor({temporary})")[0].value
+        keeps = statements(
+            f"{RUNTIME_NAME}.checks.keeps_item_tensor({temporary}, CHECK_LINES)",
+            CHECK_LINES=ast.Tuple(elts=[ast.Constant(line) for line in _check_lines(context, statement, name)],
+                                  ctx=ast.Load()),
+        )[0].value
         guard = compiled_or_original(kept, copied, f"{RULE}: original .item()", also=keeps)
         return computed + [guard]
 
     rewrite_statements(context.facts.function, rewrite)
+
+
+def _check_lines(context: FunctionContext, statement: ast.Assign, name: str) -> list[int]:
+    """The lines of the check calls that read ``name`` (where ``read_only_by_checks``
+    holds, every read is in one)."""
+    parents = _parents(context.facts.function)
+    lines = set()
+    for read, _cfg_node, _definitions in _reads_reached(context, statement, name) or []:
+        reading = _check_reading(read, parents)
+        if reading is not None:
+            lines.add(parents[id(reading[0])].lineno)
+    return sorted(lines)
 
 
 def is_lifted_item(facts, call: ast.Call, parents: dict[int, ast.AST] | None = None) -> bool:

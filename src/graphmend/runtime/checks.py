@@ -167,7 +167,10 @@ def _lowerable(translator, callee, error_type, line: int, function_name: str, ho
     if reason is not None:
         claims.trace_time_declines[site] = reason
         return False
-    return traps._lowerable(translator, error_type, line, function_name)
+    if not traps._lowerable(translator, error_type, line, function_name):
+        return False
+    claims.mark_check_lowered(translator, line, site)
+    return True
 
 
 def runs_eagerly(callee) -> bool:
@@ -203,18 +206,34 @@ def call_eagerly(callee, *args, **kwargs):
     return callee(*args, **kwargs)
 
 
-def keeps_item_tensor(value) -> bool:
-    """While tracing, whether ``value.item()`` may stay ``value`` for a check that reads
-    it (``rules/trap_items.py``): a plain 0-d int64 or bool tensor, which compares with
-    integers in int64's range and formats exactly as its Python int does (a narrower
-    integer dtype could not hold the integer it is compared with). A constant of the
-    trace; not tracing, False."""
+def keeps_item_tensor(value, check_lines: tuple = ()) -> bool:
+    """While tracing, whether ``value.item()`` may stay ``value`` for the checks at
+    ``check_lines`` (original lines) that read it (``rules/trap_items.py``): a plain 0-d
+    int64 or bool tensor, which compares with integers in int64's range and formats
+    exactly as its Python int does (a narrower integer dtype could not hold the integer
+    it is compared with); and a claim that stands only where one of those checks is
+    lowered in the same graph (``claims.items_stay_with_lowered_checks``). A constant of
+    the trace; not tracing, False."""
     return (
         torch.compiler.is_compiling()
         and type(value) is torch.Tensor
         and value.dim() == 0
         and value.layout == torch.strided
         and value.dtype in (torch.int64, torch.bool)
+        and _item_claimed(check_lines)
+    )
+
+
+def _item_claimed(check_lines: tuple) -> bool:
+    claimed = False
+    comptime(_decide_item_claimed)
+    return claimed
+
+
+def _decide_item_claimed(context) -> None:
+    claims.decide_in_trace(
+        context, "claimed", ("check_lines",),
+        lambda tracer, check_lines: claims.claim_item_for_checks(tracer, tuple(check_lines)),
     )
 
 

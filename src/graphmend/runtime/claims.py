@@ -25,7 +25,9 @@ that decide it come only later in the same trace:
   or with an input written in place (``outputs_share_no_graph_with_an_input_written_in_place``);
 - TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
   eagerly, and the mended frame does not compile to its end in one graph
-  (``rest_of_eager_frame_compiles_whole``).
+  (``rest_of_eager_frame_compiles_whole``);
+- a ``.item()`` kept as a tensor has no check that reads it lowered in the same graph
+  (``items_stay_with_lowered_checks``).
 
 Separately, a graph compiled from mended code that draws random numbers compiles with
 inductor's ``fallback_random`` (``_check_the_compiled_graph``): its numbers are eager's.
@@ -75,6 +77,10 @@ _hooks_installed = {
 
 # What stands in the graph for a claimed statement.
 GUARD, OUTPUT, SELECTION, MERGE, CAPTURE = "guard", "output", "selection", "merge", "capture"
+# A ``.item()`` kept as a tensor for the checks that read it (``rules/trap_items.py``).
+ITEM = "item"
+# (file, original line of a check call) -> the site of its GUARD claim in this trace.
+_CHECKS_LOWERED_ATTRIBUTE = "_graphmend_checks_lowered"
 # The merged branches (Capture's ``torch.cond``) whose ``merge_rows`` this trace entered.
 _MERGES_ENTERED_ATTRIBUTE = "_graphmend_merges_entered"
 
@@ -89,9 +95,11 @@ class Claim:
     # Why the rest of the original frame ran (or may later run) eagerly, where it did:
     # the mended frame must then compile to its end in one graph.
     rest_ran_eagerly: str | None
-    # GUARD (Trap), OUTPUT (Defer), SELECTION (Where), CAPTURE (Capture's positions) or
-    # MERGE (Capture's branch on whether positions are empty).
+    # GUARD (Trap), OUTPUT (Defer), SELECTION (Where), CAPTURE (Capture's positions),
+    # MERGE (Capture's branch on whether positions are empty) or ITEM (Trap's ``.item()``).
     kind: str = SELECTION
+    # For an ITEM: the original lines of the check calls that read the value.
+    checks: tuple[int, ...] = ()
 
 
 def current_translator():
@@ -264,9 +272,41 @@ def not_inside_inference_mode(translator) -> str | None:
     return None
 
 
-def record_claim(translator, site: tuple[str, int], rest_ran_eagerly: str | None, kind: str = SELECTION) -> None:
+def record_claim(
+    translator, site: tuple[str, int], rest_ran_eagerly: str | None, kind: str = SELECTION, checks: tuple = ()
+) -> None:
     position = len(translator.output.graph.nodes)
-    claims_in_trace(translator)[site] = Claim(site, position, rest_ran_eagerly, kind)
+    claims_in_trace(translator)[site] = Claim(site, position, rest_ran_eagerly, kind, tuple(checks))
+
+
+def claim_item_for_checks(translator, check_lines: tuple[int, ...]) -> bool:
+    """Whether the ``.item()`` being traced (in the first frame outside graphmend's
+    runtime) may stay a tensor for the checks at ``check_lines`` (original lines) that
+    read it; if so, the claim is recorded, and it stands only where one of those checks
+    is lowered in the same trace (``items_stay_with_lowered_checks``)."""
+    translator = user_translator(translator)
+    if translator is None:
+        return False
+    site = (translator.f_code.co_filename, translator.lineno)
+    if refused_reason(site) is not None:
+        return False
+    unavailable = trace_checks_unavailable() or not_inside_inference_mode(translator)
+    if unavailable is not None:
+        trace_time_declines[site] = unavailable
+        return False
+    record_claim(translator, site, None, ITEM, checks=check_lines)
+    return True
+
+
+def mark_check_lowered(translator, line: int, site: tuple[str, int]) -> None:
+    """The check call at original ``line`` of the frame of ``translator`` is lowered in
+    this trace, as the GUARD claim at ``site``."""
+    output = translator.output
+    lowered = getattr(output, _CHECKS_LOWERED_ATTRIBUTE, None)
+    if lowered is None:
+        lowered = {}
+        setattr(output, _CHECKS_LOWERED_ATTRIBUTE, lowered)
+    lowered[(translator.f_code.co_filename, line)] = site
 
 
 def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
@@ -802,8 +842,42 @@ def _backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
     return False
 
 
+def items_stay_with_lowered_checks(output, claims, refused_sites) -> list[tuple[str, int]]:
+    """A ``.item()`` stays a tensor only for a check lowered into the same graph. Where
+    no check that reads it is lowered in this trace (or each such check's claim is
+    refused), the original breaks at the ``.item()``, and its resume function starts with
+    a Python number: under ``dynamic=True`` a symbolic one, which the check's f-string
+    message cannot format while traced, so TorchDynamo gave up that resume function and
+    ran the rest of the frame eagerly; the mended frame, holding a tensor, broke only at
+    the check's eager call and traced the rest, and an op there that fails made
+    TorchDynamo's error where the original raised the op's own (long fuzz run seed
+    321019). Returns the sites of such ITEM claims."""
+    lowered = getattr(output, _CHECKS_LOWERED_ATTRIBUTE, {})
+    unsupported = []
+    for claim in claims.values():
+        if claim.kind != ITEM or claim.site in refused_sites:
+            continue
+        guards = [lowered.get((claim.site[0], line)) for line in claim.checks]
+        if not any(guard is not None and guard not in refused_sites for guard in guards):
+            unsupported.append(claim.site)
+    return unsupported
+
+
+_ITEM_WITHOUT_CHECK_REASON = "no check that reads it stays lowered in the same graph"
+
+
 def _refusals(output, translator, claims, graph_break: bool):
-    """(site, kind, reason) for each claim the whole trace refuses."""
+    """(site, kind, reason) for each claim the whole trace refuses; an ITEM claim goes
+    with the checks it was kept for."""
+    refusals = _claim_refusals(output, translator, claims, graph_break)
+    refused_sites = {site for site, kind, _reason in refusals if kind == _ALWAYS or torch.is_grad_enabled()}
+    return refusals + [
+        (site, _ALWAYS, _ITEM_WITHOUT_CHECK_REASON)
+        for site in items_stay_with_lowered_checks(output, claims, refused_sites)
+    ]
+
+
+def _claim_refusals(output, translator, claims, graph_break: bool):
     stopped = merged_branches_were_traced(output, claims)
     if stopped:
         reason = "TorchDynamo broke the graph at the branch's `torch.cond`"
