@@ -1,5 +1,7 @@
 """``graphmend rule``: the categories, and one explained with its rule's conditions."""
 
+import ast
+import inspect
 import re
 
 import pytest
@@ -29,13 +31,36 @@ def test_a_rewritten_category_shows_its_rule_and_legality_conditions(cli, code, 
     assert "graphmend.runtime.claims" in outcome.out
 
 
+def _checks_the_refusals_call() -> set[str]:
+    """Public functions of claims that _refusals and _claim_refusals call: the checks."""
+    tree = ast.parse(inspect.getsource(claims))
+    called = set()
+    for function in tree.body:
+        if isinstance(function, ast.FunctionDef) and function.name in ("_refusals", "_claim_refusals"):
+            called |= {
+                node.func.id
+                for node in ast.walk(function)
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.func.id.startswith("_")
+            }
+    return {name for name in called if callable(getattr(claims, name, None))}
+
+
 def test_the_whole_trace_checks_it_names_exist():
     from graphmend.cli.rule import _WHOLE_TRACE_CHECKS
 
     names = re.findall(r"\((\w+)\)", _WHOLE_TRACE_CHECKS)
-    assert len(names) == 12  # the eleven whole-trace checks and the claim-time not_inside_inference_mode
+    assert len(names) == len(set(names))
     for name in names:
         assert callable(getattr(claims, name)), name
+
+
+def test_the_whole_trace_checks_name_every_check_the_refusals_make():
+    from graphmend.cli.rule import _WHOLE_TRACE_CHECKS
+
+    named = set(re.findall(r"\((\w+)\)", _WHOLE_TRACE_CHECKS))
+    checks = _checks_the_refusals_call()
+    assert len(checks) >= 10
+    assert checks - named == set()
 
 
 def test_a_category_no_rule_rewrites_says_so(cli):

@@ -72,7 +72,8 @@ and the frame traced again where
   - an op after it fails while TorchDynamo traces it (no_later_op_failed_while_tracing);
   - TorchDynamo gives up on the frame after it and would run it all eagerly
     (frame_was_not_given_up_while_tracing);
-  - the joined graph records autograd (joined_graph_records_no_autograd);
+  - the joined graph records autograd (joined_graph_records_no_autograd) or enters
+    torch.inference_mode() (joined_graph_enters_no_inference_mode);
   - random draws sit on both sides of it (random_draws_stay_on_their_side);
   - a batch norm reads a tensor that is not contiguous, under a backend that plans
     views by the traced strides (batch_norms_read_contiguous_tensors);
