@@ -284,16 +284,10 @@ def claim_item_for_checks(translator, check_lines: tuple[int, ...]) -> bool:
     runtime) may stay a tensor for the checks at ``check_lines`` (original lines) that
     read it; if so, the claim is recorded, and it stands only where one of those checks
     is lowered in the same trace (``items_stay_with_lowered_checks``)."""
-    translator = user_translator(translator)
-    if translator is None:
+    claimable = _claimable_user_site(translator)
+    if claimable is None:
         return False
-    site = (translator.f_code.co_filename, translator.lineno)
-    if refused_reason(site) is not None:
-        return False
-    unavailable = trace_checks_unavailable() or not_inside_inference_mode(translator)
-    if unavailable is not None:
-        trace_time_declines[site] = unavailable
-        return False
+    translator, site = claimable
     record_claim(translator, site, None, ITEM, checks=check_lines)
     return True
 
@@ -314,18 +308,30 @@ def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
     graphmend's runtime, from ``translator`` outwards) may lose its break in this
     trace; if so, the claim is recorded so that the checks made later in the trace can
     refuse it. Used by Defer's output and Where's selections; Trap records its own."""
+    claimable = _claimable_user_site(translator)
+    if claimable is None:
+        return False
+    translator, site = claimable
+    record_claim(translator, site, original_break_keeps_frame_compiled(translator), kind)
+    return True
+
+
+def _claimable_user_site(translator):
+    """(translator, site) of the user's statement being traced (the first frame outside
+    graphmend's runtime, from ``translator`` outwards), or None where it may not lose
+    its break in this trace (an earlier trace refused it, the whole-trace checks are
+    unavailable, inside ``torch.inference_mode()``)."""
     translator = user_translator(translator)
     if translator is None:
-        return False
+        return None
     site = (translator.f_code.co_filename, translator.lineno)
     if refused_reason(site) is not None:
-        return False
+        return None
     unavailable = trace_checks_unavailable() or not_inside_inference_mode(translator)
     if unavailable is not None:
         trace_time_declines[site] = unavailable
-        return False
-    record_claim(translator, site, original_break_keeps_frame_compiled(translator), kind)
-    return True
+        return None
+    return translator, site
 
 
 def decline_at_user_site(translator, reason: str) -> None:
