@@ -1092,6 +1092,7 @@ def _each_call_is_the_originals(
     return True
 
 
+_FAKE_TENSOR_FAILURE = "Dynamo failed to run FX node with fake tensors"
 _AUTOGRAD_NODE = re.compile(r",\s*grad_fn=<\w+>")
 _GENERATED_CODE_KEY = re.compile(r"<eval_with_key>\.\d+")
 # What ``torch.fx``'s ``_WrappedCall`` prints to stderr when an error is raised inside a
@@ -1115,9 +1116,15 @@ def _torch_names_aside(value):
     compiled printed the same traceback, numbered by the graphs compiled before it); and
     of that traceback, all but the error's own line: the rest is the graph's code around
     the failing line, and which statements a graph holds is what graphmend changes (seed
-    302052: Where joined the branch holding ``1 // box.n`` to the graph before it)."""
+    302052: Where joined the branch holding ``1 // box.n`` to the graph before it); and
+    in the text of TorchDynamo's trace-time error (``Dynamo failed to run FX node with
+    fake tensors``) printed by the program, the names of size symbols, which count the
+    symbols made before in the trace (seed 331446: ``s17`` in the original's message,
+    ``s57`` in the mended one's, whose runtime tests had read more sizes)."""
     if isinstance(value, str):
         value = _ERROR_INSIDE_A_GRAPH.sub(r"<error inside a graph, printed by torch: \1>\n", value)
+        if _FAKE_TENSOR_FAILURE in value:
+            value = _SIZE_SYMBOL.sub("s?", value)
         return _GENERATED_CODE_KEY.sub("<eval_with_key>", _AUTOGRAD_NODE.sub(", grad_fn=<node>", value))
     if isinstance(value, (tuple, list)):
         return type(value)(_torch_names_aside(item) for item in value)

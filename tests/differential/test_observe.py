@@ -556,3 +556,25 @@ def test_a_program_compiled_dynamic_is_called_last_on_other_sizes() -> None:
     assert [(d.mode, d.call, d.input_name) for d in report.differences] == [("compiled:eager", 4, "resized")]
     module_site = next(p for p in map(generate, range(400)) if p.compiled_dynamic and p.compile_site == "module")
     assert "dynamic=True)" in module_site.source
+
+
+def test_size_symbol_names_in_a_printed_trace_time_error_are_set_aside() -> None:
+    # Seed 331446: the same TorchDynamo error caught and printed by the program, its size
+    # symbols numbered by how many sizes the trace had read before.
+    from .observe import Observation, _each_call_is_the_originals
+
+    def printed(symbol: str) -> Observation:
+        text = (
+            "caught TorchRuntimeError RuntimeError when making fake tensor call\n  Explanation: Dynamo failed to"
+            f" run FX node with fake tensors: call_method add_(*(FakeTensor(..., size=(s55,)), FakeTensor(...,"
+            f" size=({symbol},))), **{{}}): got RuntimeError('Attempting to broadcast a dimension of length {symbol}')\n"
+        )
+        return Observation(globals=(), events=[("stdout", text)])
+
+    def plain(text: str) -> Observation:
+        return Observation(globals=(), events=[("stdout", text)])
+
+    eager = [plain("caught RuntimeError The size of tensor a (4) must match\n")]
+    assert _each_call_is_the_originals(eager, [printed("s17")], [printed("s57")])
+    # Elsewhere, names alike are the program's own text and still count.
+    assert not _each_call_is_the_originals(eager, [plain("s17\n")], [plain("s57\n")])
