@@ -785,3 +785,110 @@ def test_not_inside_inference_mode__a_call_made_inside_the_mode_keeps_its_rewrit
             mended_outcome = _inference_outcome(mended.f, arguments, backend)
             assert mended_outcome == _inference_outcome(original.f, arguments, None), backend
             assert mended_outcome[0][2] is True  # an inference tensor, as eagerly
+
+
+def _graphs_and_outcome_under_aot_eager(function, arguments, inference_mode=False):
+    """Graphs compiled under ``aot_eager`` (through a backend of its own, which graphmend
+    cannot take for one that runs the graph as written), and the call's printed text and
+    value (as a list, with its strides) or exception."""
+    from torch._dynamo.backends.debugging import aot_eager
+
+    graphs = []
+
+    def counting_aot_eager(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return aot_eager(graph_module, example_inputs)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(function, backend=counting_aot_eager, dynamic=False)
+    mode = torch.inference_mode() if inference_mode else contextlib.nullcontext()
+    with contextlib.redirect_stdout(io.StringIO()) as printed, mode:
+        try:
+            value = compiled(*arguments)
+            result = ("value", value.tolist(), value.stride())
+        except Exception as error:  # noqa: BLE001 - the outcome compared
+            result = ("error", type(error).__name__, str(error).splitlines()[0])
+    return len(graphs), (printed.getvalue(), result)
+
+
+def test_joined_graph_writes_through_no_out_keyword__a_read_after_the_write_keeps_its_break():
+    """Under a functionalizing backend the tensor written through ``out=`` takes the
+    op's result layout: read in the same graph, ``x * 2.0`` is laid out as the
+    transposed ``y`` (long fuzz run seed 332062, joined by Capture). The branch keeps
+    its break; written by ``copy_``, which keeps ``x``'s layout, it is still merged, and
+    so it is under a backend that runs the graph as written."""
+    source = """
+        import torch
+
+        def f(x, y):
+            torch.tanh(y, out=x)
+            if y.sum() > 0:
+                z = x * 2.0
+            else:
+                z = x * 3.0
+            return torch.tanh(z)
+        """
+
+    def arguments():
+        return torch.arange(6.0).reshape(2, 3) / 7, (torch.arange(6.0).reshape(3, 2) / 5).t()
+
+    original, mended = _pair(source)
+    expected = _graphs_and_outcome_under_aot_eager(original.f, arguments())
+    assert expected[0] == 2 and expected[1][1][2] == (3, 1)
+    assert _graphs_and_outcome_under_aot_eager(mended.f, arguments()) == expected
+    assert any("out=" in reason for reason in claims.trace_time_declines.values())
+    claims.forget_refusals()
+    assert breaks(mended.f, *arguments()) == 0
+    original, mended = _pair(source.replace("torch.tanh(y, out=x)", "x.copy_(torch.tanh(y))"))
+    graphs, outcome = _graphs_and_outcome_under_aot_eager(mended.f, arguments())
+    assert graphs == 1 and outcome == _graphs_and_outcome_under_aot_eager(original.f, arguments())[1]
+
+
+def test_joined_graph_writes_no_inference_tensor_in_place__the_graph_before_returns_first():
+    """``h`` comes from ``torch.inference_mode()`` and is written in place outside it: the
+    write fails. In the original it fails in the graph after the branch, once the graph
+    before has returned and TorchDynamo has appended to ``HISTORY``; joined, the one
+    graph fails and the append is lost (long fuzz run seed 331080, where the lost effect
+    was a print's order). The branch keeps its break; called inside the mode, where the
+    write succeeds, it is merged."""
+    source = """
+        import torch
+        HISTORY = []
+
+        def f(h, y):
+            HISTORY.append(1)
+            if y.sum() > 0:
+                z = y * 2.0
+            else:
+                z = y * 3.0
+            h.add_(1.0)
+            return z + h
+        """
+
+    def arguments():
+        with torch.inference_mode():
+            h = torch.ones(3)
+        return h, torch.arange(3.0)
+
+    def outcome(module, backend, inference_mode=False):
+        module.HISTORY.clear()
+        torch._dynamo.reset()
+        try:
+            with torch.inference_mode() if inference_mode else contextlib.nullcontext():
+                value = torch.compile(module.f, backend=backend, dynamic=False)(*arguments())
+            result = ("value", value.tolist())
+        except RuntimeError as error:
+            result = ("error", str(error).splitlines()[0])
+        return result, list(module.HISTORY)
+
+    original, mended = _pair(source)
+    for backend in ("eager", "aot_eager"):
+        expected = outcome(original, backend)
+        assert expected[1] == [1] and "inference tensor" in expected[0][1]
+        assert outcome(mended, backend) == expected, backend
+    assert any("inference tensor" in reason for reason in claims.trace_time_declines.values())
+    claims.forget_refusals()
+    with torch.inference_mode():
+        assert breaks(original.f, *arguments()) == 1
+        assert breaks(mended.f, *arguments()) == 0
+    assert outcome(mended, "aot_eager", inference_mode=True) == outcome(original, "aot_eager", inference_mode=True)

@@ -73,7 +73,10 @@ and the frame traced again where
   - TorchDynamo gives up on the frame after it and would run it all eagerly
     (frame_was_not_given_up_while_tracing);
   - the joined graph records autograd (joined_graph_records_no_autograd) or enters
-    torch.inference_mode() (joined_graph_enters_no_inference_mode);
+    torch.inference_mode() (joined_graph_enters_no_inference_mode), or writes in place an
+    inference tensor it is given (joined_graph_writes_no_inference_tensor_in_place);
+  - the joined graph writes through out=, under a backend that does not run the graph
+    as written (joined_graph_writes_through_no_out_keyword);
   - random draws sit on both sides of it (random_draws_stay_on_their_side);
   - a batch norm reads a tensor that is not contiguous, under a backend that plans
     views by the traced strides (batch_norms_read_contiguous_tensors);

@@ -72,7 +72,12 @@ _hooks_installed = {
     "check_before_compiling": False,
     "check_the_compiled_graph": False,
     "refuse_captures_whose_sizes_are_needed": False,
+    "note_the_calls_inference_mode": False,
 }
+
+# Per thread: whether the call TorchDynamo is converting was made inside
+# ``torch.inference_mode()``, which TorchDynamo turns off while it traces (None: not known).
+_conversion = threading.local()
 
 
 # What stands in the graph for a claimed statement.
@@ -709,6 +714,51 @@ def backend_keeps_graph_order(output) -> bool:
     return _backend_is(output, ("eager", "aot_eager"), "keeps_graph_order")
 
 
+def joined_graph_writes_no_inference_tensor_in_place(output) -> str | None:
+    """An inference tensor (made inside ``torch.inference_mode()``, in an earlier graph or
+    eagerly) given to the joined graph and written in place there fails at run time
+    outside the mode. In the original the write sat in a graph of its own: the graphs
+    before it had returned (TorchDynamo applying their side effects) and, under a
+    functionalizing backend, whose write to an input comes after the graph's ops, the
+    output and guards the joined graph holds came after the failure (long fuzz run seed
+    331080: ``F.relu(h, inplace=True)`` of a helper's result inside the mode, then a
+    print that Defer put in the graph after a Capture; the mended run printed it before
+    failing). A call made inside the mode (serving code) writes its inference tensors
+    as the program does."""
+    if getattr(_conversion, "inference_mode", None):
+        return None
+    for node in output.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        example = node.meta.get("example_value")
+        if not isinstance(example, torch.Tensor) or example._version == 0:
+            continue
+        try:
+            given = node.meta["grapharg"].example
+        except Exception:  # noqa: BLE001 - no real tensor recorded: not known to be ordinary
+            given = None
+        if not isinstance(given, torch.Tensor) or given.is_inference():
+            return f"the joined graph writes its input `{node.name}` in place, an inference tensor, which fails"
+    return None
+
+
+def joined_graph_writes_through_no_out_keyword(output) -> str | None:
+    """torch 2.13's functionalization gives a tensor written through ``out=`` the layout of
+    the op's result, not its own: read later in the same graph (``torch.tanh(y,
+    out=x)`` with ``y`` laid out transposed, then ``torch.tanh(x)``), it computes a
+    result laid out as ``y`` where eager code keeps ``x``'s (long fuzz run seed 332062,
+    where Capture joined the read to the write's graph; the original read ``x`` as an
+    input of the next graph). No claim survives in a graph writing through ``out=``,
+    unless the backend runs the graph as written (TorchDynamo's ``eager``, or one
+    marked ``runs_the_graph_as_written``)."""
+    if _backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return None
+    for node in computed_nodes(output):
+        if node.kwargs.get("out") is not None:
+            return "the joined graph writes through `out=`, whose layout the backend may not keep"
+    return None
+
+
 def joined_graph_enters_no_inference_mode(output) -> str | None:
     """A claim made outside a ``torch.inference_mode()`` block joins the graph holding the
     block with code after it (or before it) that the original ran in another graph.
@@ -903,6 +953,8 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
         random_draws_stay_on_their_side(output, claims)
         or batch_norms_read_contiguous_tensors(output)
         or joined_graph_enters_no_inference_mode(output)
+        or joined_graph_writes_no_inference_tensor_in_place(output)
+        or joined_graph_writes_through_no_out_keyword(output)
     )
     kind = _ALWAYS
     if for_all is None:
@@ -1045,6 +1097,22 @@ def _restart_given_up_frame_without_claims(run):
     return wrapped
 
 
+def _note_the_calls_inference_mode(disable_inference_mode):
+    """Wrap the context manager TorchDynamo enters to turn ``torch.inference_mode()`` off
+    while it converts a frame: note first whether the call was made inside it
+    (``joined_graph_writes_no_inference_tensor_in_place``)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def wrapped(*args, **kwargs):
+        _conversion.inference_mode = torch.is_inference_mode_enabled()
+        with disable_inference_mode(*args, **kwargs):
+            yield
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
 def _install_hooks() -> None:
     try:
         from torch._dynamo import utils as dynamo_utils
@@ -1077,6 +1145,15 @@ def _install_hooks() -> None:
         if not getattr(make_error, "_graphmend_wrapped", False):
             ShapeEnv._make_data_dependent_error = _refuse_captures_whose_sizes_are_needed(make_error)
         _hooks_installed["refuse_captures_whose_sizes_are_needed"] = True
+    try:
+        from torch._dynamo import convert_frame
+    except ImportError:  # pragma: no cover - another torch
+        convert_frame = None
+    disable_inference_mode = getattr(convert_frame, "maybe_disable_inference_mode", None)
+    if disable_inference_mode is not None:
+        if not getattr(disable_inference_mode, "_graphmend_wrapped", False):
+            convert_frame.maybe_disable_inference_mode = _note_the_calls_inference_mode(disable_inference_mode)
+        _hooks_installed["note_the_calls_inference_mode"] = True
     call_user_compiler = getattr(OutputGraph, "call_user_compiler", None)
     if call_user_compiler is not None:
         if not getattr(call_user_compiler, "_graphmend_wrapped", False):
