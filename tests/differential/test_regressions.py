@@ -982,9 +982,12 @@ def test_a_compile_state_mixture_left_by_a_break_graphmend_keeps_is_the_programs
     breaks at the print and gives up the frame resumed there whole (its break inside
     ``catch_warnings`` cannot be resumed from), so both tests answer False. The mended
     print does not break: TorchDynamo traces up to the ``with`` block and runs the rest
-    eagerly, so the first test answers True and the second False. That is the original
-    with those answers, traced where the original compiled traced and more
-    (``compile_state``)."""
+    eagerly, so the first test answered True and the second False: the original with
+    those answers, traced where the original compiled traced and more
+    (``compile_state``). The resumable state TorchDynamo traced up to was made by
+    graphmend's runtime calls alone; since they no longer count
+    (``graphmend.runtime.resumable_states``, long run seed 330982), the mended frame is
+    given up whole as the original's, and the run is the original's."""
     from .grammar import Program
     from .observe import compare
 
@@ -994,7 +997,7 @@ def test_a_compile_state_mixture_left_by_a_break_graphmend_keeps_is_the_programs
     )
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
-    assert len(report.compile_state_answers) == 1
+    assert report.compile_state_answers == [] and report.torch_own == []
 
 
 SEED_242676 = '''\
@@ -1103,7 +1106,10 @@ def test_a_traced_op_error_after_an_earlier_call_gave_up_the_frame_is_judged_in_
     as the original compiled does on that call with TorchDynamo's caches fresh. The
     harness's reference for that call now keeps the program's state (the global list
     ``WRITTEN``, whose length is printed, grew over the first call); called alone it
-    printed another count, and the program counted as a difference."""
+    printed another count, and the program counted as a difference. Since graphmend's
+    runtime calls no longer make a resumable state the original has not
+    (``graphmend.runtime.resumable_states``, long run seed 330982), TorchDynamo gives the
+    mended frame up as the original's on the first call, and the run is the original's."""
     from .grammar import Program
     from .observe import compare
 
@@ -1112,7 +1118,7 @@ def test_a_traced_op_error_after_an_earlier_call_gave_up_the_frame_is_judged_in_
                       compile_site="module")
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
-    assert len(report.traced_op_failures) == 1
+    assert report.traced_op_failures == [] and report.torch_own == []
 
 
 SEED_290026 = r'''import torch

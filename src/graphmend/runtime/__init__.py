@@ -31,6 +31,7 @@ from graphmend.runtime.compiled_calls import (
 from graphmend.runtime import checks  # noqa: F401 - ``__graphmend__.checks`` in rewritten code
 from graphmend.runtime import dynamic_shapes  # noqa: F401 - ``__graphmend__.dynamic_shapes`` in rewritten code
 from graphmend.runtime import conversion_failures  # noqa: F401 - installs its TorchDynamo hook
+from graphmend.runtime import resumable_states  # noqa: F401 - installs its TorchDynamo hook
 from graphmend.runtime.attribute_access import is_the_method, reads_plainly, writes_plainly
 from graphmend.runtime.selection import moves_nothing, operands_combine, select
 from graphmend.runtime.traps import (
