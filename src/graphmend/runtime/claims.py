@@ -165,16 +165,27 @@ class Numbering:
         decide_in_trace(context, "number", (argument_name,), lambda _tracer, value: self.number(value))
 
 
-def input_written_in_place_so_far(translator) -> str | None:
-    """The name of a graph input written in place so far in the trace (the fake tensors
-    of the inputs count every in-place write, through any view), or None."""
-    for node in translator.output.graph.nodes:
+def inputs_written_in_place(output):
+    """The graph's input nodes written in place so far in the trace (the fake tensors of
+    the inputs count every in-place write, through any view)."""
+    for node in output.graph.nodes:
         if node.op != "placeholder":
             continue
         example = node.meta.get("example_value")
         if isinstance(example, torch.Tensor) and example._version > 0:
-            return node.name
+            yield node
+
+
+def input_written_in_place_so_far(translator) -> str | None:
+    """The name of a graph input written in place so far in the trace, or None."""
+    for node in inputs_written_in_place(translator.output):
+        return node.name
     return None
+
+
+def is_runtime_file(filename: str) -> bool:
+    """Whether ``filename`` is one of graphmend's runtime modules."""
+    return os.path.dirname(os.path.abspath(filename)) == _RUNTIME_DIRECTORY
 
 
 def original_break_keeps_frame_compiled(translator) -> str | None:
@@ -388,7 +399,7 @@ def user_translator(translator):
     """The translator of the first traced frame outside graphmend's runtime, from
     ``translator`` outwards (the user's statement that called into the runtime)."""
     while translator is not None:
-        if os.path.dirname(os.path.abspath(translator.f_code.co_filename)) != _RUNTIME_DIRECTORY:
+        if not is_runtime_file(translator.f_code.co_filename):
             return translator
         translator = getattr(translator, "parent", None)
     return None
@@ -626,12 +637,8 @@ def outputs_share_no_graph_with_an_input_written_in_place(output, claims) -> str
     runs the graph's ops in order."""
     if not any(claim.kind == OUTPUT for claim in claims.values()) or backend_keeps_graph_order(output):
         return None
-    for node in output.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        example = node.meta.get("example_value")
-        if isinstance(example, torch.Tensor) and example._version > 0:
-            return f"the graph writes its input `{node.name}` in place, and the backend may free it early"
+    for node in inputs_written_in_place(output):
+        return f"the graph writes its input `{node.name}` in place, and the backend may free it early"
     return None
 
 
@@ -727,12 +734,7 @@ def joined_graph_writes_no_inference_tensor_in_place(output) -> str | None:
     as the program does."""
     if getattr(_conversion, "inference_mode", None):
         return None
-    for node in output.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        example = node.meta.get("example_value")
-        if not isinstance(example, torch.Tensor) or example._version == 0:
-            continue
+    for node in inputs_written_in_place(output):
         try:
             given = node.meta["grapharg"].example
         except Exception:  # noqa: BLE001 - no real tensor recorded: not known to be ordinary

@@ -18,10 +18,10 @@ So TorchDynamo's test is made here with those calls left out.
 
 from __future__ import annotations
 
-import os
 import re
 
-_RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
+from graphmend.runtime.claims import is_runtime_file
+
 _CALLS = ("call_function", "call_method", "call_module")
 _FRAME_FILE = re.compile(r'^\s*File "([^"]+)", line \d+')
 
@@ -39,7 +39,7 @@ def made_by_the_runtime(node) -> bool:
         found = _FRAME_FILE.match(line)
         if found:
             innermost = found.group(1)
-    return innermost is not None and os.path.dirname(os.path.abspath(innermost)) == _RUNTIME_DIRECTORY
+    return innermost is not None and is_runtime_file(innermost)
 
 
 def program_made_more_than_one_call(output) -> bool:
