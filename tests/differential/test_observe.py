@@ -274,6 +274,21 @@ def test_under_inductor_numbers_in_printed_text_compare_as_float_bits_aside() ->
     assert not each_call(eager, compiled, [printed("f -14.6\n")], float_bits_aside=True, output_lines_apart=True)
 
 
+def test_under_inductor_a_printed_sum_near_zero_compares_as_zero() -> None:
+    """Seed 343001: terms that cancel leave rounding error alone, in inductor's order."""
+    from .observe import Observation, _each_call_is_the_originals as each_call
+
+    def printed(text):
+        return Observation(value=("v",), events=[("stdout", text)], globals=(), rng="r")
+
+    eager = [printed("s tensor(-2.2650e-06)\n")]
+    compiled = [printed("s tensor(-1.3113e-06)\n")]
+    rounded = [printed("s tensor(5.6624e-07)\n")]
+    assert each_call(eager, compiled, rounded, float_bits_aside=True, output_lines_apart=True)
+    assert not each_call(eager, compiled, rounded, output_lines_apart=True)
+    assert not each_call(eager, compiled, [printed("s tensor(0.0003)\n")], float_bits_aside=True, output_lines_apart=True)
+
+
 def test_where_torch_failed_on_the_original_first_its_trace_time_error_is_the_reference() -> None:
     """Seeds 132739 and 133609: torch's compiler fails on the original compiled (here
     AOTAutograd rejects a graph with an in-place write to a value its backward needs),
