@@ -267,3 +267,56 @@ def test_a_call_handed_back_leaves_the_graph_outputs_as_the_original():
         return counts
 
     assert outputs_of_graphs(mended.f) == outputs_of_graphs(original.f)
+
+
+def test_a_logger_identity_is_read_while_traced_where_torch_cannot_trace_its_id(monkeypatch):
+    """TorchDynamo before torch 2.13 has no ``get_id`` for a logger's variable and breaks
+    at ``id(logger)`` (t5 under torch 2.11: 3 breaks, mended 4). Without ``get_id`` the
+    identity is read while traced: no break, and a guard on the logger, so a logger
+    rebound between calls gets its own graph and its own records."""
+    import logging
+
+    from torch._dynamo.variables.base import VariableTracker
+
+    from graphmend.counting import CountingBackend
+
+    source = PRELUDE + """
+def f(x):
+    logger.warning("seen %s", 1)
+    return x + 1
+"""
+    original, mended, _ = original_and_mended(source)
+    monkeypatch.delattr(VariableTracker, "get_id")
+    x = torch.ones(2)
+    assert breaks(original.f, x) == 1
+    assert helpers.graphs_and_breaks(mended.f, x) == (1, 0)
+    assert_equivalent(original.f, mended.f, x)
+
+    seen = []
+
+    class Keep(logging.Handler):
+        graphmend_output_only = True  # as helpers._Records: the program never reads it
+
+        def emit(self, record):
+            seen.append((record.name, record.getMessage()))
+
+    first, second = logging.getLogger("graphmend.test.first"), logging.getLogger("graphmend.test.second")
+    for logger in (first, second):
+        logger.addHandler(Keep())
+        logger.propagate = False
+    try:
+        torch._dynamo.reset()
+        backend = CountingBackend()
+        compiled = torch.compile(mended.f, backend=backend, dynamic=False)
+        mended.logger = first
+        compiled(x)
+        mended.logger = second
+        compiled(x)
+        assert seen == [(first.name, "seen 1"), (second.name, "seen 1")]
+        assert backend.graphs == 2
+        assert helpers.graphs_and_breaks(mended.f, x) == (1, 0)
+    finally:
+        for logger in (first, second):
+            logger.handlers.clear()
+            logger.propagate = True
+        torch._dynamo.reset()

@@ -530,9 +530,9 @@ def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict):
     split = _split_arguments(args, kwargs)
     if split is not None:
         template, slots, tensors, integers = split
-        # The receiver by identity (TorchDynamo guards on it): it cannot be handed to
-        # a trace-time function as an object; ``_resolve_target`` finds it again.
-        target_id = None if target is None else id(target)
+        # The receiver by identity (guarded on): it cannot be handed to a trace-time
+        # function as an object; ``_resolve_target`` finds it again.
+        target_id = None if target is None else _identity(target)
         key = _register(kind, target_id, detail, template, slots, kwargs)
         if key >= 0:
             if not tensors:
@@ -542,6 +542,43 @@ def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict):
             torch.ops.graphmend.emit_effect(key, tensors, integers)
             return _IN_GRAPH
     return args, kwargs
+
+
+def _identity(target) -> int:
+    """``id(target)``, the trace guarded on the object.
+
+    TorchDynamo before torch 2.13 cannot trace ``id`` of a logger ("id() with unsupported
+    args" for ``LoggingLoggerVariable``): a break of its own before the logging call's,
+    one more than the original had (t5 under torch 2.11: 3 breaks, mended 4). There the
+    identity is read from TorchDynamo's variable while traced, with the identity guard
+    its own ``id`` installs."""
+    identity = None
+    comptime(_decide_identity)
+    if identity is None:
+        identity = id(target)
+    return identity
+
+
+def _decide_identity(context) -> None:
+    claims.decide_in_trace(context, "identity", ("target",), _identity_read_while_traced, read=lambda variable: variable)
+
+
+def _identity_read_while_traced(translator, variable) -> int | None:
+    """The identity of the object ``variable`` stands for, guarded on; None where
+    TorchDynamo traces ``id`` of any object itself, or the object has no source to guard."""
+    from torch._dynamo.guards import GuardBuilder, install_guard
+
+    if hasattr(variable, "get_id"):
+        return None
+    value = getattr(variable, "value", _NO_VALUE)
+    source = getattr(variable, "source", None)
+    if value is _NO_VALUE or source is None:
+        return None
+    install_guard(source.make_guard(GuardBuilder.ID_MATCH))
+    return id(value)
+
+
+_NO_VALUE = object()
 
 
 def _graph_device() -> str | None:
