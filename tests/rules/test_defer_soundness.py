@@ -878,3 +878,107 @@ def test_swapping_stdout_for_another_builtin_stream_between_calls_compiles_nothi
             with contextlib.redirect_stdout(io.StringIO()):
                 compiled(torch.ones(3))
     assert counter.graphs == 1
+
+
+def _warnings_modules_own_display():
+    """The warnings module's own ``_showwarnmsg_impl`` (pytest records warnings through
+    a list's ``append`` while a test runs), from a fresh copy of the module."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("warnings")
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    return fresh._showwarnmsg_impl
+
+
+_WARNING_READ_BACK = """
+HISTORY = []
+
+class ListStream:
+    def write(self, text):
+        HISTORY.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+def keep(message, category, filename, lineno, file=None, line=None):
+    HISTORY.append(str(message))
+
+def f(x):
+    warnings.warn("careful")
+    return x + len(HISTORY)
+"""
+
+
+def _two_calls_shown_on_stderr(module, backend, change):
+    """Two calls of ``module.f`` compiled once, warnings shown on ``sys.stderr`` by the
+    warnings module's own code, every time (``always``), ``change`` between them."""
+    torch._dynamo.reset()
+    function = torch.compile(module.f, backend=backend, dynamic=False)
+    module.HISTORY.clear()
+    saved = sys.stderr
+    outcomes = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = warnings._showwarning_orig
+        warnings._showwarnmsg_impl = _warnings_modules_own_display()
+        try:
+            sys.stderr = io.StringIO()
+            outcomes.append(function(torch.ones(2)).tolist())
+            change(module)
+            outcomes.append(function(torch.ones(2)).tolist())
+        finally:
+            sys.stderr = saved
+    return outcomes, len(module.HISTORY)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda module: setattr(warnings, "showwarning", module.keep),
+        lambda module: setattr(sys, "stderr", module.ListStream()),
+    ],
+    ids=["showwarning_replaced", "stderr_swapped"],
+)
+def test_warning_shown_between_calls_by_python_code_the_function_reads(change):
+    """The trace put the warning in the graph while it was shown on a builtin stream by
+    the warnings module's own code; before the second call ``warnings.showwarning`` is
+    replaced, or ``sys.stderr`` swapped, by Python code that appends to a list the
+    function reads after warning (the graph had read the list before its warning)."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(_WARNING_READ_BACK))
+    assert result.changed
+    for backend in ("eager", "aot_eager"):
+        expected = _two_calls_shown_on_stderr(original, backend, change)
+        assert expected == ([[1.0, 1.0], [2.0, 2.0]], 1)
+        assert _two_calls_shown_on_stderr(mended, backend, change) == expected, backend
+
+
+def test_recording_warnings_around_every_call_compiles_nothing_more():
+    """``catch_warnings(record=True)`` shows through a new list's ``append`` each time,
+    and TorchDynamo drops a graph guarded on an object once it is freed: the trace is
+    guarded on the displaying function's module only, and compiles as the original."""
+    from graphmend.counting import CountingBackend
+
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            y = x * 2
+            warnings.warn("careful")
+            return y + 1
+        """
+    ))
+    graphs = {}
+    for name, module in (("original", original), ("mended", mended)):
+        torch._dynamo.reset()
+        counter = CountingBackend()
+        compiled = torch.compile(module.f, backend=counter, dynamic=False)
+        recorded = []
+        for _ in range(4):
+            with warnings.catch_warnings(record=True) as log:
+                warnings.simplefilter("always")
+                compiled(torch.ones(3))
+            recorded.append([str(w.message) for w in log])
+        assert recorded == [["careful"]] * 4, name
+        graphs[name] = counter.graphs
+    assert graphs == {"original": 2, "mended": 2}

@@ -474,16 +474,24 @@ def _why_not_exact_warning(detail: tuple, template: tuple, kwargs: dict) -> str 
         return "a warnings filter turns this warning into an exception"
     if action == "ignore":
         return None
+    # The trace is guarded on what is decided on here (``warn_in_graph``): the identity
+    # of ``showwarning`` where it is a Python function, the type of the error stream,
+    # the module of ``_showwarnmsg_impl``; a builtin is decided on by its owner, which
+    # no guard covers: it keeps its call.
     if warnings.showwarning is warnings._showwarning_orig:
-        show = warnings._showwarnmsg_impl
-        if _is_from_warnings(show):
+        if _is_from_warnings(warnings._showwarnmsg_impl):
             if not _stream_is_opaque(sys.stderr):
                 return "the error stream's `write` is Python code that traced code may also write through"
-        elif not _opaque_to_tracing(show):  # ``catch_warnings(record=True)``'s list
+        else:  # ``catch_warnings(record=True)``'s list
             return "warnings are recorded into an object that traced code may also change"
-    elif not _opaque_to_tracing(warnings.showwarning):
-        return "`warnings.showwarning` is replaced by Python code that may change state the function reads"
+    elif _is_builtin(warnings.showwarning) or not _opaque_to_tracing(warnings.showwarning):
+        return "`warnings.showwarning` is replaced by code that may change state the function reads"
     return None
+
+
+def _is_builtin(function) -> bool:
+    return isinstance(function, (types.BuiltinFunctionType, types.MethodWrapperType,
+                                 types.WrapperDescriptorType, types.MethodDescriptorType))
 
 
 def _emit_effect(key: int, tensors: list[torch.Tensor], integers: list[int]) -> None:
@@ -641,7 +649,40 @@ def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, 
 def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
     """``warnings.warn`` at ``location`` inside the graph: ``()``, or ``(args, kwargs)``
     to call it with eagerly."""
+    # Read while traced, so that TorchDynamo guards on them: whether the warning's output
+    # is exact in the graph is decided on them (``_why_not_exact_warning``), and a
+    # program may replace them between calls.
+    type(warnings.showwarning)
+    type(sys.stderr)
+    if not _warning_display_guarded():
+        return args, kwargs
     return _record(_WARNING, None, location, args, kwargs)
+
+
+def _warning_display_guarded() -> bool:
+    """While traced: whether the trace is now guarded on the module of the function that
+    shows warnings (``warnings._showwarnmsg_impl``); not traced, False.
+
+    Not read by traced code: ``catch_warnings(record=True)`` makes it a new list's
+    ``append`` each time, and TorchDynamo drops a graph guarded on an object once the
+    object is freed (a graph compiled on every call, where the original compiled once).
+    Its module is all the decision reads of it."""
+    guarded = False
+    comptime(_decide_warning_display_guarded)
+    return guarded
+
+
+def _decide_warning_display_guarded(context) -> None:
+    claims.decide_in_trace(context, "guarded", (), _guard_on_the_warning_display)
+
+
+def _guard_on_the_warning_display(translator) -> bool:
+    from torch._dynamo.guards import GuardBuilder, install_guard
+    from torch._dynamo.source import AttrSource, ImportSource
+
+    display = AttrSource(AttrSource(ImportSource("warnings"), "_showwarnmsg_impl"), "__module__")
+    install_guard(display.make_guard(GuardBuilder.CONSTANT_MATCH))
+    return True
 
 
 # Code that an earlier ``graphmend fix`` wrote into users' files calls these three,
