@@ -87,6 +87,10 @@ import contextlib
 WRITTEN = []
 
 
+def keep_warning(message, category, filename, lineno, file=None, line=None):
+    WRITTEN.append(str(message))
+
+
 class OwnStream:
     def write(self, text):
         WRITTEN.append(text)
@@ -319,6 +323,9 @@ class _Generator:
         self.failing_outputs_enabled = failing_outputs
         # Output settings the program changes between two calls, from a stream of their own.
         self.between_rng = random.Random(f"between-calls-{seed}")
+        # How the program's own stream is used between calls: a stream of its own, so that
+        # the programs made before warnings were shown there stay as they were.
+        self.warning_display_rng = random.Random(f"between-calls-warning-display-{seed}")
         self.between_calls_enabled = between_calls
         # ``.item()`` counts that a check compares, from a stream of their own.
         self.item_rng = random.Random(f"item-check-{seed}")
@@ -1333,28 +1340,45 @@ class _Generator:
         """``before_call(index)``, which the harness calls before each call of ``f`` (in
         the call's own output settings): from a later call on, the program turns its
         warnings into errors, or prints through a stream whose ``write`` is Python code
-        appending to ``WRITTEN``. What a trace decided for the settings it saw must not
-        hold for a call made under others; ``f`` starts with what would show it (a
-        warning after an in-place write, a print then a read of ``WRITTEN``), and may
-        have more of it anywhere. Returns the definition (or None) and ``f``'s body."""
+        appending to ``WRITTEN``, or shows warnings so (``warnings.showwarning``
+        replaced, or ``sys.stderr`` swapped where warnings are shown by the warnings
+        module's own code on every call). What a trace decided for the settings it saw
+        must not hold for a call made under others; ``f`` starts with what would show it
+        (a warning after an in-place write, an output then a read of ``WRITTEN``), and
+        may have more of it anywhere. Returns the definition (or None) and ``f``'s body."""
         rng = self.between_rng
         if rng.random() >= 0.08:
             return None, body
         first = rng.choice((1, 2))
         kind = rng.choice(("warnings-error", "stdout-python-stream"))
+        if kind == "stdout-python-stream" and self.warning_display_rng.random() < 0.5:
+            kind = self.warning_display_rng.choice(("showwarning-python", "stderr-python-stream"))
         self.feature("between-calls-" + kind)
+        every_call = ""
+        read_back = "x = x * (1.0 + len(WRITTEN))"
         if kind == "warnings-error":
             change = 'warnings.filterwarnings("error", module=__name__)'
             opening = ["TOTAL.add_(1.0)", 'warnings.warn("between calls")']
-        else:
+        elif kind == "stdout-python-stream":
             self.own_stream = True
             change = "sys.stdout = OWN_STREAM"
-            opening = ['print("between calls", x.sum())', "x = x * (1.0 + len(WRITTEN))"]
+            opening = ['print("between calls", x.sum())', read_back]
+        else:
+            # What was written is also added to a global tensor, which stays observed when
+            # the call fails later on, and which no guard reads (a list appended to would
+            # compile the function again on every call, reading it afresh).
+            self.own_stream = True
+            opening = ['warnings.warn("between calls")', "TOTAL.add_(float(len(WRITTEN)))", read_back]
+            if kind == "showwarning-python":
+                change = "warnings.showwarning = keep_warning"
+            else:
+                every_call = "    warnings.showwarning = warnings._showwarning_orig\n"
+                change = "sys.stderr = OWN_STREAM"
         declarations = 0
         while declarations < len(body) and body[declarations].startswith("global "):
             declarations += 1
         body = body[:declarations] + opening + body[declarations:]
-        return f"def before_call(index):\n    if index >= {first}:\n        {change}\n", body
+        return f"def before_call(index):\n{every_call}    if index >= {first}:\n        {change}\n", body
 
     def program(self) -> Program:
         shape = self.pick([(4,), (4,), (2, 3)])

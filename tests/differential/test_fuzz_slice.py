@@ -66,11 +66,12 @@ EVERY_CONSTRUCT = {
     "failing-output-caught", "failing-output-unformatted", "failing-output-print-end",
     "failing-output-log-level", "failing-output-log-extra",
     "between-calls-warnings-error", "between-calls-stdout-python-stream",
+    "between-calls-showwarning-python", "between-calls-stderr-python-stream",
 }
 # md5 of the sources of seeds 0..99 and how the harness calls them: KNOWN_DIFFERENCES
 # names seeds, so a change to the grammar must come with a fresh look at them and a new
 # digest.
-PROGRAMS_DIGEST = "333c0c55dfa0289783e5a442c96fd4bd"
+PROGRAMS_DIGEST = "f94010a8ffbfb1ce54b64cb61a5629b3"
 
 # seed -> the difference classes it shows on main (long_run's class names; the rule).
 # Found on main (ff78338); each class has its reproducer in /work/notes/fuzz_findings.md.
@@ -182,6 +183,24 @@ def test_long_run_finding_behaves_the_same_once_mended(seed: int) -> None:
         merges=seed in FOUND_WITH_MERGES, fusions=False,
     )
     report = compare(program, modes=("eager",) + LONG_RUN_FINDINGS[seed])
+    assert not report.differences, (
+        f"{program.describe()}\n" + "\n".join(d.klass + "\n" + d.describe() for d in report.differences)
+    )
+
+
+# Programs that show warnings through Python code from a later call on (``before_call``:
+# ``warnings.showwarning`` replaced, ``sys.stderr`` swapped); each differed before the
+# trace was guarded on what decides a warning's place in the graph.
+WARNING_DISPLAY_CHANGED_BETWEEN_CALLS = {124: (), 47: (pytest.mark.slow,), 324: (pytest.mark.slow,)}
+
+
+@pytest.mark.parametrize(
+    "seed", [pytest.param(seed, marks=marks) for seed, marks in WARNING_DISPLAY_CHANGED_BETWEEN_CALLS.items()]
+)
+def test_warning_display_changed_between_calls_behaves_the_same_once_mended(seed: int) -> None:
+    program = generate(seed)
+    assert {"between-calls-showwarning-python", "between-calls-stderr-python-stream"} & set(program.features)
+    report = compare(program, modes=("eager", "compiled:eager", "compiled:aot_eager"))
     assert not report.differences, (
         f"{program.describe()}\n" + "\n".join(d.klass + "\n" + d.describe() for d in report.differences)
     )

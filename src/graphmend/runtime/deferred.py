@@ -475,23 +475,17 @@ def _why_not_exact_warning(detail: tuple, template: tuple, kwargs: dict) -> str 
     if action == "ignore":
         return None
     # The trace is guarded on what is decided on here (``warn_in_graph``): the identity
-    # of ``showwarning`` where it is a Python function, the type of the error stream,
-    # the module of ``_showwarnmsg_impl``; a builtin is decided on by its owner, which
-    # no guard covers: it keeps its call.
+    # of ``showwarning``, the type of the error stream, the module of the function that
+    # shows warnings by default (of no other is it known what it reads).
     if warnings.showwarning is warnings._showwarning_orig:
         if _is_from_warnings(warnings._showwarnmsg_impl):
             if not _stream_is_opaque(sys.stderr):
                 return "the error stream's `write` is Python code that traced code may also write through"
         else:  # ``catch_warnings(record=True)``'s list
             return "warnings are recorded into an object that traced code may also change"
-    elif _is_builtin(warnings.showwarning) or not _opaque_to_tracing(warnings.showwarning):
+    elif not _opaque_to_tracing(warnings.showwarning):
         return "`warnings.showwarning` is replaced by code that may change state the function reads"
     return None
-
-
-def _is_builtin(function) -> bool:
-    return isinstance(function, (types.BuiltinFunctionType, types.MethodWrapperType,
-                                 types.WrapperDescriptorType, types.MethodDescriptorType))
 
 
 def _emit_effect(key: int, tensors: list[torch.Tensor], integers: list[int]) -> None:
@@ -652,7 +646,6 @@ def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
     # Read while traced, so that TorchDynamo guards on them: whether the warning's output
     # is exact in the graph is decided on them (``_why_not_exact_warning``), and a
     # program may replace them between calls.
-    type(warnings.showwarning)
     type(sys.stderr)
     if not _warning_display_guarded():
         return args, kwargs
@@ -660,13 +653,15 @@ def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
 
 
 def _warning_display_guarded() -> bool:
-    """While traced: whether the trace is now guarded on the module of the function that
-    shows warnings (``warnings._showwarnmsg_impl``); not traced, False.
+    """While traced: whether the trace is now guarded on ``warnings.showwarning`` (its
+    identity: a Python function's type says nothing of what it does) and on the module
+    of the function that shows warnings by default (``warnings._showwarnmsg_impl``);
+    not traced, False.
 
-    Not read by traced code: ``catch_warnings(record=True)`` makes it a new list's
-    ``append`` each time, and TorchDynamo drops a graph guarded on an object once the
-    object is freed (a graph compiled on every call, where the original compiled once).
-    Its module is all the decision reads of it."""
+    The latter is guarded on by its module alone: ``catch_warnings(record=True)`` makes
+    it a new list's ``append`` each time, and TorchDynamo drops a graph guarded on an
+    object once the object is freed (a graph compiled on every call, where the original
+    compiled once). Its module is all the decision reads of it."""
     guarded = False
     comptime(_decide_warning_display_guarded)
     return guarded
@@ -680,7 +675,9 @@ def _guard_on_the_warning_display(translator) -> bool:
     from torch._dynamo.guards import GuardBuilder, install_guard
     from torch._dynamo.source import AttrSource, ImportSource
 
-    display = AttrSource(AttrSource(ImportSource("warnings"), "_showwarnmsg_impl"), "__module__")
+    module = ImportSource("warnings")
+    install_guard(AttrSource(module, "showwarning").make_guard(GuardBuilder.ID_MATCH))
+    display = AttrSource(AttrSource(module, "_showwarnmsg_impl"), "__module__")
     install_guard(display.make_guard(GuardBuilder.CONSTANT_MATCH))
     return True
 
