@@ -87,10 +87,6 @@ import contextlib
 WRITTEN = []
 
 
-def keep_warning(message, category, filename, lineno, file=None, line=None):
-    WRITTEN.append(str(message))
-
-
 class OwnStream:
     def write(self, text):
         WRITTEN.append(text)
@@ -103,6 +99,38 @@ class OwnStream:
 OWN_STREAM = OwnStream()
 stream_logger = logging.getLogger(__name__ + ".own")
 stream_logger.addHandler(logging.StreamHandler(OWN_STREAM))
+'''
+
+
+# Where output goes once ``before_call`` changes the settings (warnings and one logger's
+# records): a list nothing else writes, so that a graph compiled on an earlier call may
+# run again (its guards read the list's length), and a logger of the program's own, not
+# propagating (``before_call`` says so every call), whose one handler writes to a builtin
+# stream until ``before_call`` points it at ``BETWEEN_STREAM``.
+BETWEEN_CALLS_DEFINITIONS = '''\
+import io
+
+BETWEEN_WRITTEN = []
+
+
+class BetweenStream:
+    def write(self, text):
+        BETWEEN_WRITTEN.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+BETWEEN_STREAM = BetweenStream()
+
+
+def keep_warning(message, category, filename, lineno, file=None, line=None):
+    BETWEEN_WRITTEN.append(str(message))
+
+
+between_logger = logging.getLogger(__name__ + ".between")
+between_logger.addHandler(logging.StreamHandler(io.StringIO()))
 '''
 
 
@@ -326,6 +354,8 @@ class _Generator:
         # How the program's own stream is used between calls: a stream of its own, so that
         # the programs made before warnings were shown there stay as they were.
         self.warning_display_rng = random.Random(f"between-calls-warning-display-{seed}")
+        self.log_display_rng = random.Random(f"between-calls-log-display-{seed}")
+        self.between_calls_definitions = False
         self.between_calls_enabled = between_calls
         # ``.item()`` counts that a check compares, from a stream of their own.
         self.item_rng = random.Random(f"item-check-{seed}")
@@ -1340,11 +1370,12 @@ class _Generator:
         """``before_call(index)``, which the harness calls before each call of ``f`` (in
         the call's own output settings): from a later call on, the program turns its
         warnings into errors, or prints through a stream whose ``write`` is Python code
-        appending to ``WRITTEN``, or shows warnings so (``warnings.showwarning``
-        replaced, or ``sys.stderr`` swapped where warnings are shown by the warnings
-        module's own code on every call). What a trace decided for the settings it saw
-        must not hold for a call made under others; ``f`` starts with what would show it
-        (a warning after an in-place write, an output then a read of ``WRITTEN``), and
+        appending to ``WRITTEN``, or shows warnings or a logger's records so, into
+        ``BETWEEN_WRITTEN`` (``warnings.showwarning`` replaced; ``sys.stderr`` swapped
+        where warnings are shown by the warnings module's own code on every call; a
+        handler's stream swapped). What a trace decided for the settings it saw must not
+        hold for a call made under others; ``f`` starts with what would show it (a
+        warning after an in-place write, an output then a read of what was written), and
         may have more of it anywhere. Returns the definition (or None) and ``f``'s body."""
         rng = self.between_rng
         if rng.random() >= 0.08:
@@ -1353,27 +1384,34 @@ class _Generator:
         kind = rng.choice(("warnings-error", "stdout-python-stream"))
         if kind == "stdout-python-stream" and self.warning_display_rng.random() < 0.5:
             kind = self.warning_display_rng.choice(("showwarning-python", "stderr-python-stream"))
+        elif kind == "stdout-python-stream" and self.log_display_rng.random() < 0.5:
+            kind = "log-handler-python-stream"
         self.feature("between-calls-" + kind)
         every_call = ""
-        read_back = "x = x * (1.0 + len(WRITTEN))"
         if kind == "warnings-error":
             change = 'warnings.filterwarnings("error", module=__name__)'
             opening = ["TOTAL.add_(1.0)", 'warnings.warn("between calls")']
         elif kind == "stdout-python-stream":
             self.own_stream = True
             change = "sys.stdout = OWN_STREAM"
-            opening = ['print("between calls", x.sum())', read_back]
+            opening = ['print("between calls", x.sum())', "x = x * (1.0 + len(WRITTEN))"]
         else:
-            # What was written is also added to a global tensor, which stays observed when
-            # the call fails later on, and which no guard reads (a list appended to would
-            # compile the function again on every call, reading it afresh).
-            self.own_stream = True
-            opening = ['warnings.warn("between calls")', "TOTAL.add_(float(len(WRITTEN)))", read_back]
-            if kind == "showwarning-python":
+            # How much was written is kept in ``box``, observed when the call fails later
+            # on too: not by appending to a list (its length is guarded on, so the
+            # function would compile again on every call, reading it afresh), nor by an
+            # in-place write of a global tensor (a graph input written in place right
+            # after the output makes graphmend keep the output's break).
+            self.between_calls_definitions = True
+            output = 'between_logger.warning("between calls")' if kind.startswith("log") else 'warnings.warn("between calls")'
+            opening = [output, "box.n = len(BETWEEN_WRITTEN)", "x = x * (1.0 + len(BETWEEN_WRITTEN))"]
+            if kind == "log-handler-python-stream":
+                every_call = "    between_logger.propagate = False\n"
+                change = "between_logger.handlers[0].setStream(BETWEEN_STREAM)"
+            elif kind == "showwarning-python":
                 change = "warnings.showwarning = keep_warning"
             else:
                 every_call = "    warnings.showwarning = warnings._showwarning_orig\n"
-                change = "sys.stderr = OWN_STREAM"
+                change = "sys.stderr = BETWEEN_STREAM"
         declarations = 0
         while declarations < len(body) and body[declarations].startswith("global "):
             declarations += 1
@@ -1407,6 +1445,8 @@ class _Generator:
             lines.append("logger.addHandler(ListHandler())\n")
         if self.own_stream:
             lines.append(OWN_STREAM_DEFINITIONS)
+        if self.between_calls_definitions:
+            lines.append(BETWEEN_CALLS_DEFINITIONS)
         if self.check_calls:
             lines.append("from graphmend_fuzz_checks import torch_compilable_check\n")
         if self.positions:

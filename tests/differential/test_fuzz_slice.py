@@ -67,11 +67,12 @@ EVERY_CONSTRUCT = {
     "failing-output-log-level", "failing-output-log-extra",
     "between-calls-warnings-error", "between-calls-stdout-python-stream",
     "between-calls-showwarning-python", "between-calls-stderr-python-stream",
+    "between-calls-log-handler-python-stream",
 }
 # md5 of the sources of seeds 0..99 and how the harness calls them: KNOWN_DIFFERENCES
 # names seeds, so a change to the grammar must come with a fresh look at them and a new
 # digest.
-PROGRAMS_DIGEST = "f94010a8ffbfb1ce54b64cb61a5629b3"
+PROGRAMS_DIGEST = "b8c4666358f1d9c170f21dba21d50771"
 
 # seed -> the difference classes it shows on main (long_run's class names; the rule).
 # Found on main (ff78338); each class has its reproducer in /work/notes/fuzz_findings.md.

@@ -993,3 +993,84 @@ def test_recording_warnings_around_every_call_compiles_nothing_more():
         assert recorded == [["careful"]] * 4, name
         graphs[name] = counter.graphs
     assert graphs == {"original": 2, "mended": 2}
+
+
+_LOG_READ_BACK = """
+HISTORY = []
+own = logging.getLogger("graphmend_defer_soundness.own")
+
+class ListStream:
+    def write(self, text):
+        HISTORY.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+class Keep(logging.Handler):
+    def emit(self, record):
+        HISTORY.append(record.getMessage())
+
+def f(x):
+    own.warning("careful %s", 1)
+    return x + len(HISTORY)
+"""
+
+
+def _two_logged_calls(module, backend, setup, change):
+    torch._dynamo.reset()
+    function = torch.compile(module.f, backend=backend, dynamic=False)
+    module.HISTORY.clear()
+    own = module.own
+    saved = sys.stderr, own.handlers[:], own.propagate
+    outcomes = []
+    try:
+        sys.stderr = io.StringIO()
+        own.handlers, own.propagate = [], False
+        setup(module)
+        outcomes.append(function(torch.ones(2)).tolist())
+        change(module)
+        outcomes.append(function(torch.ones(2)).tolist())
+    finally:
+        sys.stderr, own.handlers, own.propagate = saved
+    return outcomes, len(module.HISTORY)
+
+
+def _stream_handler(module):
+    module.own.addHandler(logging.StreamHandler(io.StringIO()))
+
+
+@pytest.mark.parametrize(
+    "setup, change",
+    [
+        (_stream_handler, lambda module: module.own.addHandler(module.Keep())),
+        (_stream_handler, lambda module: module.own.handlers[0].setStream(module.ListStream())),
+        (lambda module: None, lambda module: setattr(sys, "stderr", module.ListStream())),
+    ],
+    ids=["handler_added", "handler_stream_swapped", "last_resort_stream_swapped"],
+)
+def test_log_record_reaching_python_code_from_the_second_call_on(setup, change):
+    """The trace put the record in the graph while every handler it reaches only wrote
+    to a builtin stream; before the second call a handler is added, or a handler's stream
+    (or, with no handler, ``sys.stderr``, where the last-resort handler writes) swapped,
+    for Python code that appends to a list the function reads after logging."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(_LOG_READ_BACK))
+    assert result.changed
+    for backend in ("eager", "aot_eager"):
+        expected = _two_logged_calls(original, backend, setup, change)
+        assert expected == ([[1.0, 1.0], [2.0, 2.0]], 1)
+        assert _two_logged_calls(mended, backend, setup, change) == expected, backend
+
+
+def test_without_handlers_a_record_into_a_python_stderr_keeps_its_call():
+    """With no handler the last-resort handler writes to ``sys.stderr``: a stream whose
+    ``write`` is Python code is decided on as a handler's would be."""
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(_LOG_READ_BACK))
+
+    def python_stderr(module):
+        sys.stderr = module.ListStream()
+
+    for backend in ("eager", "aot_eager"):
+        expected = _two_logged_calls(original, backend, python_stderr, lambda module: None)
+        assert expected == ([[2.0, 2.0], [3.0, 3.0]], 2)
+        assert _two_logged_calls(mended, backend, python_stderr, lambda module: None) == expected, backend

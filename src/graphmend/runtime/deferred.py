@@ -437,14 +437,17 @@ def _why_not_exact_log(logger, detail: tuple, template: tuple, kwargs: dict) -> 
         type(extra) is dict and all(_has_fixed_text(value) for value in extra.values())
     ):
         return "`extra=` may carry a value whose text changes"
-    current = logger
+    current, handled = logger, False
     while current is not None:
         if current.filters:
             return f"logger `{current.name}` has filters, which may read or change program state"
         for handler in current.handlers:
+            handled = True
             if not _only_writes(handler):
                 return f"handler {handler!r} may change state the function reads"
         current = current.parent if current.propagate else None
+    if not handled and logging.lastResort is not None and not _only_writes(logging.lastResort):
+        return "without handlers the record goes to `sys.stderr`, whose `write` is Python code"
     return None
 
 
@@ -635,9 +638,62 @@ def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, 
     methods such as transformers' ``warning_once``, which are performed by calling
     the method itself so that their own once-only bookkeeping stays what it was.
     """
+    if not _log_chain_guarded(logger):
+        return args, kwargs
     if level is None:
         return _record(_LOG_METHOD, logger, (method_name,), args, kwargs)
     return _record(_LOG_RECORD, logger, (level, location), args, kwargs)
+
+
+def _log_chain_guarded(logger) -> bool:
+    """While traced: whether the trace is now guarded on what decides a record's place in
+    the graph (``_why_not_exact_log``): the record factory, and along the loggers a
+    record reaches, their filters, handlers and ``propagate``, each handler's filters and
+    the type of its stream (without handlers, the last-resort handler and the type of
+    ``sys.stderr``). A program may add a handler between calls, or point one at a stream
+    whose ``write`` is Python code; a graph that read what it writes first must not run
+    then. Not traced, or a logger TorchDynamo found nowhere it can guard, False."""
+    guarded = False
+    comptime(_decide_log_chain_guarded)
+    return guarded
+
+
+def _decide_log_chain_guarded(context) -> None:
+    claims.decide_in_trace(context, "guarded", ("logger",), _guard_on_the_log_chain, read=lambda variable: variable)
+
+
+def _guard_on_the_log_chain(translator, variable) -> bool:
+    from torch._dynamo.guards import GuardBuilder, install_guard
+    from torch._dynamo.source import AttrSource, ImportSource, ListGetItemSource
+
+    logger = getattr(variable, "value", None)
+    source = getattr(variable, "source", None)
+    if source is None or not isinstance(logger, logging.Logger):
+        return False
+    guards = [(AttrSource(ImportSource("logging"), "_logRecordFactory"), GuardBuilder.ID_MATCH)]
+    handled = False
+    while logger is not None:
+        handlers = AttrSource(source, "handlers")
+        guards += [(AttrSource(source, "filters"), GuardBuilder.SEQUENCE_LENGTH),
+                   (handlers, GuardBuilder.SEQUENCE_LENGTH)]
+        for index, handler in enumerate(logger.handlers):
+            handled = True
+            each = ListGetItemSource(handlers, index)
+            guards += [(each, GuardBuilder.ID_MATCH), (AttrSource(each, "filters"), GuardBuilder.SEQUENCE_LENGTH)]
+            if "stream" in vars(handler):
+                guards.append((AttrSource(each, "stream"), GuardBuilder.TYPE_MATCH))
+        guards.append((AttrSource(source, "propagate"), GuardBuilder.CONSTANT_MATCH))
+        if not logger.propagate:
+            break
+        source = AttrSource(source, "parent")
+        guards.append((source, GuardBuilder.ID_MATCH))
+        logger = logger.parent
+    if not handled:
+        guards += [(AttrSource(ImportSource("logging"), "lastResort"), GuardBuilder.ID_MATCH),
+                   (AttrSource(ImportSource("sys"), "stderr"), GuardBuilder.TYPE_MATCH)]
+    for guarded, kind in guards:
+        install_guard(guarded.make_guard(kind))
+    return True
 
 
 def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
