@@ -911,6 +911,16 @@ def f(x):
 """
 
 
+def _assert_two_calls_are_the_originals(source, two_calls, expected, *changes):
+    """``two_calls(module, backend, *changes)`` of the original gives ``expected``, and of
+    the mended program the same, under each backend."""
+    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
+    assert result.changed
+    for backend in ("eager", "aot_eager"):
+        assert two_calls(original, backend, *changes) == expected, backend
+        assert two_calls(mended, backend, *changes) == expected, backend
+
+
 @torch._dynamo.disable  # traced code cannot reach what it does
 def _show_nowhere(message, category, filename, lineno, file=None, line=None):
     pass
@@ -957,12 +967,9 @@ def test_warning_shown_between_calls_by_python_code_the_function_reads(change, f
     ``warnings.showwarning`` is replaced, or ``sys.stderr`` swapped, by Python code that
     appends to a list the function reads after warning (the graph had read the list
     before its warning)."""
-    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(_WARNING_READ_BACK))
-    assert result.changed
-    for backend in ("eager", "aot_eager"):
-        expected = _two_calls_shown_on_stderr(original, backend, change, first_display)
-        assert expected == ([[1.0, 1.0], [2.0, 2.0]], 1)
-        assert _two_calls_shown_on_stderr(mended, backend, change, first_display) == expected, backend
+    _assert_two_calls_are_the_originals(
+        _WARNING_READ_BACK, _two_calls_shown_on_stderr, ([[1.0, 1.0], [2.0, 2.0]], 1), change, first_display
+    )
 
 
 def test_recording_warnings_around_every_call_compiles_nothing_more():
@@ -1054,23 +1061,17 @@ def test_log_record_reaching_python_code_from_the_second_call_on(setup, change):
     to a builtin stream; before the second call a handler is added, or a handler's stream
     (or, with no handler, ``sys.stderr``, where the last-resort handler writes) swapped,
     for Python code that appends to a list the function reads after logging."""
-    original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(_LOG_READ_BACK))
-    assert result.changed
-    for backend in ("eager", "aot_eager"):
-        expected = _two_logged_calls(original, backend, setup, change)
-        assert expected == ([[1.0, 1.0], [2.0, 2.0]], 1)
-        assert _two_logged_calls(mended, backend, setup, change) == expected, backend
+    _assert_two_calls_are_the_originals(
+        _LOG_READ_BACK, _two_logged_calls, ([[1.0, 1.0], [2.0, 2.0]], 1), setup, change
+    )
 
 
 def test_without_handlers_a_record_into_a_python_stderr_keeps_its_call():
     """With no handler the last-resort handler writes to ``sys.stderr``: a stream whose
     ``write`` is Python code is decided on as a handler's would be."""
-    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(_LOG_READ_BACK))
-
     def python_stderr(module):
         sys.stderr = module.ListStream()
 
-    for backend in ("eager", "aot_eager"):
-        expected = _two_logged_calls(original, backend, python_stderr, lambda module: None)
-        assert expected == ([[2.0, 2.0], [3.0, 3.0]], 2)
-        assert _two_logged_calls(mended, backend, python_stderr, lambda module: None) == expected, backend
+    _assert_two_calls_are_the_originals(
+        _LOG_READ_BACK, _two_logged_calls, ([[2.0, 2.0], [3.0, 3.0]], 2), python_stderr, lambda module: None
+    )
