@@ -338,6 +338,14 @@ def no_earlier_output_in_graph(translator) -> str | None:
     return None
 
 
+def _loggers_reached(logger):
+    """The loggers a record made by ``logger`` reaches: ``logger``, then each parent
+    while the logger before it propagates."""
+    while isinstance(logger, logging.Logger):
+        yield logger
+        logger = logger.parent if logger.propagate else None
+
+
 def _objects_an_output_reads(kind: str, target) -> list:
     """The objects whose state decides where an effect goes and whether it happens."""
     objects = [sys, builtins, sys.stdout, sys.stderr]
@@ -346,12 +354,10 @@ def _objects_an_output_reads(kind: str, target) -> list:
     if kind == _WARNING:
         return objects + [warnings, warnings.filters, getattr(warnings, "_filters_mutated", None)]
     objects += [logging, logging.Logger.manager, logging.root]
-    current = target
-    while isinstance(current, logging.Logger):
+    for current in _loggers_reached(target):
         objects += [current, current.handlers, current.filters]
         for handler in current.handlers:
             objects += [handler, handler.filters, getattr(handler, "stream", None)]
-        current = current.parent if current.propagate else None
     return objects
 
 
@@ -437,15 +443,14 @@ def _why_not_exact_log(logger, detail: tuple, template: tuple, kwargs: dict) -> 
         type(extra) is dict and all(_has_fixed_text(value) for value in extra.values())
     ):
         return "`extra=` may carry a value whose text changes"
-    current, handled = logger, False
-    while current is not None:
+    handled = False
+    for current in _loggers_reached(logger):
         if current.filters:
             return f"logger `{current.name}` has filters, which may read or change program state"
         for handler in current.handlers:
             handled = True
             if not _only_writes(handler):
                 return f"handler {handler!r} may change state the function reads"
-        current = current.parent if current.propagate else None
     if not handled and logging.lastResort is not None and not _only_writes(logging.lastResort):
         return "without handlers the record goes to `sys.stderr`, whose `write` is Python code"
     return None
@@ -672,22 +677,20 @@ def _guard_on_the_log_chain(translator, variable) -> bool:
         return False
     guards = [(AttrSource(ImportSource("logging"), "_logRecordFactory"), GuardBuilder.ID_MATCH)]
     handled = False
-    while logger is not None:
+    for depth, current in enumerate(_loggers_reached(logger)):
+        if depth:
+            source = AttrSource(source, "parent")
+            guards.append((source, GuardBuilder.ID_MATCH))
         handlers = AttrSource(source, "handlers")
         guards += [(AttrSource(source, "filters"), GuardBuilder.SEQUENCE_LENGTH),
                    (handlers, GuardBuilder.SEQUENCE_LENGTH)]
-        for index, handler in enumerate(logger.handlers):
+        for index, handler in enumerate(current.handlers):
             handled = True
             each = ListGetItemSource(handlers, index)
             guards += [(each, GuardBuilder.ID_MATCH), (AttrSource(each, "filters"), GuardBuilder.SEQUENCE_LENGTH)]
             if "stream" in vars(handler):
                 guards.append((AttrSource(each, "stream"), GuardBuilder.TYPE_MATCH))
         guards.append((AttrSource(source, "propagate"), GuardBuilder.CONSTANT_MATCH))
-        if not logger.propagate:
-            break
-        source = AttrSource(source, "parent")
-        guards.append((source, GuardBuilder.ID_MATCH))
-        logger = logger.parent
     if not handled:
         guards += [(AttrSource(ImportSource("logging"), "lastResort"), GuardBuilder.ID_MATCH),
                    (AttrSource(ImportSource("sys"), "stderr"), GuardBuilder.TYPE_MATCH)]
@@ -699,20 +702,17 @@ def _guard_on_the_log_chain(translator, variable) -> bool:
 def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
     """``warnings.warn`` at ``location`` inside the graph: ``()``, or ``(args, kwargs)``
     to call it with eagerly."""
-    # Read while traced, so that TorchDynamo guards on them: whether the warning's output
-    # is exact in the graph is decided on them (``_why_not_exact_warning``), and a
-    # program may replace them between calls.
-    type(sys.stderr)
     if not _warning_display_guarded():
         return args, kwargs
     return _record(_WARNING, None, location, args, kwargs)
 
 
 def _warning_display_guarded() -> bool:
-    """While traced: whether the trace is now guarded on ``warnings.showwarning`` (its
-    identity: a Python function's type says nothing of what it does) and on the module
-    of the function that shows warnings by default (``warnings._showwarnmsg_impl``);
-    not traced, False.
+    """While traced: whether the trace is now guarded on what decides the warning's
+    place in the graph (``_why_not_exact_warning``), which a program may replace between
+    calls: ``warnings.showwarning`` (its identity: a Python function's type says nothing
+    of what it does), the type of ``sys.stderr``, and the module of the function that
+    shows warnings by default (``warnings._showwarnmsg_impl``); not traced, False.
 
     The latter is guarded on by its module alone: ``catch_warnings(record=True)`` makes
     it a new list's ``append`` each time, and TorchDynamo drops a graph guarded on an
@@ -733,6 +733,7 @@ def _guard_on_the_warning_display(translator) -> bool:
 
     module = ImportSource("warnings")
     install_guard(AttrSource(module, "showwarning").make_guard(GuardBuilder.ID_MATCH))
+    install_guard(AttrSource(ImportSource("sys"), "stderr").make_guard(GuardBuilder.TYPE_MATCH))
     display = AttrSource(AttrSource(module, "_showwarnmsg_impl"), "__module__")
     install_guard(display.make_guard(GuardBuilder.CONSTANT_MATCH))
     return True
