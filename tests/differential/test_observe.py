@@ -593,3 +593,31 @@ def test_size_symbol_names_in_a_printed_trace_time_error_are_set_aside() -> None
     assert _each_call_is_the_originals(eager, [printed("s17")], [printed("s57")])
     # Elsewhere, names alike are the program's own text and still count.
     assert not _each_call_is_the_originals(eager, [plain("s17\n")], [plain("s57\n")])
+
+
+KEEPS_ITS_WARNINGS = '''
+CALLS = []
+
+
+def keep_warning(message, category, filename, lineno, file=None, line=None):
+    HISTORY.append(str(message)[:40])
+
+
+def before_call(index):
+    if index >= 1:
+        warnings.showwarning = keep_warning
+'''
+
+
+def test_torchdynamos_one_time_diagnostics_are_not_the_programs_output() -> None:
+    """TorchDynamo warns once per process when it first traces a call of ``time.time``;
+    the hand-made mended text reaches that call on the second call only, when the
+    program's own ``showwarning`` keeps what it is shown (seed 370879)."""
+    torch._dynamo.utils.warn_once_cache.clear()
+    source = program_of("import time\ntime.time()\nreturn y * 2.0").replace(
+        "\n\ndef f(", "\n" + KEEPS_ITS_WARNINGS + "\n\ndef f("
+    )
+    program = Program(seed=0, source=source)
+    changed = source.replace("    time.time()\n", "    CALLS.append(1)\n    if len(CALLS) >= 2:\n        time.time()\n")
+    report = compare(program, modes=("compiled:eager",), mended_source=changed)
+    assert report.differences == []
