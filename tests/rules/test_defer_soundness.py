@@ -857,6 +857,151 @@ def test_nothing_lost_if_the_warning_raises__filter_set_to_error_between_calls(b
     _assert_same_with_a_change_between(body, entry, errors_from_now_on, lambda: (torch.ones(2), torch.zeros(2)))
 
 
+def test_stderr_swapped_between_calls_for_a_stream_whose_write_is_python_code():
+    """As for ``sys.stdout``: the print names ``sys.stderr`` and is performed into the
+    stream it holds then, but the decision read that stream's type, guarded on."""
+
+    def swap(module):
+        sys.stderr = module.ListStream()
+
+    _assert_same_with_a_change_between(
+        """
+        class ListStream:
+            def write(self, text):
+                HISTORY.append(text)
+                return len(text)
+
+            def flush(self):
+                pass
+
+        def f(x):
+            print("value", x.sum(), file=sys.stderr)
+            return x + len(HISTORY)
+        """,
+        "f",
+        swap,
+        lambda: (torch.ones(2),),
+    )
+
+
+def _texts_per_call_with_a_new_stream_each_call(source: str, stream_of) -> dict:
+    """For the original and the mended program: what was written into each of three
+    streams, one made for each call of ``f`` (``stream_of(module, stream, call)`` puts it
+    in place), and the graphs compiled over the calls."""
+    from graphmend.counting import CountingBackend
+
+    original, mended, result = original_and_mended(PRELUDE + "import io\nimport types\n" + textwrap.dedent(source))
+    assert result.changed
+    seen = {}
+    saved_stderr = sys.stderr
+    try:
+        for name, module in (("original", original), ("mended", mended)):
+            torch._dynamo.reset()
+            counter = CountingBackend()
+            compiled = torch.compile(module.f, backend=counter, dynamic=False)
+            streams = []
+            for call in range(3):
+                streams.append(io.StringIO())
+                stream_of(module, streams[-1], call)
+                compiled(torch.full((3,), float(call)))
+            seen[name] = ([stream.getvalue() for stream in streams], counter.graphs)
+    finally:
+        sys.stderr = saved_stderr
+    return seen
+
+
+PRINTED = ["value tensor(0.)\n", "value tensor(6.)\n", "value tensor(12.)\n"]
+
+
+def test_print_into_stderr_swapped_for_another_builtin_stream_every_call_compiles_once():
+    """``contextlib.redirect_stderr`` around each call: the print names ``sys.stderr``
+    and finds the stream when performed, so no call compiles again (guarded on the
+    stream's identity, every call compiled again)."""
+
+    def swap(module, stream, call):
+        sys.stderr = stream
+
+    seen = _texts_per_call_with_a_new_stream_each_call(
+        """
+        def f(x):
+            y = x * 2
+            print("value", y.sum(), file=sys.stderr)
+            return y + 1
+        """,
+        swap,
+    )
+    assert seen == {"original": (PRINTED, 2), "mended": (PRINTED, 1)}
+
+
+def test_a_print_into_a_stream_that_is_not_a_standard_one_adds_no_compilation():
+    """The print keeps its call; nothing guards on the stream, which each call replaces."""
+
+    def swap(module, stream, call):
+        module.STREAMS.stderr = stream
+
+    seen = _texts_per_call_with_a_new_stream_each_call(
+        """
+        STREAMS = types.SimpleNamespace(stderr=None)
+
+        def f(x):
+            y = x * 2
+            print("value", y.sum(), file=STREAMS.stderr)
+            return y + 1
+        """,
+        swap,
+    )
+    assert seen["mended"] == seen["original"] == (PRINTED, 2)
+
+
+# sys.stderr is swapped every call; the print's stream is the one set on the first call.
+HELD_FROM_THE_FIRST_CALL = ["".join(PRINTED), "", ""]
+
+
+def test_standard_stream_read__a_stderr_attribute_of_another_object_is_not_sys_stderr():
+    """Only ``sys.stderr`` itself is found again by name: the stream another object holds
+    as ``stderr`` (``sys.stderr`` when first called) is the one the call writes to."""
+
+    def swap(module, stream, call):
+        sys.stderr = stream
+        if call == 0:
+            module.STREAMS.stderr = stream
+
+    seen = _texts_per_call_with_a_new_stream_each_call(
+        """
+        STREAMS = types.SimpleNamespace(stderr=None)
+
+        def f(x):
+            y = x * 2
+            print("value", y.sum(), file=STREAMS.stderr)
+            return y + 1
+        """,
+        swap,
+    )
+    assert seen["mended"][0] == seen["original"][0] == HELD_FROM_THE_FIRST_CALL
+
+
+def test_standard_stream_read__a_name_sys_for_another_object_is_not_the_module():
+    """``sys`` is the name TorchDynamo's source reads, not the module."""
+
+    def swap(module, stream, call):
+        sys.stderr = stream
+        if call == 0:
+            module.sys.stderr = stream
+
+    seen = _texts_per_call_with_a_new_stream_each_call(
+        """
+        sys = types.SimpleNamespace(stderr=None)
+
+        def f(x):
+            y = x * 2
+            print("value", y.sum(), file=sys.stderr)
+            return y + 1
+        """,
+        swap,
+    )
+    assert seen["mended"][0] == seen["original"][0] == HELD_FROM_THE_FIRST_CALL
+
+
 def test_swapping_stdout_for_another_builtin_stream_between_calls_compiles_nothing_more():
     from graphmend.counting import CountingBackend
 

@@ -270,15 +270,20 @@ def _registered_key(translator, kind, target_id, detail, template, slots, kwargs
         return -1
     with _registry_lock:
         key = next(_keys)
-        _registry[key] = (kind, target, detail, template, slots, dict(kwargs))
+        # A standard stream named at the call is kept by its name, and found when the
+        # effect is performed: the stream ``sys`` holds then, as the original call read it.
+        _registry[key] = (kind, target_id if isinstance(target_id, str) else target, detail, template, slots, dict(kwargs))
     return key
 
 
 def _resolve_target(kind: str, target_id):
     """The object whose ``id`` is ``target_id``, among those an effect may target: the
-    standard streams for ``print(file=)``, loggers ``logging.getLogger`` knows."""
+    standard streams for ``print(file=)``, loggers ``logging.getLogger`` knows; or, for
+    ``target_id`` a name of ``STANDARD_STREAMS``, that stream as ``sys`` holds it now."""
     if target_id is None:
         return None
+    if isinstance(target_id, str):
+        return getattr(sys, target_id) if kind == _PRINT and target_id in STANDARD_STREAMS else None
     if kind == _PRINT:
         candidates = [sys.stdout, sys.stderr]
     else:
@@ -540,9 +545,10 @@ def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict):
     split = _split_arguments(args, kwargs)
     if split is not None:
         template, slots, tensors, integers = split
-        # The receiver by identity (guarded on): it cannot be handed to a trace-time
-        # function as an object; ``_resolve_target`` finds it again.
-        target_id = None if target is None else _identity(target)
+        # The receiver by identity (guarded on), or by name where the call reads it as
+        # ``sys.stdout`` or ``sys.stderr``: it cannot be handed to a trace-time function
+        # as an object; ``_resolve_target`` finds it again.
+        target_id = None if target is None else _print_receiver(target) if kind == _PRINT else _identity(target)
         key = _register(kind, target_id, detail, template, slots, kwargs)
         if key >= 0:
             if not tensors:
@@ -552,6 +558,60 @@ def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict):
             torch.ops.graphmend.emit_effect(key, tensors, integers)
             return _IN_GRAPH
     return args, kwargs
+
+
+STANDARD_STREAMS = ("stdout", "stderr")
+_NOT_A_STANDARD_STREAM = "elsewhere"
+
+
+def _print_receiver(target):
+    """For ``print(file=target)``: the name of the standard stream ``target`` is read as
+    at the call, ``_NOT_A_STANDARD_STREAM`` (the print keeps its call), or else its
+    identity (``_identity``).
+
+    ``print(..., file=sys.stderr)`` writes to whatever ``sys.stderr`` is when it runs. A
+    program may swap it before every call (``contextlib.redirect_stderr`` around each
+    call): guarded on the stream's identity, the function compiled again on every call,
+    where the original compiled once. Named, the trace is guarded on ``sys`` itself and on
+    the stream's type (what the decision read), and the effect finds the stream when it
+    is performed. A stream that is not a standard one is not guarded on at all: its
+    print keeps its call, which is right for any stream a later call passes."""
+    receiver = None
+    comptime(_decide_print_receiver)
+    if receiver is not None:
+        return receiver
+    return _identity(target)
+
+
+def _decide_print_receiver(context) -> None:
+    claims.decide_in_trace(context, "receiver", ("target",), _print_receiver_read, read=lambda variable: variable)
+
+
+def _print_receiver_read(translator, variable) -> str | None:
+    """``"stdout"`` or ``"stderr"`` where TorchDynamo read ``variable`` as that attribute
+    of the ``sys`` module (its source names where it was read, and evaluates as its guards
+    do to the module itself), with the trace guarded on it; ``_NOT_A_STANDARD_STREAM``
+    where its value is neither standard stream now; else None."""
+    from torch._dynamo.guards import GuardBuilder, install_guard
+    from torch._dynamo.source import AttrSource
+
+    value = getattr(variable, "value", _NO_VALUE)
+    if value is _NO_VALUE:
+        return None
+    if value is not sys.stdout and value is not sys.stderr:
+        return _NOT_A_STANDARD_STREAM
+    source = getattr(variable, "source", None)
+    if not isinstance(source, AttrSource) or source.member not in STANDARD_STREAMS:
+        return None
+    root = translator.output.root_tx
+    try:
+        holder = eval(source.base.name, {"G": root.f_globals, "L": root.f_locals, "__builtins__": {}})  # noqa: S307
+    except Exception:  # noqa: BLE001 - a source TorchDynamo names otherwise: keep the identity
+        return None
+    if holder is not sys or value is not getattr(sys, source.member):
+        return None
+    install_guard(source.base.make_guard(GuardBuilder.ID_MATCH), source.make_guard(GuardBuilder.TYPE_MATCH))
+    return source.member
 
 
 def _identity(target) -> int:
@@ -778,6 +838,8 @@ def pending_effect_count() -> int:
 def perform(kind: str, target, detail: tuple, args: tuple, kwargs: dict) -> None:
     """Do what the original call did."""
     if kind == _PRINT:
+        if isinstance(target, str):
+            target = getattr(sys, target)
         if target is not None:
             kwargs = {**kwargs, "file": target}
         print(*args, **kwargs)
