@@ -1002,6 +1002,50 @@ def test_standard_stream_read__a_name_sys_for_another_object_is_not_the_module()
     assert seen["mended"][0] == seen["original"][0] == HELD_FROM_THE_FIRST_CALL
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize(
+    "body, printed_to",
+    [
+        (
+            """
+            saved = sys.stdout
+            sys.stdout = sys.stderr
+            print("where", x.sum())
+            sys.stdout = saved
+            """,
+            "stderr",
+        ),
+        (
+            """
+            saved = sys.stderr
+            sys.stdout, sys.stderr = sys.stderr, sys.stdout
+            print("where", x.sum(), file=sys.stderr)
+            sys.stdout, sys.stderr = sys.stderr, saved
+            """,
+            "stdout",
+        ),
+    ],
+    ids=["stdout-pointed-at-stderr", "both-swapped"],
+)
+def test_no_output_state_changed_in_trace__standard_streams_swapped_before_the_print(body, printed_to, backend):
+    """TorchDynamo applies ``sys.stdout = ...`` only after the graph: a print in the graph
+    would write to the stream of before the swap."""
+    source = PRELUDE + "def f(x):\n" + textwrap.indent(textwrap.dedent(body), "    ") + "    return x * 2\n"
+    original, mended, result = original_and_mended(source)
+    assert result.changed
+    seen = []
+    for module in (original, mended):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.f, backend=backend, dynamic=False)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            value = compiled(torch.ones(2))
+        seen.append((out.getvalue(), err.getvalue(), value.tolist()))
+    assert seen[1] == seen[0]
+    text = "where tensor(2.)\n"
+    assert seen[0][:2] == ((text, "") if printed_to == "stdout" else ("", text))
+
+
 def test_swapping_stdout_for_another_builtin_stream_between_calls_compiles_nothing_more():
     from graphmend.counting import CountingBackend
 
