@@ -1033,6 +1033,25 @@ class _Generator:
                 "finally:",
                 "    sys.stdout = saved_stdout",
             ]),
+            # ``print(file=sys.stderr)`` names the stream, found when performed (Defer):
+            # swapped in traced code before the print, pointed at another standard
+            # stream, or read into a name before it.
+            ("stderr-swapped", [
+                "saved_stderr = sys.stderr",
+                "sys.stderr = OWN_STREAM",
+                f'print("swapped", {name}.sum(), file=sys.stderr)',
+                "sys.stderr = saved_stderr",
+            ]),
+            ("stderr-to-stdout", [
+                "saved_stderr = sys.stderr",
+                "sys.stderr = sys.stdout",
+                f'print("to stdout", {name}.sum(), file=sys.stderr)',
+                "sys.stderr = saved_stderr",
+            ]),
+            ("stderr-held", [
+                "held_stderr = sys.stderr",
+                f'print("held", {name}.sum(), file=held_stderr)',
+            ]),
             ("own-stream-handler", [f'stream_logger.warning("own log %s", {name}.sum())']),
             ("own-stream-read", ['print("written", len(WRITTEN))']),
         ]
