@@ -621,3 +621,23 @@ def test_torchdynamos_one_time_diagnostics_are_not_the_programs_output() -> None
     changed = source.replace("    time.time()\n", "    CALLS.append(1)\n    if len(CALLS) >= 2:\n        time.time()\n")
     report = compare(program, modes=("compiled:eager",), mended_source=changed)
     assert report.differences == []
+
+
+@pytest.mark.slow
+def test_original_alone_tells_a_crash_torch_makes_without_graphmend() -> None:
+    """Seed 380404's original, compiled with aot_eager in a process without graphmend,
+    leaves torch's dispatch state broken (the long run's harness crash is torch's); a
+    program that does not, seed 380000, exits 0."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("original_alone.py")
+    root = Path(__file__).parents[2]
+    environment = {"PYTHONPATH": f"{root / 'src'}:{root / 'tests'}", "PATH": "/usr/bin:/bin"}
+    outcomes = {}
+    for seed in (380404, 380000):
+        done = subprocess.run([sys.executable, str(script), str(seed)], capture_output=True, text=True, env=environment)
+        outcomes[seed] = done.returncode, done.stdout
+    assert outcomes[380404][0] == 3 and "PythonDispatcher left in the dispatch state: True" in outcomes[380404][1]
+    assert outcomes[380000][0] == 0 and outcomes[380000][1].count("left in the dispatch state: False") == 4
