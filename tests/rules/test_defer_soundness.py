@@ -1046,6 +1046,50 @@ def test_no_output_state_changed_in_trace__standard_streams_swapped_before_the_p
     assert seen[0][:2] == ((text, "") if printed_to == "stdout" else ("", text))
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_why_not_exact_log__a_method_replaced_on_the_logger_itself_for_one_call(backend):
+    """``mock.patch.object(logger, "warning")`` around the second of three calls of one
+    compiled function: the original call runs the mock, and no record is made. Without
+    the check a record was made in the graph and the mock never called; without the
+    guard, the first call's graph ran again on the second."""
+    from unittest import mock
+
+    source = PRELUDE + textwrap.dedent(
+        f"""
+        patched_logger = logging.getLogger("{LOGGER_NAME}.patched")
+
+        def f(x):
+            y = x * 2
+            patched_logger.warning("value %s", y.sum())
+            return y + 1
+        """
+    )
+    original, mended, result = original_and_mended(source)
+    assert result.changed
+    seen = []
+    for module in (original, mended):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.f, backend=backend, dynamic=False)
+        stream = io.StringIO()
+        handler = logging.StreamHandler(stream)
+        module.patched_logger.addHandler(handler)
+        module.patched_logger.propagate = False
+        calls = []
+        try:
+            for call in range(3):
+                if call == 1:
+                    with mock.patch.object(module.patched_logger, "warning") as patched:
+                        compiled(torch.full((2,), float(call)))
+                    calls.append([str(arguments) for arguments in patched.call_args_list])
+                else:
+                    compiled(torch.full((2,), float(call)))
+        finally:
+            module.patched_logger.removeHandler(handler)
+        seen.append((stream.getvalue(), calls))
+    assert seen[1] == seen[0]
+    assert seen[0] == ("value tensor(0.)\nvalue tensor(8.)\n", [["call('value %s', tensor(4.))"]])
+
+
 def test_swapping_stdout_for_another_builtin_stream_between_calls_compiles_nothing_more():
     from graphmend.counting import CountingBackend
 

@@ -32,6 +32,7 @@ frame, at the cost of the graph break the original call had.
 from __future__ import annotations
 
 import builtins
+import functools
 import io
 import itertools
 import logging
@@ -407,7 +408,7 @@ def why_not_exact_in_graph(
             return "the stream's `write` is Python code that traced code may also write through"
         return None
     if kind in (_LOG_RECORD, _LOG_METHOD):
-        return _why_not_exact_log(target, detail, template, kwargs)
+        return _why_not_exact_log(target, detail, template, kwargs, _methods_called(kind, detail))
     if kind == _WARNING:
         return _why_not_exact_warning(detail, template, kwargs)
     return f"unknown effect {kind!r}"
@@ -433,12 +434,23 @@ def why_the_call_fails(kind: str, detail: tuple, template: tuple, slots: tuple, 
     )
 
 
-def _why_not_exact_log(logger, detail: tuple, template: tuple, kwargs: dict) -> str | None:
+def _methods_called(kind: str, detail: tuple) -> tuple:
+    """The logger methods the original call runs: those a record's emission reproduces,
+    and a method performed by calling it (``_LOG_METHOD``)."""
+    return _REPRODUCED_LOGGER_METHODS + (detail if kind == _LOG_METHOD else ())
+
+
+def _why_not_exact_log(logger, detail: tuple, template: tuple, kwargs: dict, methods: tuple) -> str | None:
     if not isinstance(logger, logging.Logger):
         return "the receiver is not a logging.Logger"
     for name in _REPRODUCED_LOGGER_METHODS:
         if getattr(type(logger), name, None) is not getattr(logging.Logger, name):
             return f"the logger's class overrides `{name}`"
+    replaced = [name for name in methods if name in vars(logger)]
+    if replaced:
+        # ``mock.patch.object(logger, "warning")``: the original call runs the
+        # replacement; a record made in its place would not.
+        return f"the logger's `{replaced[0]}` is replaced on the logger itself"
     if logging.getLogRecordFactory() is not logging.LogRecord:
         return "a custom log record factory may read program state"
     if set(kwargs) - {"extra"}:
@@ -703,20 +715,22 @@ def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, 
     methods such as transformers' ``warning_once``, which are performed by calling
     the method itself so that their own once-only bookkeeping stays what it was.
     """
-    if not _log_chain_guarded(logger):
+    if not _log_chain_guarded(logger, method_name):
         return args, kwargs
     if level is None:
         return _record(_LOG_METHOD, logger, (method_name,), args, kwargs)
     return _record(_LOG_RECORD, logger, (level, location), args, kwargs)
 
 
-def _log_chain_guarded(logger) -> bool:
+def _log_chain_guarded(logger, method_name: str) -> bool:
     """While traced: whether the trace is now guarded on what decides a record's place in
-    the graph (``_why_not_exact_log``): the record factory, and along the loggers a
+    the graph (``_why_not_exact_log``): the record factory, that the logger's methods
+    the call runs are not replaced on the logger itself, and along the loggers a
     record reaches, their filters, handlers and ``propagate``, each handler's filters and
     the type of its stream (without handlers, the last-resort handler and the type of
     ``sys.stderr``). A program may add a handler between calls, or point one at a stream
-    whose ``write`` is Python code; a graph that read what it writes first must not run
+    whose ``write`` is Python code, or patch a method of the logger for a call; a graph
+    that read what it writes first, or made a record in the patch's place, must not run
     then. Not traced, or a logger TorchDynamo found nowhere it can guard, False."""
     guarded = False
     comptime(_decide_log_chain_guarded)
@@ -724,10 +738,12 @@ def _log_chain_guarded(logger) -> bool:
 
 
 def _decide_log_chain_guarded(context) -> None:
-    claims.decide_in_trace(context, "guarded", ("logger",), _guard_on_the_log_chain, read=lambda variable: variable)
+    claims.decide_in_trace(
+        context, "guarded", ("logger", "method_name"), _guard_on_the_log_chain, read=lambda variable: variable
+    )
 
 
-def _guard_on_the_log_chain(translator, variable) -> bool:
+def _guard_on_the_log_chain(translator, variable, method_variable) -> bool:
     from torch._dynamo.guards import GuardBuilder, install_guard
     from torch._dynamo.source import AttrSource, ImportSource, ListGetItemSource
 
@@ -736,6 +752,11 @@ def _guard_on_the_log_chain(translator, variable) -> bool:
     if source is None or not isinstance(logger, logging.Logger):
         return False
     guards = [(AttrSource(ImportSource("logging"), "_logRecordFactory"), GuardBuilder.ID_MATCH)]
+    # A method replaced on the logger now makes the call keep its break, right whatever
+    # later calls find; one not replaced now is guarded on staying so.
+    for name in dict.fromkeys((*_REPRODUCED_LOGGER_METHODS, method_variable.as_python_constant())):
+        if name not in vars(logger):
+            guards.append((source, functools.partial(GuardBuilder.NOT_PRESENT_IN_GENERIC_DICT, attr=name)))
     handled = False
     for depth, current in enumerate(_loggers_reached(logger)):
         if depth:
