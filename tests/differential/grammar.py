@@ -129,6 +129,10 @@ def keep_warning(message, category, filename, lineno, file=None, line=None):
     BETWEEN_WRITTEN.append(str(message))
 
 
+def keep_log_call(message, *args, **kwargs):
+    BETWEEN_WRITTEN.append(message % args if args else message)
+
+
 between_logger = logging.getLogger(__name__ + ".between")
 between_logger.addHandler(logging.StreamHandler(io.StringIO()))
 '''
@@ -1392,7 +1396,7 @@ class _Generator:
         appending to ``WRITTEN``, or shows warnings or a logger's records so, into
         ``BETWEEN_WRITTEN`` (``warnings.showwarning`` replaced; ``sys.stderr`` swapped
         where warnings are shown by the warnings module's own code on every call; a
-        handler's stream swapped). What a trace decided for the settings it saw must not
+        handler's stream swapped; the logger's ``warning`` replaced on the logger itself). What a trace decided for the settings it saw must not
         hold for a call made under others; ``f`` starts with what would show it (a
         warning after an in-place write, an output then a read of what was written), and
         may have more of it anywhere. Returns the definition (or None) and ``f``'s body."""
@@ -1404,7 +1408,7 @@ class _Generator:
         if kind == "stdout-python-stream" and self.warning_display_rng.random() < 0.5:
             kind = self.warning_display_rng.choice(("showwarning-python", "stderr-python-stream"))
         elif kind == "stdout-python-stream" and self.log_display_rng.random() < 0.5:
-            kind = "log-handler-python-stream"
+            kind = self.log_display_rng.choice(("log-handler-python-stream", "log-method-replaced"))
         self.feature("between-calls-" + kind)
         every_call = ""
         if kind == "warnings-error":
@@ -1426,6 +1430,10 @@ class _Generator:
             if kind == "log-handler-python-stream":
                 every_call = "    between_logger.propagate = False\n"
                 change = "between_logger.handlers[0].setStream(BETWEEN_STREAM)"
+            elif kind == "log-method-replaced":
+                # As ``mock.patch.object(between_logger, "warning")`` does for a call.
+                every_call = '    between_logger.propagate = False\n    vars(between_logger).pop("warning", None)\n'
+                change = "between_logger.warning = keep_log_call"
             elif kind == "showwarning-python":
                 change = "warnings.showwarning = keep_warning"
             else:
