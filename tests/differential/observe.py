@@ -317,21 +317,33 @@ class _LogEvents(logging.Handler):
 
 
 @contextlib.contextmanager
-def _torchdynamo_diagnostics_silenced():
-    """TorchDynamo's one-time diagnostics (``warn_once``: "does not know how to trace the
-    builtin time.time") are warned the first time in the process it traces such a call,
-    and graphmend changes what it traces: a program whose own ``showwarning`` keeps every
-    warning it is shown got one on a later call than the original, which had it on its
-    first call, while the harness's own ``showwarning`` set it aside (seed 370879). Like
-    TorchDynamo's other warnings, they are not the program's output."""
+def _torch_diagnostics_silenced():
+    """Two diagnostics torch gives depending on what TorchDynamo traced, which graphmend
+    changes: like TorchDynamo's warnings, they are not the program's output.
+
+    TorchDynamo's one-time warnings (``warn_once``: "does not know how to trace the
+    builtin time.time") come the first time in the process it traces such a call: a
+    program whose own ``showwarning`` keeps every warning it is shown got one on a later
+    call than the original, which had it on its first call, while the harness's own
+    ``showwarning`` set it aside (seed 370879).
+
+    ``torch.fx`` prints to ``sys.stderr`` where a graph's generated code raised (a
+    traceback and "Call using an FX-traced Module"), under TorchDynamo's ``eager``
+    backend, before the exception goes on: in seed 391274 (``dynamic=True``) the
+    mended program's graph divided by the symbolic ``box.n`` and raised
+    ZeroDivisionError there, where the original's trace had specialised ``box.n`` and
+    raised it eagerly; the exception the program sees is the same."""
     import torch._dynamo.utils as dynamo_utils
+    import torch.fx.graph_module as graph_module
 
     warn_once = dynamo_utils.warn_once
     dynamo_utils.warn_once = lambda message, stacklevel=1: None
+    graph_module.print = lambda *args, **kwargs: None
     try:
         yield
     finally:
         dynamo_utils.warn_once = warn_once
+        del graph_module.print
 
 
 @contextlib.contextmanager
@@ -354,7 +366,7 @@ def observing(logger_names: list[str], log_level: int, events: list):
     try:
         with contextlib.redirect_stdout(_Stream(events, "stdout")), contextlib.redirect_stderr(
             _Stream(events, "stderr")
-        ), warnings.catch_warnings(), _torchdynamo_diagnostics_silenced():
+        ), warnings.catch_warnings(), _torch_diagnostics_silenced():
             warnings.simplefilter("always")
             warnings.showwarning = show_warning
             yield

@@ -641,3 +641,16 @@ def test_original_alone_tells_a_crash_torch_makes_without_graphmend() -> None:
         outcomes[seed] = done.returncode, done.stdout
     assert outcomes[380404][0] == 3 and "PythonDispatcher left in the dispatch state: True" in outcomes[380404][1]
     assert outcomes[380000][0] == 0 and outcomes[380000][1].count("left in the dispatch state: False") == 4
+
+
+def test_torch_fx_printing_where_a_graph_raised_is_not_the_programs_output() -> None:
+    """``torch.fx`` prints a traceback to stderr when a graph's generated code raises
+    (seed 391274: ZeroDivisionError inside the mended program's graph, eagerly in the
+    original's); the exception itself is still observed."""
+    from .observe import observing
+
+    graph = torch.fx.symbolic_trace(lambda x: x.sum() + 1 // x.shape[0])
+    events: list = []
+    with observing([], 10, events), pytest.raises(ZeroDivisionError):
+        graph(torch.ones(0))
+    assert events == []
