@@ -781,15 +781,19 @@ def _assert_same_with_a_change_between(source, entry, change, make_args):
         assert seen == expected, f"backend={backend}\nmended:   {seen}\noriginal: {expected}"
 
 
-def test_stdout_swapped_between_calls_for_a_stream_whose_write_is_python_code():
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_standard_stream_swapped_between_calls_for_a_stream_whose_write_is_python_code(stream):
     """The trace put the print in the graph for a builtin stream; the second call's
-    stream appends to a list the function reads after printing."""
+    stream appends to a list the function reads after printing. ``print(file=
+    sys.stderr)`` names the stream and is performed into the one it holds then, but the
+    decision read that stream's type, guarded on."""
 
     def swap(module):
-        sys.stdout = module.ListStream()
+        setattr(sys, stream, module.ListStream())
 
+    file = ", file=sys.stderr" if stream == "stderr" else ""
     _assert_same_with_a_change_between(
-        """
+        f"""
         class ListStream:
             def write(self, text):
                 HISTORY.append(text)
@@ -799,7 +803,7 @@ def test_stdout_swapped_between_calls_for_a_stream_whose_write_is_python_code():
                 pass
 
         def f(x):
-            print("value", x.sum())
+            print("value", x.sum(){file})
             return x + len(HISTORY)
         """,
         "f",
@@ -857,48 +861,26 @@ def test_nothing_lost_if_the_warning_raises__filter_set_to_error_between_calls(b
     _assert_same_with_a_change_between(body, entry, errors_from_now_on, lambda: (torch.ones(2), torch.zeros(2)))
 
 
-def test_stderr_swapped_between_calls_for_a_stream_whose_write_is_python_code():
-    """As for ``sys.stdout``: the print names ``sys.stderr`` and is performed into the
-    stream it holds then, but the decision read that stream's type, guarded on."""
+def _compiled_counting_graphs(function):
+    """``function`` compiled afresh with a backend that counts the graphs it is given."""
+    from graphmend.counting import CountingBackend
 
-    def swap(module):
-        sys.stderr = module.ListStream()
-
-    _assert_same_with_a_change_between(
-        """
-        class ListStream:
-            def write(self, text):
-                HISTORY.append(text)
-                return len(text)
-
-            def flush(self):
-                pass
-
-        def f(x):
-            print("value", x.sum(), file=sys.stderr)
-            return x + len(HISTORY)
-        """,
-        "f",
-        swap,
-        lambda: (torch.ones(2),),
-    )
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    return torch.compile(function, backend=counter, dynamic=False), counter
 
 
 def _texts_per_call_with_a_new_stream_each_call(source: str, stream_of) -> dict:
     """For the original and the mended program: what was written into each of three
     streams, one made for each call of ``f`` (``stream_of(module, stream, call)`` puts it
     in place), and the graphs compiled over the calls."""
-    from graphmend.counting import CountingBackend
-
     original, mended, result = original_and_mended(PRELUDE + "import io\nimport types\n" + textwrap.dedent(source))
     assert result.changed
     seen = {}
     saved_stderr = sys.stderr
     try:
         for name, module in (("original", original), ("mended", mended)):
-            torch._dynamo.reset()
-            counter = CountingBackend()
-            compiled = torch.compile(module.f, backend=counter, dynamic=False)
+            compiled, counter = _compiled_counting_graphs(module.f)
             streams = []
             for call in range(3):
                 streams.append(io.StringIO())
@@ -957,22 +939,25 @@ def test_a_print_into_a_stream_that_is_not_a_standard_one_adds_no_compilation():
 HELD_FROM_THE_FIRST_CALL = ["".join(PRINTED), "", ""]
 
 
-def test_standard_stream_read__a_stderr_attribute_of_another_object_is_not_sys_stderr():
+@pytest.mark.parametrize("holder", ["STREAMS", "sys"], ids=["another-object", "a-global-named-sys"])
+def test_standard_stream_read__a_stderr_attribute_of_another_object_is_not_sys_stderr(holder):
     """Only ``sys.stderr`` itself is found again by name: the stream another object holds
-    as ``stderr`` (``sys.stderr`` when first called) is the one the call writes to."""
+    as ``stderr`` (``sys.stderr`` when first called) is the one the call writes to, also
+    where that object is a module global named ``sys`` (the name TorchDynamo's source
+    reads, not the module)."""
 
     def swap(module, stream, call):
         sys.stderr = stream
         if call == 0:
-            module.STREAMS.stderr = stream
+            getattr(module, holder).stderr = stream
 
     seen = _texts_per_call_with_a_new_stream_each_call(
-        """
-        STREAMS = types.SimpleNamespace(stderr=None)
+        f"""
+        {holder} = types.SimpleNamespace(stderr=None)
 
         def f(x):
             y = x * 2
-            print("value", y.sum(), file=STREAMS.stderr)
+            print("value", y.sum(), file={holder}.stderr)
             return y + 1
         """,
         swap,
@@ -980,26 +965,13 @@ def test_standard_stream_read__a_stderr_attribute_of_another_object_is_not_sys_s
     assert seen["mended"][0] == seen["original"][0] == HELD_FROM_THE_FIRST_CALL
 
 
-def test_standard_stream_read__a_name_sys_for_another_object_is_not_the_module():
-    """``sys`` is the name TorchDynamo's source reads, not the module."""
-
-    def swap(module, stream, call):
-        sys.stderr = stream
-        if call == 0:
-            module.sys.stderr = stream
-
-    seen = _texts_per_call_with_a_new_stream_each_call(
-        """
-        sys = types.SimpleNamespace(stderr=None)
-
-        def f(x):
-            y = x * 2
-            print("value", y.sum(), file=sys.stderr)
-            return y + 1
-        """,
-        swap,
-    )
-    assert seen["mended"][0] == seen["original"][0] == HELD_FROM_THE_FIRST_CALL
+def _original_then_mended_compiled(source: str, backend: str):
+    """Each of the original and the mended module, with its ``f`` compiled afresh."""
+    original, mended, result = original_and_mended(source)
+    assert result.changed
+    for module in (original, mended):
+        torch._dynamo.reset()
+        yield module, torch.compile(module.f, backend=backend, dynamic=False)
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
@@ -1031,12 +1003,8 @@ def test_no_output_state_changed_in_trace__standard_streams_swapped_before_the_p
     """TorchDynamo applies ``sys.stdout = ...`` only after the graph: a print in the graph
     would write to the stream of before the swap."""
     source = PRELUDE + "def f(x):\n" + textwrap.indent(textwrap.dedent(body), "    ") + "    return x * 2\n"
-    original, mended, result = original_and_mended(source)
-    assert result.changed
     seen = []
-    for module in (original, mended):
-        torch._dynamo.reset()
-        compiled = torch.compile(module.f, backend=backend, dynamic=False)
+    for _, compiled in _original_then_mended_compiled(source, backend):
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             value = compiled(torch.ones(2))
@@ -1064,12 +1032,8 @@ def test_why_not_exact_log__a_method_replaced_on_the_logger_itself_for_one_call(
             return y + 1
         """
     )
-    original, mended, result = original_and_mended(source)
-    assert result.changed
     seen = []
-    for module in (original, mended):
-        torch._dynamo.reset()
-        compiled = torch.compile(module.f, backend=backend, dynamic=False)
+    for module, compiled in _original_then_mended_compiled(source, backend):
         stream = io.StringIO()
         handler = logging.StreamHandler(stream)
         module.patched_logger.addHandler(handler)
@@ -1209,8 +1173,6 @@ def test_recording_warnings_around_every_call_compiles_nothing_more():
     """``catch_warnings(record=True)`` shows through a new list's ``append`` each time,
     and TorchDynamo drops a graph guarded on an object once it is freed: the trace is
     guarded on the displaying function's module only, and compiles as the original."""
-    from graphmend.counting import CountingBackend
-
     original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(
         """
         def f(x):
@@ -1221,9 +1183,7 @@ def test_recording_warnings_around_every_call_compiles_nothing_more():
     ))
     graphs = {}
     for name, module in (("original", original), ("mended", mended)):
-        torch._dynamo.reset()
-        counter = CountingBackend()
-        compiled = torch.compile(module.f, backend=counter, dynamic=False)
+        compiled, counter = _compiled_counting_graphs(module.f)
         recorded = []
         for _ in range(4):
             with warnings.catch_warnings(record=True) as log:
