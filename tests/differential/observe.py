@@ -328,8 +328,8 @@ def _torch_diagnostics_silenced():
     ``showwarning`` set it aside (seed 370879).
 
     ``torch.fx`` prints to ``sys.stderr`` where a graph's generated code raised (a
-    traceback and "Call using an FX-traced Module"), under TorchDynamo's ``eager``
-    backend, before the exception goes on: in seed 391274 (``dynamic=True``) the
+    traceback and "Call using an FX-traced Module"), under TorchDynamo's ``eager`` and
+    ``aot_eager`` backends, before the exception goes on: in seed 391274 (``dynamic=True``) the
     mended program's graph divided by the symbolic ``box.n`` and raised
     ZeroDivisionError there, where the original's trace had specialised ``box.n`` and
     raised it eagerly; the exception the program sees is the same."""

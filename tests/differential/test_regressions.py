@@ -1276,12 +1276,14 @@ def f(x, y, box, items, table):
 '''
 
 
-def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_compared_without_the_graphs_code():
+def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_not_the_programs_output():
     """Long run seed 302052 (minimised), under ``aot_eager``: Where joins the branch that
     holds ``h2 * (1 // box.n)`` to the graph before it; with ``box.n`` 0 the division
     fails inside the graph, and torch prints the traceback with the graph's code around
-    the failing line. The original compiled prints the same error from its own, smaller
-    graph: the same error, other graph code (``observe._torch_names_aside``)."""
+    the failing line, as the original compiled does from its own, smaller graph. Session
+    28 compared the two prints without the graphs' code (``observe._torch_names_aside``);
+    since seed 391274 the harness does not take torch.fx's print for the program's output
+    at all (``observe._torch_diagnostics_silenced``), and the calls are the original's."""
     from .grammar import Program
     from .observe import compare
 
@@ -1289,4 +1291,4 @@ def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_compared_with
     program = Program(seed=302052, source=SEED_302052, shape=(4,), log_level=10, compiled_dynamic=True)
     report = compare(program, modes=("compiled:aot_eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
-    assert report.torch_own, "the original compiled raises in its graph too"
+    assert not [d for d in report.torch_own if "stderr" in d.klass], [d.klass for d in report.torch_own]
