@@ -781,6 +781,18 @@ def _assert_same_with_a_change_between(source, entry, change, make_args):
         assert seen == expected, f"backend={backend}\nmended:   {seen}\noriginal: {expected}"
 
 
+# A stream whose ``write`` is Python code appending to ``HISTORY``, which the function reads.
+LIST_STREAM = """
+class ListStream:
+    def write(self, text):
+        HISTORY.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+"""
+
+
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_standard_stream_swapped_between_calls_for_a_stream_whose_write_is_python_code(stream):
     """The trace put the print in the graph for a builtin stream; the second call's
@@ -793,19 +805,11 @@ def test_standard_stream_swapped_between_calls_for_a_stream_whose_write_is_pytho
 
     file = ", file=sys.stderr" if stream == "stderr" else ""
     _assert_same_with_a_change_between(
-        f"""
-        class ListStream:
-            def write(self, text):
-                HISTORY.append(text)
-                return len(text)
-
-            def flush(self):
-                pass
-
+        LIST_STREAM + textwrap.dedent(f"""
         def f(x):
             print("value", x.sum(){file})
             return x + len(HISTORY)
-        """,
+        """),
         "f",
         swap,
         lambda: (torch.ones(2),),
@@ -1090,15 +1094,7 @@ def _warnings_modules_own_display():
 
 _WARNING_READ_BACK = """
 HISTORY = []
-
-class ListStream:
-    def write(self, text):
-        HISTORY.append(text)
-        return len(text)
-
-    def flush(self):
-        pass
-
+""" + LIST_STREAM + """
 def keep(message, category, filename, lineno, file=None, line=None):
     HISTORY.append(str(message))
 
@@ -1198,15 +1194,7 @@ def test_recording_warnings_around_every_call_compiles_nothing_more():
 _LOG_READ_BACK = """
 HISTORY = []
 own = logging.getLogger("graphmend_defer_soundness.own")
-
-class ListStream:
-    def write(self, text):
-        HISTORY.append(text)
-        return len(text)
-
-    def flush(self):
-        pass
-
+""" + LIST_STREAM + """
 class Keep(logging.Handler):
     def emit(self, record):
         HISTORY.append(record.getMessage())
