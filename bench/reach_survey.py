@@ -30,6 +30,11 @@ MODEL_FILE_TEMPLATE = '''"""{name}: written by bench/reach_survey.py."""
 NAME = "{name}"
 PACKAGES = ("transformers",)
 
+# The suite's own input makers (``graphmend bench`` puts the checkout on the workers' path).
+from benchmarks.suite import _causal_inputs as causal  # noqa: E402
+from benchmarks.suite import _padded_mask, _token_ids  # noqa: E402
+from benchmarks.suite import _sequence_to_sequence_inputs as sequence_to_sequence  # noqa: E402
+
 SPECIAL_TOKENS = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2)
 DECODER = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
@@ -40,26 +45,6 @@ BART_LIKE = dict(vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2,
                  **SPECIAL_TOKENS)
 
 
-def token_ids(batch, length):
-    import torch
-    return torch.randint(3, 100, (batch, length))
-
-
-def padding_mask(batch, length, left):
-    """All ones, with two zeros at the start (left) or end of the last row."""
-    import torch
-    mask = torch.ones(batch, length, dtype=torch.long)
-    if left:
-        mask[-1, :2] = 0
-    else:
-        mask[-1, -2:] = 0
-    return mask
-
-
-def causal(batch=2, length=8):
-    return {{"input_ids": token_ids(batch, length), "attention_mask": padding_mask(batch, length, True)}}
-
-
 def few_tokens():
     # Mixture-of-experts routing: with 3 tokens some experts get none, the case whose
     # loops over experts break.
@@ -67,13 +52,7 @@ def few_tokens():
 
 
 def encoder(batch=2, length=8):
-    return {{"input_ids": token_ids(batch, length), "attention_mask": padding_mask(batch, length, False)}}
-
-
-def sequence_to_sequence(batch=2, source=8, target=6):
-    inputs = encoder(batch, source)
-    inputs["decoder_input_ids"] = token_ids(batch, target)
-    return inputs
+    return {{"input_ids": _token_ids(batch, length), "attention_mask": _padded_mask(batch, length)}}
 
 
 def images(batch=2, size=32):
