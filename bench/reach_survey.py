@@ -226,9 +226,12 @@ def run_batches(paths: list[str], folder: str, batch_size: int) -> list[str]:
         for path in paths[start:start + batch_size]:
             command += ["--model-file", path]
         print("+", " ".join(command), file=sys.stderr, flush=True)
-        subprocess.run(command, check=False, stdout=subprocess.DEVNULL)
+        done = subprocess.run(command, check=False, stdout=subprocess.DEVNULL)
         if os.path.exists(output):
             outputs.append(output)
+        else:
+            print(f"this batch wrote no JSON (exit status {done.returncode}); its models are not in the table",
+                  file=sys.stderr)
     return outputs
 
 
