@@ -286,7 +286,11 @@ def main() -> None:
     parser.add_argument("--summarise", nargs="+", metavar="JSON", help="print the table of saved runs and exit")
     options = parser.parse_args()
     if options.summarise:
-        print("\n".join(summary_rows(options.summarise)))
+        try:
+            rows = summary_rows(options.summarise)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"cannot read a saved run: {type(error).__name__}: {error}")
+        print("\n".join(rows))
         return
     names = options.models.split(",") if options.models else list(MODEL_BUILDS)
     unknown = [name for name in names if name not in MODEL_BUILDS]

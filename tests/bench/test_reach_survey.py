@@ -70,3 +70,18 @@ def test_an_unknown_model_is_a_one_line_error(tmp_path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("reach_survey.py: error: unknown model 'nope'")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("content", [None, "{}", "not json"], ids=["missing", "no-models", "not-json"])
+def test_a_saved_run_it_cannot_read_is_a_one_line_error(tmp_path, content) -> None:
+    import subprocess
+
+    saved = tmp_path / "run.json"
+    if content is not None:
+        saved.write_text(content)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--summarise", str(saved)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("reach_survey.py: error: cannot read a saved run: "), done.stderr
+    assert "Traceback" not in done.stderr
