@@ -15,6 +15,7 @@
 # figures (break counts equal, speedups inside the new run's ranges), as it does every
 # docs/results-<version>-quick.json and docs/reruns/<version>-*.json (other runs of the
 # same measurements: `graphmend bench --models ... --repeats 3 --json docs/reruns/...`).
+# Those other runs are run artifacts: .gitignore keeps them out of git.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"

@@ -133,11 +133,15 @@ def test_grammar_program_behaves_the_same_once_mended(seed: int) -> None:
     )
 
 
-# Seeds the long runs found differing, with the modes they differed in; each is fixed
-# (docs/fuzzing-2026-11-30*.md; 30017 and the 40000s: the twelfth session, with the
-# own-stream construct; 53307, 54150 and 54225: the thirteenth, the harness; 70303, 71221, 71925, 73023 and 80296: the fourteenth, the harness; 80453 and 80599: Capture's claims; 72900 and 81724 (the fifteenth): Where selecting a name nothing reads after the branch; 72075: an output in an inductor graph writing an input in place; 72508 and 90499: check calls made outside TorchDynamo; 91042: the harness, whose reference past a check the original compiled failed is the original with its checks made eagerly; 53506, the same session's
-# other harness finding, is a test of its own in test_observe.py, its program having
-# changed with the check-call construct). They run in the full tier.
+# Seeds the long runs found differing, with the modes they differed in; each is fixed,
+# and they run in the full tier. Among them: programs that write to a stream of their
+# own (30017, the 40000s); the harness's own reference (53307, 54150, 54225, 70303,
+# 71221, 71925, 73023, 80296, and 91042, whose reference past a check the original
+# compiled failed is the original with its checks made eagerly); Capture's claims
+# (80453, 80599); Where selecting a name nothing reads after the branch (72900, 81724);
+# an output in an inductor graph writing an input in place (72075); check calls made
+# outside TorchDynamo (72508, 90499). 53506, another harness finding, is a test of its
+# own in test_observe.py, its program having changed with the check-call construct.
 LONG_RUN_FINDINGS: dict[int, tuple[str, ...]] = {
     2098: ("compiled:eager",), 2233: ("compiled:aot_eager",), 2247: ("compiled:aot_eager",),
     2477: ("compiled:eager",), 2517: ("compiled:aot_eager", "compiled:inductor"),

@@ -194,7 +194,7 @@ def test_rest_of_eager_frame_compiles_whole__the_loop_break_goes_when_the_frame_
     assert (mended.frames_skipped, mended.graphs, mended.breaks) == (0, 1, 0)
 
 
-# Seed 137064 of run 14 (docs/fuzzing-2026-12-02-run14.md), reduced by hand.
+# A long-run program, reduced by hand: an input whose gradient nothing uses.
 _UNUSED_INPUT_GRADIENT = """
     import torch
 
