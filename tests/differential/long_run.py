@@ -448,7 +448,7 @@ def main(argv=None) -> int:
 
     stop_asked = []
     # `kill -USR1 PID`: finish the program running, then print the summary (a run whose
-    # end the session cannot wait for still reports its coverage).
+    # end its caller cannot wait for still reports its coverage).
     signal.signal(signal.SIGUSR1, lambda signum, frame: stop_asked.append(signum))
     seeds = (
         [int(seed) for seed in options.seeds.split(",")] if options.seeds

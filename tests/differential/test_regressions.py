@@ -221,7 +221,7 @@ def test_an_input_the_loss_does_not_use_keeps_no_gradient_under_aot_autograd():
     """Capture's merged branch: its body became a function reading the frame's `acc` and
     `flat` from cells; TorchDynamo returned the cells' tensors from the graph, and
     AOTAutograd gave `x`, whose value the loss does not use, a zero gradient where the
-    original compiled leaves it None (run 14, seed 137064). The body's function now takes
+    original compiled leaves it None (found by a long fuzzing run). The body's function now takes
     them as defaults."""
     import types
 
@@ -1280,10 +1280,9 @@ def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_not_the_progr
     """Long run seed 302052 (minimised), under ``aot_eager``: Where joins the branch that
     holds ``h2 * (1 // box.n)`` to the graph before it; with ``box.n`` 0 the division
     fails inside the graph, and torch prints the traceback with the graph's code around
-    the failing line, as the original compiled does from its own, smaller graph. Session
-    28 compared the two prints without the graphs' code (``observe._torch_names_aside``);
-    since seed 391274 the harness does not take torch.fx's print for the program's output
-    at all (``observe._torch_diagnostics_silenced``), and the calls are the original's."""
+    the failing line, as the original compiled does from its own, smaller graph. The
+    harness does not take torch.fx's print for the program's output
+    (``observe._torch_diagnostics_silenced``), and the calls are the original's."""
     from .grammar import Program
     from .observe import compare
 

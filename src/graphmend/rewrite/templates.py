@@ -80,7 +80,7 @@ def compiled_or_original(
     after it, with no jump between. TorchDynamo's liveness analysis takes every local
     read after a jump as live, even one assigned first, so a jump after the break would
     make the graph before it return values nothing reads (and, under inductor, draw
-    other random numbers: fuzz seed 7349).
+    other random numbers).
     """
     if compiled_last:
         test = f"not ({RUNTIME_NAME}.is_compiling() and ALSO)" if also is not None else f"not {RUNTIME_NAME}.is_compiling()"

@@ -258,7 +258,7 @@ def _merged_form(
     # a name a nested function reads becomes a cell of the frame, which TorchDynamo
     # returns from the graph (it may be read later); a tensor returned so, that requires
     # grad, gets AOTAutograd's zero gradient, and so do the inputs it was made from, where
-    # the original left them None (run 14, seed 137064).
+    # the original left them None.
     defaults = "".join(f", {name}={name}" for name in enclosing)
     function = statements(
         f"def {compute}({positions}{', *' if enclosing else ''}{defaults}):\n"

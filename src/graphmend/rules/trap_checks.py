@@ -28,7 +28,7 @@ A call that is not lowered (a condition below fails, or one checked while tracin
 stays a call with its break, made through ``checks.call_eagerly`` outside TorchDynamo
 when the callee is a known helper (``_kept_call``): it raises what it raises eagerly,
 where the helper traced by TorchDynamo raises RuntimeError, and a caught failure is
-caught as eagerly (fuzz seed 72508).
+caught as eagerly (a failing check inside the program's own ``try``).
 
 Legality conditions (each a function, returning the reason it fails):
 ``arguments_bind``, ``message_is_text``, ``message_holes_formattable``,

@@ -65,9 +65,9 @@ reaches that function and no override or wrapper (``is_the_method``), and the
 graph captured up to the branch draws no random numbers and computes no value that
 requires grad (``graph_so_far_may_continue``, made by ``operands_combine`` too): the
 original graph ends at the branch, while in one graph with the code after it
-AOTAutograd drops a draw whose value ends up unused (seed 2049, in this function or
-a caller) and fails to compile when a tensor saved for backward is updated in place
-after the branch (seed 2209's shape).
+AOTAutograd drops a draw whose value ends up unused (in this function or a caller)
+and fails to compile when a tensor saved for backward is updated in place after the
+branch.
 """
 
 from __future__ import annotations
@@ -466,7 +466,7 @@ class WhereRewrite:
         if isinstance(expression, ast.Call):
             callee = expression.func
             # ``F.relu(x, inplace=True)``, ``torch.exp(x, out=buf)`` and ``x.add_(1)``
-            # return the tensor they write: an existing object (fuzz seed 20937).
+            # return the tensor they write: an existing object, not a new one.
             written = writes_through_keyword(expression) or updates_in_place(expression)
             if written is not None:
                 return written
@@ -702,7 +702,7 @@ class WhereRewrite:
         its earlier value on the compiled path, keeping it alive across an earlier graph
         break where the original let it die: that graph then returns it, and AOTAutograd
         gives the inputs it depends on a gradient the original never did (zeros where
-        there was none; NaN through ``sqrt`` at 0; seeds 72900, 81724)."""
+        there was none; NaN through ``sqrt`` at 0)."""
         facts = self.context.facts
         inside = {id(n) for arm in (self.true_arm.original, self.false_arm.original) for s in arm for n in ast.walk(s)}
         # An earlier rewrite's compiled form has no place in the analysis; each read there

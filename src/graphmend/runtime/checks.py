@@ -199,8 +199,8 @@ def call_eagerly(callee, *args, **kwargs):
     """Call a known helper as eager code does, outside TorchDynamo (which breaks the
     graph at this call, as it does at the helper's own ``torch._check_tensor_all``):
     a failing check raises the helper's ``error_type`` and message, where the helper
-    traced by TorchDynamo raises RuntimeError (fuzz seed 72508: a caught
-    ``IndexError`` became an uncaught RuntimeError). Also where TorchDynamo runs the
+    traced by TorchDynamo raises RuntimeError (a check raising ``IndexError``, which
+    the program caught, became an uncaught RuntimeError). Also where TorchDynamo runs the
     caller's frame eagerly, it would compile the helper's own frame. Rewritten code
     calls it while tracing only when ``runs_eagerly(callee)``."""
     return callee(*args, **kwargs)

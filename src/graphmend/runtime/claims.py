@@ -275,7 +275,7 @@ def not_inside_inference_mode(translator) -> str | None:
     inference tensors, which the program may not update in place outside it
     (``RuntimeError``). In one graph with the code before the block, a functionalizing
     backend (``aot_eager``, inductor) computes them as ordinary tensors, or fails to
-    compile the update (long fuzz run seed 220496)."""
+    compile the update."""
     modes = []
     for node in translator.output.graph.nodes:
         name = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
@@ -423,8 +423,7 @@ def frame_was_not_given_up_while_tracing(site: tuple[str, int]) -> str | None:
     code raises escapes the frame while traced, a construct it cannot resume after) and
     runs that frame eagerly from then on. The original statement was a graph break: the
     code before it compiled, and only the resume function after it was given up, which
-    later calls reach from every path through the frame (long fuzz run seed 142378:
-    there the op that fails on a later call ran eagerly and raised its own error, where
+    later calls reach from every path through the frame (an op that fails on a later call ran eagerly and raised its own error, where
     the mended frame, its capture refused only then, traced the op afresh and raised
     TorchDynamo's). A claim made in a trace given up so is refused when TorchDynamo
     traces the frame again (``_restart_given_up_frame_without_claims``)."""
@@ -465,7 +464,7 @@ def joined_graph_records_no_autograd(output) -> str | None:
     """Where the original broke, each graph had its own backward, and the autograd engine
     summed the gradients that reach a tensor from several graphs. Joined, one backward
     graph sums them in its own order: floating-point sums of three or more terms then
-    differ in the last bit (long fuzz run seeds 7349, 7451). So no claim survives in a
+    differ in the last bit. So no claim survives in a
     graph that records autograd; under ``torch.no_grad`` nothing is recorded."""
     for node in computed_nodes(output):
         if records_autograd(node):
@@ -539,7 +538,7 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     seeds from the generator once per graph that draws, so draws on both sides of a
     claimed statement, joined in one graph, take one set of seeds where the original
     took two. Where TorchDynamo ran the rest of the original frame eagerly, every draw
-    ran eagerly, with eager's generator (long fuzz run seeds 2233, 2247). Draws on one
+    ran eagerly, with eager's generator. Draws on one
     side only, in a frame the original compiled, are compiled the same either way."""
     positions = _draw_positions(output)
     if not positions:
@@ -563,7 +562,7 @@ def _return_dead_draws(graph_module, output) -> int | None:
     """Make the graph also return each random draw nothing it returns depends on, so
     that no backend drops it: ``fallback_random`` keeps such draws in an inference
     graph, but AOTAutograd's partition of a joint graph (autograd recorded) dropped
-    some of them anyway (long fuzz run seed 182689: one of two, where eager draws both
+    some of them anyway (one of two, where eager draws both
     and the original's graph, compiled without it, neither). Returns how many outputs
     the graph had (the caller drops the rest), or None when it had no dead draw."""
     graph = graph_module.graph
@@ -603,8 +602,8 @@ def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
     frame resumed at the guard), the mended frame may compile, but only as one graph to
     its end: the graph's own checks then cover all of it. A break left after the claim
     would compile the rest in resumed frames that no check sees, whose ops fail while
-    traced where the original raised the user's error eagerly (long fuzz run seed
-    2477), or whose random draws are dropped (seed 7639)."""
+    traced where the original raised the user's error eagerly, or whose random draws
+    are dropped."""
     if graph_break:
         return (
             "the rest of the original frame ran eagerly, and the mended frame still breaks "
@@ -617,7 +616,7 @@ def outputs_share_no_graph_with_a_lowered_guard(output, claims) -> str | None:
     """A lowered guard is an assertion, which inductor fuses into a kernel; graphmend's
     output is an operator ordered only with other output. Inductor may then run the
     output before a guard that comes first (the output is made although the original
-    raised first, and the kernels after it read freed buffers: fuzz seed 13150) or after
+    raised first, and the kernels after it read freed buffers) or after
     one that comes later (the output is lost). So output keeps its break in a graph
     with a lowered guard, unless the backend runs the graph's ops in order (TorchDynamo's
     ``eager`` and ``aot_eager``, or one marked ``keeps_graph_order``)."""
@@ -631,9 +630,8 @@ def outputs_share_no_graph_with_an_input_written_in_place(output, claims) -> str
     """Inductor frees a graph input too early when the graph holds an output operator
     and writes an input in place from another tensor (``x.copy_(y)``, ``torch.exp(y,
     out=x)``, ``x.add_(y)``), before the output or after it: the kernel that writes the
-    input then reads a deleted name (UnboundLocalError; long fuzz run seeds 20150,
-    20325 with the write before, 72075 after; the same with any ordered-effect operator
-    in place of graphmend's). Output in such a graph keeps its break, unless the backend
+    input then reads a deleted name (UnboundLocalError, with the write before the output
+    or after it; the same with any ordered-effect operator in place of graphmend's). Output in such a graph keeps its break, unless the backend
     runs the graph's ops in order."""
     if not any(claim.kind == OUTPUT for claim in claims.values()) or backend_keeps_graph_order(output):
         return None
@@ -647,7 +645,7 @@ def ordered_operators_share_no_graph_with_aliased_inputs_written_in_place(output
     lowered guard) that writes in place an input sharing its memory with another input
     (``x.sub_(y)`` with ``x.flatten()`` also an input): the forward it builds for the
     effect tokens reads a token it was not given (StopIteration under ``aot_eager``,
-    InductorError under inductor; long fuzz run seed 154090, where Capture joined the
+    InductorError under inductor; seen where Capture joined the
     graph around ``torch.where(x.flatten() > 0)`` and Defer put a print in it). Output
     and lowered guards in such a graph keep their breaks, unless the backend runs the
     graph as written (TorchDynamo's ``eager``, or one marked ``runs_the_graph_as_written``)."""
@@ -727,8 +725,8 @@ def joined_graph_writes_no_inference_tensor_in_place(output) -> str | None:
     outside the mode. In the original the write sat in a graph of its own: the graphs
     before it had returned (TorchDynamo applying their side effects) and, under a
     functionalizing backend, whose write to an input comes after the graph's ops, the
-    output and guards the joined graph holds came after the failure (long fuzz run seed
-    331080: ``F.relu(h, inplace=True)`` of a helper's result inside the mode, then a
+    output and guards the joined graph holds came after the failure (for example
+    ``F.relu(h, inplace=True)`` of a helper's result inside the mode, then a
     print that Defer put in the graph after a Capture; the mended run printed it before
     failing). A call made inside the mode (serving code) writes its inference tensors
     as the program does."""
@@ -748,8 +746,7 @@ def joined_graph_writes_through_no_out_keyword(output) -> str | None:
     """torch 2.13's functionalization gives a tensor written through ``out=`` the layout of
     the op's result, not its own: read later in the same graph (``torch.tanh(y,
     out=x)`` with ``y`` laid out transposed, then ``torch.tanh(x)``), it computes a
-    result laid out as ``y`` where eager code keeps ``x``'s (long fuzz run seed 332062,
-    where Capture joined the read to the write's graph; the original read ``x`` as an
+    result laid out as ``y`` where eager code keeps ``x``'s (seen where Capture joined the read to the write's graph; the original read ``x`` as an
     input of the next graph). No claim survives in a graph writing through ``out=``,
     unless the backend runs the graph as written (TorchDynamo's ``eager``, or one
     marked ``runs_the_graph_as_written``)."""
@@ -767,7 +764,7 @@ def joined_graph_enters_no_inference_mode(output) -> str | None:
     The block's outputs are inference tensors when the graph runs under ``eager``, and
     an in-place update of one after the block then fails at run time inside the joined
     graph, losing the side effects TorchDynamo applies after a graph returns (a
-    forward hook's ``HISTORY.append``, long fuzz run seed 250224), where the original's
+    forward hook's ``HISTORY.append``), where the original's
     graph had returned before the update failed; a functionalizing backend fails to
     compile the update instead (``BackendCompilerFailed``). Claims made inside the
     block are refused when made (``not_inside_inference_mode``)."""
@@ -787,8 +784,8 @@ def captured_sizes_decide_no_break(output, translator, claims, graph_break: bool
     branch ``if len(positions) > 0:`` whose merged form was refused, a print of the
     count), the break is still there, only later: the graph after it starts elsewhere
     than the original's and takes as inputs tensors the original's computes itself.
-    Such a graph can meet torch's own bugs where the original's does not (long fuzz run
-    seed 261872: it wrote an input not requiring grad with rows that do, and wrote and
+    Such a graph can meet torch's own bugs where the original's does not (one wrote an
+    input not requiring grad with rows that do, and wrote and
     returned another input, and AOTAutograd in torch 2.13 returned one output's values
     for another). A capture that removes no break keeps the original call and its break."""
     if not graph_break:
@@ -908,8 +905,7 @@ def items_stay_with_lowered_checks(output, claims, refused_sites) -> list[tuple[
     message cannot format while traced, so TorchDynamo gave up that resume function and
     ran the rest of the frame eagerly; the mended frame, holding a tensor, broke only at
     the check's eager call and traced the rest, and an op there that fails made
-    TorchDynamo's error where the original raised the op's own (long fuzz run seed
-    321019). Returns the sites of such ITEM claims."""
+    TorchDynamo's error where the original raised the op's own. Returns the sites of such ITEM claims."""
     lowered = getattr(output, _CHECKS_LOWERED_ATTRIBUTE, {})
     unsupported = []
     for claim in claims.values():
@@ -1018,10 +1014,9 @@ def _check_the_compiled_graph(call_user_compiler):
     Which draws end up unused depends on which locals TorchDynamo takes as live at a
     break, and its liveness analysis takes every local read after a jump as live: the
     rewritten code's jumps are not the original's, so a draw the original's graph
-    returned may be unused in the mended one, or the other way round (long fuzz run
-    seeds 7449, 13156). And inductor's own random numbers depend on the graph they are
-    compiled in (its seeds and offsets), which joining graphs changes (seeds 20100,
-    20325). With ``fallback_random`` the mended program draws the numbers the original
+    returned may be unused in the mended one, or the other way round. And inductor's
+    own random numbers depend on the graph they are compiled in (its seeds and offsets),
+    which joining graphs changes. With ``fallback_random`` the mended program draws the numbers the original
     draws eagerly."""
 
     def wrapped(self, graph_module, *args, **kwargs):

@@ -3,11 +3,10 @@
 TorchDynamo sometimes fails on the bytecode of rewritten code where it does not on the
 original: building the resume function after a graph break, it raised
 ``AssertionError: exception table entry start instruction has no offset`` for a
-branch break followed by loops and ``try`` blocks holding rewritten statements (long
-fuzz run seed 41568). Without graphmend the program compiled; with it, the call raised
+branch break followed by loops and ``try`` blocks holding rewritten statements. Without graphmend the program compiled; with it, the call raised
 TorchDynamo's internal error. And explaining why a rewritten resume function's cached
 guards failed before compiling it again, TorchDynamo evaluated a guard's source against
-the new call and raised IndexError (seed 145052), where the original's frames, broken
+the new call and raised IndexError, where the original's frames, broken
 elsewhere, compiled again without it.
 
 TorchDynamo converts a frame before any of it runs (a resume function, before the rest
@@ -24,7 +23,7 @@ errors. Each such frame is listed in ``frames_run_eagerly``.
 One such failure is TorchDynamo's own bookkeeping, and is repaired instead, for
 rewritten frames only (``_offsets_of_replaced_extended_args``): rewritten code is longer,
 so more of its jumps need an ``EXTENDED_ARG`` prefix, and the resume function after a
-break then failed to assemble (long fuzz run seed 222544: the whole frame ran eagerly,
+break then failed to assemble (the whole frame ran eagerly,
 where the original compiled traced it, and the program's own ``is_compiling()`` tests
 answered otherwise).
 """
@@ -48,8 +47,8 @@ def _is_rewritten(frame) -> bool:
 
 # TorchDynamo explains why a cached graph's guards failed before it compiles again, and
 # evaluates the sources of its guards against the new call to do so; a guard on an item
-# of a list the new call's list no longer has raised IndexError there (long fuzz run
-# seed 145052: `items[0]` of a resume function, called again with an empty list).
+# of a list the new call's list no longer has raised IndexError there (`items[0]` of a
+# resume function, called again with an empty list).
 _RECOMPILATION_EXPLAINERS = frozenset({"get_and_maybe_log_recompilation_reasons", "get_guard_fail_reason"})
 
 
@@ -102,7 +101,7 @@ def _run_eagerly_on_internal_error(convert):
     # the positions) fails the conversion, where the original broke the graph at the
     # call: traced again, the frame's graphs are the original's (running the whole frame
     # eagerly compiled its callees alone instead, and AOTAutograd gave an input written
-    # in place a zero gradient where eager gives none: long fuzz run seed 172051).
+    # in place a zero gradient where eager gives none).
     convert_without_sizes_needed_on_the_host = again_without_failed_claims(
         convert_without_failed_merges, GuardOnDataDependentSymNode, dynamic_shapes.captures_claimed,
         "tracing needed a size it made on the host",

@@ -298,7 +298,7 @@ def _resolve_target(kind: str, target_id):
 def no_input_written_in_place_before(translator) -> str | None:
     """Inductor frees a graph input it writes in place too early when an output
     operator without tensor operands follows the write: the kernel that writes it then
-    reads a deleted name (UnboundLocalError; long fuzz run seeds 20150, 20325). A
+    reads a deleted name (UnboundLocalError). A
     backend that runs the graph's ops in order (``claims.backend_keeps_graph_order``)
     frees nothing early."""
     if claims.backend_keeps_graph_order(translator.output):
@@ -330,7 +330,7 @@ def nothing_lost_if_the_warning_raises(translator) -> str | None:
 
 def no_earlier_output_in_graph(translator) -> str | None:
     """Inductor does not keep two output operators of one graph in their order: it
-    runs each when its operands are ready (long fuzz run seed 42375: the prints of a
+    runs each when its operands are ready (the prints of a
     loop's ``finally`` came before the prints above them). A backend that runs the
     graph's ops in order (``claims.backend_keeps_graph_order``) keeps them; elsewhere a
     graph holds at most one output, and a later one keeps its break."""

@@ -177,7 +177,7 @@ def body_keeps_its_captures(translator, body_lines) -> str | None:
     """The body's ``torch.where`` may be captured in this trace. Refused (an earlier
     trace's checks, no hooks into TorchDynamo, inference mode), it would break the graph
     inside the loop over every expert, where TorchDynamo cannot resume, and the whole
-    frame would run eagerly (long fuzz run seed 223137: code before the loop that the
+    frame would run eagerly (code before the loop that the
     original compiled traced ran eagerly, and the program's own ``is_compiling()`` test
     answered otherwise); the original loop breaks at ``.tolist()``, before it."""
     user = claims.user_translator(translator)

@@ -11,8 +11,7 @@ traced (``operands_combine`` reads each operand's sizes, which under dynamic sha
 ``size`` and comparison nodes). Counted, they make a resumable state where the original
 has none: the mended frame then compiles its first op where the original frame was given
 up, and a later call that traces it again fails on fake tensors (``TorchRuntimeError``)
-where the original raised the op's own error eagerly (long fuzz run seed 330982:
-``t.clamp_`` of a leaf that requires grad, before a branch reading an undefined name).
+where the original raised the op's own error eagerly (``t.clamp_`` of a leaf that requires grad, before a branch reading an undefined name).
 So TorchDynamo's test is made here with those calls left out.
 """
 

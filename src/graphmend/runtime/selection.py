@@ -127,7 +127,7 @@ def graph_so_far_may_continue() -> bool:
     The graph so far is the original's graph up to this branch, where the original
     breaks. Joining it to the code after the branch changes what AOTAutograd does
     with it: a random draw whose value ends up unused is dropped (the generator's
-    stream would not advance; long fuzz run seed 2049), and a tensor saved for
+    stream would not advance), and a tensor saved for
     backward and updated in place after the branch fails the compile
     (``BackendCompilerFailed``) where the original only fails if backward runs.
     The answer is a constant of the trace: no guard, no global written.

@@ -506,7 +506,7 @@ def _source_name(source) -> str:
 
 # The original's ``raise``, traced once (when the guard first fails), has no handler in
 # the compiled region: TorchDynamo gives up on the frame it resumed at the guard and
-# runs it eagerly on every later call (long fuzz run seeds 2098, 7639).
+# runs it eagerly on every later call.
 _AFTER_A_FAILED_GUARD = "once the guard fails, TorchDynamo runs the rest of the original frame eagerly"
 
 
