@@ -21,12 +21,23 @@ def rope(x, limit):
 
 
 def _library(tmp_path):
-    (tmp_path / "mylib").mkdir()
-    (tmp_path / "mylib" / "__init__.py").write_text("")
-    path = tmp_path / "mylib" / "rope.py"
+    """An installed package (under a site-packages folder) and a script importing it."""
+    installed = tmp_path / "site-packages"
+    (installed / "mylib").mkdir(parents=True)
+    (installed / "mylib" / "__init__.py").write_text("")
+    path = installed / "mylib" / "rope.py"
     path.write_text(LIBRARY)
     script = tmp_path / "script.py"
     script.write_text("import mylib.rope\n")
+    return str(path), str(script)
+
+
+def _own_module(tmp_path):
+    """A module of the user's own, beside the script: ``graphmend run`` mends it unasked."""
+    path = tmp_path / "mymodel.py"
+    path.write_text(LIBRARY)
+    script = tmp_path / "train.py"
+    script.write_text("import mymodel\n")
     return str(path), str(script)
 
 
@@ -36,6 +47,22 @@ def test_is_mended_by_dotted_prefix(tmp_path):
     assert is_mended(library, ["mylib.rope"])
     assert not is_mended(library, ["mylibrary", "other"])
     assert is_mended(script, ["script"])
+
+
+def test_the_users_own_module_is_mended_without_a_package_option(tmp_path):
+    own, script = _own_module(tmp_path)
+    assert is_mended(own, [])
+    library, _ = _library(tmp_path)
+    assert not is_mended(library, [])
+
+
+def test_a_break_the_mended_run_removed_in_the_users_own_module_is_fixed(tmp_path):
+    own, script = _own_module(tmp_path)
+    breaks = [GraphBreak(own, 5, "Data-dependent branching")]
+    static = StaticView(Settings(), script)
+    text = "\n".join(explain_breaks(breaks, [], static, packages=[]))
+    assert "    graphmend: fixed by Where" in text
+    assert "--package" not in text
 
 
 def test_a_package_left_out_is_named_not_blamed_on_the_rule(tmp_path):

@@ -19,6 +19,7 @@ every function for a package), checked against the mended run.
 
 from __future__ import annotations
 
+import functools
 import json
 import linecache
 import logging
@@ -246,9 +247,20 @@ def module_of(path: str) -> str:
 
 
 def is_mended(path: str, packages: list[str]) -> bool:
-    """Whether the mended run rewrites ``path`` as one of its ``--package`` modules."""
+    """Whether the mended run rewrites ``path``: as one of its ``--package`` modules, or
+    as the user's own code, which ``graphmend run`` mends unasked (any file outside the
+    standard library and the installed distributions, as its import hook decides)."""
     module = module_of(path)
-    return any(module == name or module.startswith(name + ".") for name in packages)
+    if any(module == name or module.startswith(name + ".") for name in packages):
+        return True
+    return not _library_locations().is_installed(path)
+
+
+@functools.lru_cache(maxsize=1)
+def _library_locations():
+    from graphmend.hook.finder import LibraryLocations
+
+    return LibraryLocations()
 
 
 def what_graphmend_did(
