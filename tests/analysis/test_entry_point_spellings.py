@@ -62,6 +62,33 @@ SPELLINGS = {
         {"f"},
         set(),
     ),
+    "attribute_of_self_a_trainer_compiles": (
+        (
+            "class M(nn.Module): pass\n"
+            "class Trainer:\n"
+            "    def __init__(self):\n"
+            "        self.model = M()\n"
+            "        self.model.to('cpu')\n"
+            "        self.model = torch.compile(self.model)\n"
+            "    def train(self):\n"
+            "        return self.model(1).item()\n"
+        ),
+        set(),
+        {"M"},
+    ),
+    "attribute_of_self_wrapped_after_compiling": (
+        (
+            "class M(nn.Module): pass\n"
+            "class Trainer:\n"
+            "    def setup(self, parallel):\n"
+            "        self.net: nn.Module = M().to('cpu')\n"
+            "        self.net = torch.compile(self.net)\n"
+            "        if parallel:\n"
+            "            self.net = nn.DataParallel(self.net)\n"
+        ),
+        set(),
+        {"M"},
+    ),
     "helper_as_decorator": (
         "def compiled(fn):\n    return torch.compile(fn, backend='eager')\n@compiled\ndef f(x): return x",
         {"f"},
@@ -98,6 +125,31 @@ def test_what_is_not_compilation_finds_nothing(name):
 def test_a_target_imported_from_another_module_is_recorded_by_its_qualified_name():
     found = entry("from model import Net\nfrom utils import step\nm = Net()\nc = torch.compile(m)\ns = torch.compile(step)")
     assert found.imported == {"model.Net", "utils.step"} and not found.everything
+
+
+def test_an_attribute_of_self_holding_an_imported_model_is_that_model():
+    found = entry(
+        "from model import GPT\n"
+        "class Trainer:\n"
+        "    def __init__(self, name):\n"
+        "        if name:\n"
+        "            self.model = GPT(name)\n"
+        "        else:\n"
+        "            self.model = GPT.from_pretrained('gpt2')\n"
+        "        self.model = torch.compile(self.model)\n"
+    )
+    assert "model.GPT" in found.imported and not found.everything
+
+
+def test_an_attribute_of_self_the_class_never_resolves_puts_everything_in_scope():
+    unassigned = entry("class Trainer:\n    def setup(self):\n        self.model = torch.compile(self.model)\n")
+    assert unassigned.everything
+    built = entry(
+        "def make():\n    pass\n"
+        "class Trainer:\n    def setup(self):\n        self.model = make()\n"
+        "        self.model = torch.compile(self.model)\n"
+    )
+    assert built.everything
 
 
 def test_a_helper_defined_in_another_module_is_known_through_known_helpers():

@@ -312,3 +312,48 @@ def test_exclude_must_be_a_list_of_patterns(cli, tmp_path, monkeypatch):
     outcome = cli("check", ".")
     assert outcome.code == 2
     assert "exclude: expected a list of glob patterns" in outcome.err
+
+
+def test_eager_code_that_calls_a_compiled_model_is_not_reported(cli, write):
+    """A training loop that is not compiled, in a class that compiles its model
+    (``self.model = torch.compile(self.model)``): its ``loss.item()`` runs eagerly and is
+    no graph break; the model's own code is still checked."""
+    write(
+        "train.py",
+        """\
+        import torch
+        import torch.nn as nn
+
+
+        class GPT(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(4, 4)
+
+            def forward(self, x):
+                y = self.lin(x)
+                if y.sum() > 0:
+                    y = y * 2
+                else:
+                    y = y + 1
+                return y
+
+
+        class Trainer:
+            def __init__(self):
+                self.model = GPT()
+                self.model = torch.compile(self.model)
+
+            def train(self):
+                for step in range(3):
+                    loss = self.model(torch.randn(2, 4)).sum()
+                    loss.backward()
+                    print(f"step {step}: loss {loss.item():.4f}")
+        """,
+    )
+    outcome = cli("check", "train.py")
+    assert outcome.out.splitlines() == [
+        "train.py:12:9: DC data-dependent branch `if y.sum() > 0:` (fixed by Where)",
+        "Found 1 break candidate in 1 file (1 fixable, 0 not fixable); 1 file checked.",
+    ]
+    assert outcome.code == 1

@@ -93,6 +93,8 @@ class _Finder:
         self.instance_classes: dict[str, str] = {}
         self.instance_imports: dict[str, str] = {}
         self.compiler_names: set[str] = set()
+        # (class, attribute) pairs of ``self.attribute`` targets already followed.
+        self._attributes_seen: set[tuple[str, str]] = set()
         self.found = EntryPoints()
         assignments = [
             node
@@ -210,8 +212,45 @@ class _Finder:
             ("torch.", "builtins.")
         ):
             found.imported.add(self.bindings.qualified_name(target))
-        else:
+        elif not self.add_attribute_of_self(target, enclosing):
             found.everything = True
+
+    def add_attribute_of_self(self, target: ast.expr, enclosing: ast.AST | None) -> bool:
+        """``torch.compile(self.model)`` in a method: what the class assigns to
+        ``self.model`` is compiled (a trainer class that builds and compiles its model).
+        An assignment whose value reads ``self.model`` itself (``torch.compile(self.model)``,
+        ``DDP(self.model)``, ``self.model.to(d)``) wraps the same object and adds nothing.
+        False when the attribute's values cannot all be resolved."""
+        if not (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+            and isinstance(enclosing, _FUNCTION_NODES)
+        ):
+            return False
+        owner = _enclosing_class_node(self.tree, enclosing)
+        if owner is None:
+            return False
+        key = (owner.name, target.attr)
+        if key in self._attributes_seen:
+            return True  # resolved (or being resolved) already
+        self._attributes_seen.add(key)
+        values = []
+        for node in ast.walk(owner):
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets, value = [node.target], node.value
+            else:
+                continue
+            if any(_is_self_attribute(t, target.attr) for t in targets):
+                if not any(_is_self_attribute(part, target.attr) for part in ast.walk(value)):
+                    values.append(value)
+        if not values:
+            return False
+        for value in values:
+            self.add_target(value, enclosing)
+        return True
 
     def walk(self) -> EntryPoints:
         self.find_helpers()
@@ -270,10 +309,24 @@ def _keyword(call: ast.Call, name: str) -> ast.expr | None:
 
 
 def _enclosing_class(tree: ast.Module, function: ast.AST) -> str | None:
+    owner = _enclosing_class_node(tree, function)
+    return owner.name if owner is not None else None
+
+
+def _enclosing_class_node(tree: ast.Module, function: ast.AST) -> ast.ClassDef | None:
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and function in node.body:
-            return node.name
+            return node
     return None
+
+
+def _is_self_attribute(node: ast.AST, attribute: str) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == attribute
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
 
 
 def find_entry_points(
