@@ -50,7 +50,7 @@ def test_is_mended_by_dotted_prefix(tmp_path):
 
 
 def test_the_users_own_module_is_mended_without_a_package_option(tmp_path):
-    own, script = _own_module(tmp_path)
+    own, _ = _own_module(tmp_path)
     assert is_mended(own, [])
     library, _ = _library(tmp_path)
     assert not is_mended(library, [])

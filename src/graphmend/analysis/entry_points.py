@@ -243,9 +243,9 @@ class _Finder:
                 targets, value = [node.target], node.value
             else:
                 continue
-            if any(_is_self_attribute(t, target.attr) for t in targets):
-                if not any(_is_self_attribute(part, target.attr) for part in ast.walk(value)):
-                    values.append(value)
+            assigns_it = any(_is_self_attribute(t, target.attr) for t in targets)
+            if assigns_it and not any(_is_self_attribute(part, target.attr) for part in ast.walk(value)):
+                values.append(value)
         if not values:
             return False
         for value in values:
