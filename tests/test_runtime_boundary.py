@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import types
 
 import pytest
@@ -134,3 +135,59 @@ def test_mend_returns_a_partial_of_what_it_does_not_change_as_it_is():
 @pytest.mark.parametrize("builtin", [len, print, "".join, str.upper, object.__init__, dict.fromkeys])
 def test_mend_returns_a_builtin_as_it_is(builtin):
     assert graphmend.mend(builtin) is builtin
+
+
+# Names TorchDynamo writes into the globals of any module whose code it compiles.
+_DYNAMO_NAMES = re.compile(r"__(compiled_fn|resume_at|builtins_dict|import)_")
+
+
+def _namespace(module):
+    return sorted(key for key in vars(module) if key not in ("__name__", "__file__"))
+
+
+def test_a_mended_modules_namespace_is_the_originals_eagerly(capsys):
+    original, mended, _ = original_and_mended(MENDED_SOURCE)
+    assert "__graphmend__" not in vars(mended) and "__graphmend__" not in dir(mended)
+    for module in (original, mended):
+        module.shift(torch.ones(2))
+    assert _namespace(mended) == _namespace(original)
+    assert len(vars(mended)) == len(vars(original))
+
+
+def test_what_a_mended_module_gains_when_compiled_is_only_torchdynamos_aliases(capsys):
+    """TorchDynamo writes an alias into the compiled frame's globals for each module whose
+    function it inlines and which reads that module's globals (``__import_torch_dot_...``
+    for the original too); the runtime functions mended code calls add theirs, and
+    those (and torch's, for the polyfills they reach) are all that a mended module holds
+    beyond the original's."""
+    original, mended, _ = original_and_mended(MENDED_SOURCE)
+    for module in (original, mended):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.shift, backend="eager")
+        compiled(torch.ones(2))
+        compiled(-torch.ones(2))
+
+    def own(module):
+        return [key for key in _namespace(module) if not _DYNAMO_NAMES.match(key)]
+
+    assert own(mended) == own(original)
+    extra = {key for key in vars(mended) if key.startswith("__import_")} - set(vars(original))
+    assert any(key.startswith("__import_graphmend_dot_runtime") for key in extra)
+    assert all(key.startswith(("__import_graphmend_dot_runtime", "__import_torch_dot_")) for key in extra)
+
+
+def test_mend_writes_nothing_into_the_functions_globals():
+    from tests_fixtures_for_api import gate_function
+
+    before = dict(gate_function.__globals__)
+    graphmend.mend(gate_function)
+    assert gate_function.__globals__ == before
+
+
+def test_mend_source_text_runs_alone_and_binds_no_name():
+    text = graphmend.mend_source(MENDED_SOURCE)
+    assert "__graphmend__." in text and "import graphmend.runtime as" not in text
+    namespace = {}
+    exec(compile(text, "<mended>", "exec"), namespace)  # noqa: S102
+    assert sorted(namespace) == ["__builtins__", "shift", "torch"]
+    assert graphmend.mend_source(text) == text  # already mended: left as it is

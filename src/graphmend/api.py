@@ -25,10 +25,9 @@ import warnings
 
 import torch
 
-import graphmend.runtime as runtime
+import graphmend.runtime  # noqa: F401 - puts the runtime in the builtins, where mended code finds it
 from graphmend.dynamo_records import GraphBreakRecord, Recompilation
 from graphmend.rewrite.pipeline import ALL_RULES, mend_module_source
-from graphmend.rewrite.templates import RUNTIME_NAME
 
 
 class MendWarning(UserWarning):
@@ -124,7 +123,6 @@ def _mend_plain_function(function: types.FunctionType, rules: tuple[str, ...]) -
     function_code = next(c for c in module_code.co_consts if isinstance(c, types.CodeType))
     if function_code.co_code == code.co_code and function_code.co_consts == code.co_consts:
         return function
-    function.__globals__.setdefault(RUNTIME_NAME, runtime)
     mended = types.FunctionType(
         function_code, function.__globals__, function.__name__, function.__defaults__, None
     )
