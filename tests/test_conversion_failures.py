@@ -138,8 +138,8 @@ def _converter(error_on_graph_break=False):
 
 
 def _frame(rewritten=True):
-    code = compile("pass", "<frame>", "exec")
-    return types.SimpleNamespace(f_globals={RUNTIME_NAME: object()} if rewritten else {}, f_code=code)
+    code = compile(RUNTIME_NAME if rewritten else "pass", "<frame>", "exec")
+    return types.SimpleNamespace(f_globals={}, f_code=code)
 
 
 def _failing(error):

@@ -25,10 +25,9 @@ import warnings
 
 import torch
 
-import graphmend.runtime as runtime
+import graphmend.runtime  # noqa: F401 - puts the runtime in the builtins, where mended code finds it
 from graphmend.dynamo_records import GraphBreakRecord, Recompilation
 from graphmend.rewrite.pipeline import ALL_RULES, mend_module_source
-from graphmend.rewrite.templates import RUNTIME_NAME
 
 
 class MendWarning(UserWarning):
@@ -124,7 +123,6 @@ def _mend_plain_function(function: types.FunctionType, rules: tuple[str, ...]) -
     function_code = next(c for c in module_code.co_consts if isinstance(c, types.CodeType))
     if function_code.co_code == code.co_code and function_code.co_consts == code.co_consts:
         return function
-    function.__globals__.setdefault(RUNTIME_NAME, runtime)
     mended = types.FunctionType(
         function_code, function.__globals__, function.__name__, function.__defaults__, None
     )
@@ -179,8 +177,9 @@ def mend(obj, *, rules=ALL_RULES):
     ``nn.Module`` instance (the classes of it and its submodules, in place).
 
     A function that cannot be mended is returned (or left) as it was, with one
-    ``MendWarning`` naming it and the reason; only an unsupported kind of object
-    is an error (``TypeError``)."""
+    ``MendWarning`` naming it and the reason. A ``functools.partial`` is mended
+    through (an equal partial of the mended function); a builtin is returned as it
+    is. Only an unsupported kind of object is an error (``TypeError``)."""
     rules = tuple(rules)
     if isinstance(obj, torch.nn.Module):
         seen: set[type] = set()
@@ -198,6 +197,22 @@ def mend(obj, *, rules=ALL_RULES):
         return types.MethodType(_mend_or_warn(function, rules, function.__qualname__, _USER_STACKLEVEL), obj.__self__)
     if isinstance(obj, types.FunctionType):
         return _mend_or_warn(obj, rules, obj.__qualname__, _USER_STACKLEVEL)
+    if isinstance(obj, functools.partial):
+        # Mended through: an equal partial of the mended function, or the partial
+        # itself when what it calls stays as it was.
+        try:
+            function = mend(obj.func, rules=rules)
+        except TypeError:
+            return obj  # it calls a kind of object graphmend does not mend
+        if function is obj.func:
+            return obj
+        mended = functools.partial(function, *obj.args, **obj.keywords)
+        if getattr(obj, "__dict__", None):
+            mended.__dict__.update(obj.__dict__)
+        return mended
+    if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodWrapperType,
+                        types.WrapperDescriptorType, types.MethodDescriptorType, types.ClassMethodDescriptorType)):
+        return obj  # no Python source: nothing any rule rewrites
     raise TypeError(f"graphmend.mend takes a function, a class or an nn.Module, not {type(obj).__name__}")
 
 

@@ -231,7 +231,7 @@ x = torch.randn(3, 4)
 with recording_graph_breaks() as sites:
     result = model(x)
 print(__name__, __package__, __spec__.name, sys.argv[1:], sys.argv[0] == __file__)
-print(sorted(key for key in globals() if key.startswith("__") and key != "__graphmend__"))
+print(sorted(key for key in globals() if key.startswith("__")))
 print(result.tolist())
 print("COUNT", json.dumps({"spelling": "m", "graphs": backend.graphs,
                            "breaks": break_count_so_far(backend, sites).breaks}))

@@ -71,7 +71,9 @@ def test_tracebacks_from_mended_modules_quote_the_right_original_line(
     package = make_package({"model.py": MODEL_CODE})
     hook_handles([package.name], cache=False)
     mended = importlib.import_module(f"{package.name}.model")
-    assert "__graphmend__" in vars(mended), "the rewriter no longer changes this module"
+    assert any("__graphmend__" in getattr(getattr(value, "__code__", None), "co_names", ())
+               for value in vars(mended).values()), "the rewriter no longer changes this module"
+    assert "__graphmend__" not in vars(mended)
     with pytest.raises(NameError) as caught:
         mended.broken(torch.ones(2))
     frame = traceback.extract_tb(caught.value.__traceback__)[-1]

@@ -238,13 +238,11 @@ SELF_DESCRIBING_SCRIPT = textwrap.dedent(
         return {"type": type(value).__name__, "name": getattr(value, "name", None),
                 "path": getattr(value, "path", None)}
 
-    # ``__graphmend__`` (the runtime that mended code calls) is the one name a mended
-    # script's globals hold that python's do not: Dynamo resolves it there.
-    namespace = {key: describe(value) for key, value in globals().items()
-                 if key.startswith("__") and key != "__graphmend__"}
+    # A mended script's globals are python's: mended code finds the runtime in the builtins.
+    namespace = {key: describe(value) for key, value in globals().items() if key.startswith("__")}
     namespace["__builtins__"] = globals()["__builtins__"] is builtins
     report = {
-        "keys": [key for key in globals() if key != "__graphmend__"],
+        "keys": list(globals()),
         "namespace": namespace,
         "argv": sys.argv,
         "path0": sys.path[0],

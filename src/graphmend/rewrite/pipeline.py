@@ -36,6 +36,7 @@ from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR, TENSOR_ITEM, Find
 from graphmend.rewrite.suppressions import suppressions_in
 from graphmend.rewrite.templates import (
     RUNTIME_IMPORT,
+    RUNTIME_LOAD,
     RUNTIME_NAME,
     is_guard,
     is_original,
@@ -215,8 +216,9 @@ def _report_unfixable(
                 )
 
 
-def _insert_runtime_import(tree: ast.Module) -> None:
-    """Insert the runtime import after the docstring and ``__future__`` imports."""
+def _insert_runtime_import(tree: ast.Module, binding: bool) -> None:
+    """Insert the runtime import after the docstring and ``__future__`` imports: with
+    ``binding``, the line ``graphmend fix`` writes; else one that binds no name."""
     index = 0
     body = tree.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(
@@ -225,7 +227,7 @@ def _insert_runtime_import(tree: ast.Module) -> None:
         index = 1
     while index < len(body) and isinstance(body[index], ast.ImportFrom) and body[index].module == "__future__":
         index += 1
-    node = statements(RUNTIME_IMPORT)[0]
+    node = statements(RUNTIME_IMPORT if binding else RUNTIME_LOAD)[0]
     neighbour = body[index] if index < len(body) else (body[-1] if body else None)
     if neighbour is not None:
         ast.copy_location(node, neighbour)
@@ -300,7 +302,9 @@ def mend_module_source(
     selected = parse_rules(rules)
     tree = ast.parse(source, filename=filename)
     bindings = ModuleBindings(tree, module_name, is_package)
-    if RUNTIME_NAME in bindings.binding_counts:
+    if RUNTIME_NAME in bindings.binding_counts or any(
+        isinstance(node, ast.Name) and node.id == RUNTIME_NAME for node in ast.walk(tree)
+    ):
         # Already rewritten (or the name is taken): rewriting again could not be exact.
         return MendResult(source=source, changed=False, tree=tree)
     if is_other_frameworks_code(bindings, filename):
@@ -338,7 +342,7 @@ def mend_module_source(
     edits = _collect_edits(tree)
     if not context.uses_runtime:
         return MendResult(source=source, changed=False, findings=context.findings, tree=tree, entry_points=entry)
-    _insert_runtime_import(tree)
+    _insert_runtime_import(tree, binding=output_calls_in_place)
     ast.fix_missing_locations(tree)
     return MendResult(
         changed=True,

@@ -12,7 +12,13 @@ import ast
 import copy
 
 RUNTIME_NAME = "__graphmend__"
+# What ``graphmend fix`` writes into a file: a line a reader understands.
 RUNTIME_IMPORT = f"import graphmend.runtime as {RUNTIME_NAME}"
+# What a module mended in memory (the import hook, ``mend_source``) runs instead: the
+# import binds nothing, so the module's namespace (``globals()``, ``dir``, ``vars``) is
+# the original's. Importing the runtime puts it in the builtins
+# (``graphmend.runtime._install_in_builtins``), where mended code finds ``__graphmend__``.
+RUNTIME_LOAD = "__import__('graphmend.runtime')"
 # Marks the original code kept for the eager path; no rule touches it.
 ORIGINAL_MARK = "_graphmend_original"
 # Marks the ``if is_compiling()`` statement a rule generated, with the reason.
@@ -44,6 +50,11 @@ def statements(template: str, **holes) -> list[ast.stmt]:
 def expression(template: str, **holes) -> ast.expr:
     tree = ast.parse(template, mode="eval")
     return _Filler(holes).visit(tree).body
+
+
+def reaches_runtime(code) -> bool:
+    """Whether a code object's own bytecode names the runtime: graphmend rewrote it."""
+    return RUNTIME_NAME in getattr(code, "co_names", ())
 
 
 def runtime(attribute: str) -> ast.expr:

@@ -10,8 +10,13 @@ lowered guard is raised here when the compiled region raises (``traps``).
 
 from __future__ import annotations
 
+import builtins
+import sys
+import types
 
 import torch
+
+from graphmend.rewrite.templates import RUNTIME_NAME
 
 from graphmend.runtime.deferred import (
     defer_log,
@@ -96,3 +101,29 @@ def register_pure_functions(module_name: str, keywords_by_function: dict) -> Non
 
 
 install_compile_wrappers()
+
+
+class _Runtime(types.ModuleType):
+    """This module's class once imported: a module that is also callable.
+
+    Mended code names the runtime ``__graphmend__``. The mended module binds that
+    global, but a function rebuilt from a mended code object with other globals
+    (``types.FunctionType(code, globals)``, as serialisers and some decorators do)
+    has no such global; Python then looks the name up in the builtins, where
+    ``_install_in_builtins`` puts this module. TorchDynamo reads a name found in the
+    builtins only if it is callable (through its copy of the builtins dict, as for
+    ``len``); anything else fails an internal assertion. Calling it is an error, as
+    calling any module is."""
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"'{type(self).__base__.__name__}' object is not callable")
+
+
+def _install_in_builtins() -> None:
+    module = sys.modules[__name__]
+    module.__class__ = _Runtime
+    if getattr(builtins, RUNTIME_NAME, module) is module:
+        setattr(builtins, RUNTIME_NAME, module)
+
+
+_install_in_builtins()

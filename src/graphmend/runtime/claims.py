@@ -590,10 +590,10 @@ def _return_dead_draws(graph_module, output) -> int | None:
 
 
 def _compiled_from_mended_code(output) -> bool:
-    from graphmend.rewrite.templates import RUNTIME_NAME
+    from graphmend.rewrite.templates import reaches_runtime
 
-    root = getattr(output, "root_tx", None)
-    return root is not None and RUNTIME_NAME in getattr(root, "f_globals", {})
+    traced = getattr(getattr(output, "tracing_context", None), "traced_code", None) or ()
+    return any(reaches_runtime(code) for code in traced)
 
 
 def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:

@@ -55,6 +55,14 @@ def wrap_compiled(compiled):
         return run_compiled(compiled, *args, **kwargs)
 
     setattr(call_compiled, _WRAPPED_MARK, True)
+    if getattr(compiled, "_torchdynamo_wrapper_id", None) == id(compiled):
+        # ``functools.wraps`` copied TorchDynamo's own attributes, among them the id
+        # that lets ``innermost_fn`` follow ``_torchdynamo_orig_callable`` only from the
+        # wrapper that set it. With the id of this wrapper instead, compiling, disabling
+        # or running what ``torch.compile`` returned reaches the user's function, as it
+        # does without graphmend (compiling it again otherwise failed: "compile_wrapper
+        # already has a get_compiler_config attribute").
+        call_compiled._torchdynamo_wrapper_id = id(call_compiled)
     return call_compiled
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from graphmend.rewrite.templates import RUNTIME_NAME
+from graphmend.rewrite.templates import reaches_runtime
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ frames_run_eagerly: dict[tuple[str, int, str], str] = {}
 
 
 def _is_rewritten(frame) -> bool:
-    return RUNTIME_NAME in getattr(frame, "f_globals", {})
+    return reaches_runtime(getattr(frame, "f_code", None))
 
 
 # TorchDynamo explains why a cached graph's guards failed before it compiles again, and
