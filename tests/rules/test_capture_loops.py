@@ -6,6 +6,7 @@ Must-rewrite with graph and break counts, one must-not case per legality conditi
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import textwrap
 import warnings
@@ -16,7 +17,7 @@ import torch.nn as nn
 
 from graphmend.counting import count_breaks
 from graphmend.runtime import claims
-from helpers import assert_equivalent, finding_reasons, original_and_mended
+from helpers import assert_equivalent, finding_reasons, observe, original_and_mended
 
 class Expert(nn.Module):
     """Mixtral's expert in small; a class of this file, whose source tracing reads."""
@@ -40,6 +41,25 @@ class Talkative(Expert):
         return self.w2(self.act_fn(self.w1(hidden_states)))
 
 
+# Which experts ran, in order: a load counter, as a router's statistics keep one.
+LOAD: list[int] = []
+
+
+class Counting(Expert):
+    """Its ``forward`` only binds names from calls ``self.name(x)``, but one of them is a
+    method of its own that counts: the call must not be taken for a child module's."""
+
+    def count(self, hidden_states):
+        LOAD.append(self.number)
+        self.calls += 1
+        return hidden_states
+
+    def forward(self, hidden_states):
+        current = self.count(hidden_states)
+        current = self.act_fn(self.w1(current)) * self.w3(current)
+        return self.w2(current)
+
+
 EXPERTS = f"""
 import sys
 import torch
@@ -48,6 +68,8 @@ import torch.nn.functional as F
 
 Expert = sys.modules[{__name__!r}].Expert
 Talkative = sys.modules[{__name__!r}].Talkative
+Counting = sys.modules[{__name__!r}].Counting
+Wrapped = sys.modules[{__name__!r}].Wrapped
 
 
 class Block(nn.Module):
@@ -233,7 +255,7 @@ def test_must_not_rewrite_while_tracing_an_expert_with_a_hook():
         m.experts[3].register_forward_hook(lambda *_: calls.append(1))
     with torch.no_grad():
         assert_equivalent(model, mended_model, ONE_TOKEN, backends=("eager",))
-    assert any("forward hook" in r for r in claims.trace_time_declines.values())
+    assert any("expert_calls_are_known" in r and "has a hook" in r for r in claims.trace_time_declines.values())
 
 
 def _body_where_site(mended_model) -> tuple[str, int]:
@@ -275,3 +297,276 @@ def test_must_not_rewrite_while_tracing_inside_inference_mode():
     counts(under_inference_mode(mended_model), ONE_TOKEN)
     assert any("inference" in r and "chosen experts" in r for r in claims.trace_time_declines.values())
     assert_equivalent(under_inference_mode(model), under_inference_mode(mended_model), ONE_TOKEN, backends=("eager", "aot_eager"))
+
+
+# --------------------------------------------------------------------------------------
+# Must not rewrite while tracing: an expert whose whole call is not known to do nothing
+# on no rows (``expert_calls_are_known``, ``experts_are_a_module_list``,
+# ``no_module_hooks``). Each would run Python for an expert no token chose: a load
+# counter of the original's chosen experts would list every expert.
+
+
+def _counted(forward):
+    @functools.wraps(forward)
+    def counted(self, hidden_states):
+        LOAD.append(self.number)
+        return forward(self, hidden_states)
+
+    return counted
+
+
+class Wrapped(Expert):
+    """Its class's ``forward`` replaced by a wrapper that keeps the wrapped source."""
+
+    forward = _counted(Expert.forward)
+
+
+class CountingList(nn.ModuleList):
+    def __getitem__(self, index):
+        if isinstance(index, int):
+            LOAD.append(index)
+        return super().__getitem__(index)
+
+
+def _counting_function(number, function):
+    def counting(hidden_states):
+        LOAD.append(number)
+        return function(hidden_states)
+
+    return counting
+
+
+def _own_method(model):
+    pass  # ``Counting.count`` counts
+
+
+def _forward_replaced_on_a_linear(model):
+    for expert in model.experts:
+        expert.w1.forward = _counting_function(expert.number, functools.partial(nn.Linear.forward, expert.w1))
+
+
+def _function_in_place_of_a_child(model):
+    for expert in model.experts:
+        del expert.act_fn
+        expert.act_fn = _counting_function(expert.number, torch.nn.functional.silu)
+
+
+def _forward_replaced_on_an_activation(model):
+    for expert in model.experts:
+        expert.act_fn.forward = _counting_function(expert.number, torch.nn.functional.silu)
+
+
+def _forward_replaced_on_the_expert(model):
+    for expert in model.experts:
+        expert.forward = _counting_function(expert.number, expert.forward)
+
+
+def _module_list_that_counts(model):
+    model.experts.__class__ = CountingList
+
+
+def _hook_on_a_layer_the_expert_calls(model):
+    for expert in model.experts:
+        expert.w2.register_forward_pre_hook(lambda module, inputs, number=expert.number: LOAD.append(number))
+
+
+# name: (expert class, how the built model is changed, what the refusal says)
+UNKNOWN_EXPERT_CALLS = {
+    "own_method": ("Counting", _own_method, "expert_calls_are_known: expert 0: `Counting.count` is not a child module"),
+    "forward_replaced_on_a_linear": ("Expert", _forward_replaced_on_a_linear, "`w1`: `Linear` instance sets `forward`"),
+    "function_in_place_of_a_child": ("Expert", _function_in_place_of_a_child, "`Expert.act_fn` is not a child module"),
+    "forward_replaced_on_an_activation": ("Expert", _forward_replaced_on_an_activation, "`SiLU` instance sets `forward`"),
+    "forward_replaced_on_the_expert": ("Expert", _forward_replaced_on_the_expert, "`Expert` instance sets `forward`"),
+    "class_forward_wrapped": ("Wrapped", _own_method, "`Wrapped.forward` is not a plain function"),
+    "module_list_that_counts": ("Expert", _module_list_that_counts, "experts_are_a_module_list"),
+    "hook_on_a_layer_the_expert_calls": ("Expert", _hook_on_a_layer_the_expert_calls, "`w2`: `Linear` has a hook"),
+}
+
+
+def _built(module, change):
+    model = module.build()
+    for number, expert in enumerate(model.experts):
+        expert.number, expert.calls = number, 0
+    change(model)
+    return model
+
+
+def _observed(model, batch, backend=None):
+    """The output, the load counter and the experts' own counts, from one call."""
+    LOAD.clear()
+    run = model
+    if backend is not None:
+        torch._dynamo.reset()
+        run = torch.compile(model, backend=backend, dynamic=False)
+    with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+        output = run(batch)
+    return output, list(LOAD), [getattr(expert, "calls", None) for expert in model.experts._modules.values()]
+
+
+@pytest.mark.parametrize("name", sorted(UNKNOWN_EXPERT_CALLS))
+def test_must_not_rewrite_while_tracing_an_expert_whose_call_is_not_known(name):
+    expert_class, change, expected = UNKNOWN_EXPERT_CALLS[name]
+    original, mended, result = original_and_mended(program(expert_class=expert_class))
+    assert result.changed and not finding_reasons(result, "Capture")
+    reference_model = _built(original, change)
+    assert unchosen_experts(reference_model, ONE_TOKEN) == 2
+    output, load, calls = _observed(reference_model, ONE_TOKEN)
+    assert sorted(set(load)) == [1, 3]  # the two experts the token chose, not 0 or 2
+    for backend in (None, "eager", "aot_eager"):
+        claims.forget_refusals()
+        claims.trace_time_declines.clear()
+        mended_output, mended_load, mended_calls = _observed(_built(mended, change), ONE_TOKEN, backend)
+        assert torch.equal(mended_output, output), backend
+        assert mended_load == load and mended_calls == calls, backend
+        if backend is not None:
+            assert any(expected in r and "chosen experts" in r for r in claims.trace_time_declines.values()), (
+                claims.trace_time_declines
+            )
+    mended_counts = counts(_built(mended, change), ONE_TOKEN)
+    assert mended_counts == counts(_built(original, change), ONE_TOKEN), name
+    LOAD.clear()
+
+
+def test_must_not_rewrite_while_tracing_with_a_global_backward_hook():
+    """``no_module_hooks``: a hook registered for every module (here a backward one)."""
+    original, mended, _ = original_and_mended(program())
+    handle = torch.nn.modules.module.register_module_full_backward_hook(lambda *_: None)
+    try:
+        model, mended_model = original.build(), mended.build()
+        assert counts(mended_model, ONE_TOKEN) == counts(model, ONE_TOKEN)
+        with torch.no_grad():
+            # Compiled, torch warns of the hook: compared with the original compiled.
+            for backend in ("eager", "aot_eager"):
+                observe(mended_model, ONE_TOKEN, compiled=True, backend=backend).assert_same_as(
+                    observe(model, ONE_TOKEN, compiled=True, backend=backend)
+                )
+    finally:
+        handle.remove()
+    assert any("no_module_hooks" in r for r in claims.trace_time_declines.values())
+
+
+def test_expert_calls_of_the_suite_are_known():
+    """Mixtral's and Qwen2-MoE's experts (transformers 4.52.4): their whole call is known."""
+    from graphmend.runtime.expert_calls import why_call_not_known
+
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.mixtral.modeling_mixtral import MixtralBlockSparseTop2MLP
+    from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeMLP
+
+    mixtral = transformers.MixtralConfig(hidden_size=8, intermediate_size=16)
+    qwen = transformers.Qwen2MoeConfig(hidden_size=8, intermediate_size=16)
+    assert why_call_not_known(MixtralBlockSparseTop2MLP(mixtral)) is None
+    assert why_call_not_known(Qwen2MoeMLP(qwen, intermediate_size=16)) is None
+    for activation in ("gelu", "gelu_python", "gelu_new", "mish", "gelu_10", "relu2", "silu"):
+        assert why_call_not_known(transformers.activations.ACT2FN[activation]) is None, activation
+
+
+# --------------------------------------------------------------------------------------
+# The ``index_add_`` of no rows (``destination_is_unseen``): an expert no token chose
+# adds nothing, but the write bumps its tensor's version counter. Into a tensor from
+# outside the graph that autograd saved, a later ``backward()`` would fail where the
+# original, which wrote nothing, works.
+
+DESTINATION_FROM_THE_CALLER = EXPERTS + f"""
+class Routed(Block):
+    def forward(self, hidden_states, final_hidden_states):
+        batch, length, hidden_dim = hidden_states.shape
+        hidden_states, routing_weights, _unused, selected_experts = self.route(hidden_states)
+        expert_mask = torch.nn.functional.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+{textwrap.indent(textwrap.dedent(MIXTRAL_LOOP), " " * 8)}
+        return final_hidden_states * 2
+
+
+def build():
+    torch.manual_seed(0)
+    return Routed().eval().requires_grad_(False)
+"""
+
+NO_TOKEN = torch.randn(1, 0, 8, generator=torch.Generator().manual_seed(3))
+
+
+def _saved_destination_call(model, batch, backend):
+    """Autograd saves the destination before the call; the backward after it."""
+    run = model
+    if backend is not None:
+        torch._dynamo.reset()
+        run = torch.compile(model, backend=backend, dynamic=False)
+    destination = torch.zeros(batch.shape[0] * batch.shape[1], batch.shape[2])
+    weight = torch.randn(destination.shape, requires_grad=True, generator=torch.Generator().manual_seed(4))
+    saved = destination * weight
+    with torch.no_grad():
+        output = run(batch, destination)
+    try:
+        saved.sum().backward()
+        error = None
+    except RuntimeError as exception:
+        error = str(exception).splitlines()[0]
+    return output, destination._version, error, weight.grad
+
+
+@pytest.mark.parametrize("backend", [None, "eager", "aot_eager"])
+def test_a_destination_autograd_saved_is_not_written_for_no_token(backend):
+    original, mended, result = original_and_mended(DESTINATION_FROM_THE_CALLER)
+    assert result.changed and not finding_reasons(result, "Capture")
+    output, version, error, gradient = _saved_destination_call(original.build(), NO_TOKEN, None)
+    assert error is None and version == 0
+    mended_output, mended_version, mended_error, mended_gradient = _saved_destination_call(
+        mended.build(), NO_TOKEN, backend
+    )
+    assert mended_error is None and mended_version == version
+    assert torch.equal(mended_output, output) and torch.equal(mended_gradient, gradient)
+    if backend is not None:
+        assert any(
+            "destination_is_unseen" in r and "comes from outside the graph" in r
+            for r in claims.trace_time_declines.values()
+        ), claims.trace_time_declines
+
+
+def test_a_destination_from_the_caller_keeps_the_original_loop_and_its_counts():
+    original, mended, _ = original_and_mended(DESTINATION_FROM_THE_CALLER)
+    model, mended_model = original.build(), mended.build()
+    for batch in (NO_TOKEN, ONE_TOKEN):
+        rows = batch.shape[0] * batch.shape[1]
+        assert counts(mended_model, batch, torch.zeros(rows, 8)) == counts(model, batch, torch.zeros(rows, 8))
+
+        def made_inside(module, batch=batch, rows=rows):
+            return lambda: (module(batch, torch.zeros(rows, 8)),)
+
+        with torch.no_grad():
+            assert_equivalent(made_inside(model), made_inside(mended_model), backends=("eager", "aot_eager"))
+
+
+def test_must_rewrite_a_destination_made_in_the_graph_with_a_batch_of_no_token():
+    """A destination the graph made and nothing read: the loop over every expert runs,
+    one graph, with the original's values."""
+    original, mended, _ = original_and_mended(program())
+    model, mended_model = original.build(), mended.build()
+    assert counts(mended_model, NO_TOKEN) == (1, 0)
+    with torch.no_grad():
+        assert_equivalent(model, mended_model, NO_TOKEN, backends=("eager", "aot_eager"))
+
+
+def test_must_not_rewrite_while_tracing_a_destination_read_before_the_loop():
+    """``destination_is_unseen``: a read of the destination before the loop could be
+    saved by autograd."""
+    loop = "total = final_hidden_states.sum()\n" + textwrap.dedent(MIXTRAL_LOOP)
+    original, mended, _ = original_and_mended(program(loop, after="final_hidden_states = final_hidden_states + total\n"))
+    model, mended_model = original.build(), mended.build()
+    assert counts(mended_model, ONE_TOKEN) == counts(model, ONE_TOKEN)
+    assert any(
+        "destination_is_unseen" in r and "reads the destination" in r for r in claims.trace_time_declines.values()
+    ), claims.trace_time_declines
+    with torch.no_grad():
+        assert_equivalent(model, mended_model, ONE_TOKEN, backends=("eager", "aot_eager"))
+
+
+def test_must_not_rewrite_a_destination_that_may_be_unbound():
+    """``destination_is_bound_at_the_loop``: the check made while tracing reads the
+    destination before the loop, where the original reads it only in the body."""
+    loop = MIXTRAL_LOOP.replace("final_hidden_states.index_add_", "accumulated.index_add_")
+    loop = "if batch > 0:\n    accumulated = torch.zeros_like(hidden_states)\n" + textwrap.dedent(loop)
+    original, mended, result = original_and_mended(program(loop, after="final_hidden_states = accumulated\n"))
+    reasons = finding_reasons(result, "Capture")
+    assert reasons and "the destination `accumulated` may be unbound" in reasons[0], result.findings
+    with torch.no_grad():
+        assert_equivalent(original.build(), mended.build(), ONE_TOKEN, backends=("eager",))

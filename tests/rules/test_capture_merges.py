@@ -412,3 +412,113 @@ def test_random_draws_on_both_sides_of_the_branch_keep_its_break():
     with torch.no_grad():
         assert counts(mended.main, X, FLAGS["some rows"]) == counts(original.main, X, FLAGS["some rows"])
     assert_same_draws(original, mended, FLAGS["some rows"])
+
+
+# --------------------------------------------------------------------------------------
+# ``destination_is_unseen``: without positions the merged form still writes ``D[P] = V``
+# (no rows), which bumps ``D``'s version counter; the original writes nothing.
+
+DESTINATION_FROM_THE_CALLER = """
+    def main(x, flags, merged):
+        (idx,) = torch.where(flags > 0)
+        if len(idx) > 0:
+            rows = LINEAR(x[idx])
+            merged[idx] = rows * 3
+        return x + 1
+"""
+
+
+def _saved_destination_call(function, flags, backend):
+    """Autograd saves the destination before the call; the backward after it."""
+    run = function
+    if backend is not None:
+        torch._dynamo.reset()
+        run = torch.compile(function, backend=backend)
+    base = torch.randn(4, 3, requires_grad=True, generator=torch.Generator().manual_seed(5))
+    destination = base * 1
+    weight = torch.randn(4, 3, requires_grad=True, generator=torch.Generator().manual_seed(6))
+    saved = destination * weight
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        value = run(X, flags, destination)
+    try:
+        saved.sum().backward()
+        error = None
+    except RuntimeError as exception:
+        error = str(exception).splitlines()[0]
+    return value, destination.detach().clone(), destination._version, error, base.grad, weight.grad
+
+
+@pytest.mark.parametrize("backend", [None, "eager", "aot_eager"])
+def test_a_destination_autograd_saved_is_not_written_without_rows(backend):
+    original, mended, result = mended_pair(DESTINATION_FROM_THE_CALLER)
+    assert result.changed and not finding_reasons(result, "Capture")
+    expected = _saved_destination_call(original.main, FLAGS["no row"], None)
+    assert expected[3] is None and expected[2] == 0
+    got = _saved_destination_call(mended.main, FLAGS["no row"], backend)
+    assert got[3] is None, got[3]
+    assert got[2] == expected[2]  # the version counter
+    for ours, theirs in zip(got[:2] + got[4:], expected[:2] + expected[4:]):
+        assert torch.equal(ours, theirs)
+    if backend is not None:
+        assert any(
+            "destination_is_unseen" in r and "comes from outside the graph" in r
+            for r in claims.trace_time_declines.values()
+        ), claims.trace_time_declines
+
+
+@pytest.mark.parametrize("rows", sorted(FLAGS))
+def test_a_destination_from_the_caller_keeps_the_branch_and_its_counts(rows):
+    original, mended, _ = mended_pair(DESTINATION_FROM_THE_CALLER)
+    with torch.no_grad():
+        assert counts(mended.main, X, FLAGS[rows], X * 2) == counts(original.main, X, FLAGS[rows], X * 2)
+
+        def on_a_fresh_destination(module):
+            def main():
+                destination = X * 2
+                return module.main(X, FLAGS[rows], destination), destination
+            return main
+
+        assert_equivalent(
+            on_a_fresh_destination(original), on_a_fresh_destination(mended), backends=("eager", "aot_eager")
+        )
+
+
+def test_must_not_rewrite_while_tracing_a_destination_read_before_the_branch():
+    """A read before the branch could have been saved by autograd."""
+    original, mended, result = mended_pair("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            merged = x * 2
+            total = merged.sum()
+            if len(idx) > 0:
+                merged[idx] = LINEAR(x[idx])
+            return merged + total
+    """)
+    assert result.changed and not finding_reasons(result, "Capture")
+    with torch.no_grad():
+        assert counts(mended.main, X, FLAGS["some rows"]) == counts(original.main, X, FLAGS["some rows"])
+        assert any(
+            "destination_is_unseen" in r and "reads the destination" in r for r in claims.trace_time_declines.values()
+        ), claims.trace_time_declines
+        for flags in FLAGS.values():
+            assert_equivalent(original.main, mended.main, X, flags, backends=("eager", "aot_eager"))
+
+
+def test_must_not_rewrite_while_tracing_a_destination_that_is_a_view():
+    original, mended, _ = mended_pair("""
+        def main(x, flags):
+            (idx,) = torch.where(flags > 0)
+            whole = x * 2
+            merged = whole[:, :2]
+            if len(idx) > 0:
+                merged[idx] = LINEAR(x[idx])[:, :2]
+            return whole
+    """)
+    with torch.no_grad():
+        assert counts(mended.main, X, FLAGS["some rows"]) == counts(original.main, X, FLAGS["some rows"])
+        assert any(
+            "destination_is_unseen" in r and "is a view" in r for r in claims.trace_time_declines.values()
+        ), claims.trace_time_declines
+        for flags in FLAGS.values():
+            assert_equivalent(original.main, mended.main, X, flags, backends=("eager", "aot_eager"))

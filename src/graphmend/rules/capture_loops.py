@@ -32,11 +32,22 @@ Legality conditions (each a function, returning the reason it fails):
   call), and ends in ``acc.index_add_(0, positions, value)``; nothing else.
 - ``loop_names_stay_in_the_loop``: no name the loop binds (its variable included) is
   read after it: those names would hold the last expert's values, not the last chosen.
-Checked while tracing (``graphmend.runtime.dynamic_shapes.experts_run_empty_exactly``):
-``E`` is an int no larger than the experts' container, each expert's ``forward`` is
-built from linear layers and elementwise activations only (no hook), and no gradient
-is recorded for the experts' parameters (an expert that ran on no token would get a
-zero gradient where the original's has none), and the body's ``torch.where`` may be
+- ``destination_is_bound_at_the_loop``: the ``index_add_``'s tensor is bound wherever
+  the loop is reached (the check made while tracing reads it before the loop).
+Checked while tracing (``graphmend.runtime.dynamic_shapes.experts_run_empty_exactly``;
+each refusal names its condition): ``E`` is an int no larger than the experts'
+container, a ``ModuleList`` or ``Sequential`` as torch defines it
+(``experts_are_a_module_list``); no global module hook (``no_module_hooks``); no
+gradient is recorded for the experts' parameters (``no_expert_gradients``: an expert
+that ran on no token would get a zero gradient where the original's has none); each
+expert's whole call is known to do nothing on no rows (``expert_calls_are_known``,
+``graphmend.runtime.expert_calls``): an allow-listed ``torch.nn`` or transformers
+layer with its library's ``forward``, or a ``forward`` built from its own child
+modules' calls and arithmetic, with no instance attribute replacing a method, no hook,
+no method of the expert's own (a counter, a profiler's list) reached; the
+``index_add_``'s tensor is one the graph made and nothing read yet
+(``destination_is_unseen``: its write of no rows bumps the version counter, which a
+tensor autograd saved, or the caller, would see); and the body's ``torch.where`` may be
 captured in this trace (``body_keeps_its_captures``: refused, it would break the graph
 inside the loop over every expert, where TorchDynamo gives up on the whole frame; the
 original loop breaks before it, at ``.tolist()``).
@@ -51,6 +62,7 @@ from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
 from graphmend.rules.capture import RULE
+from graphmend.rules.safety import ExpressionSafety
 
 _SHAPE_METHODS = frozenset({"to", "float", "half", "bfloat16", "double", "type_as", "contiguous"})
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div)
@@ -194,6 +206,7 @@ class _Body:
         self.positions: set[str] = set()
         self.derived: set[str] = set()
         self.updated = False
+        self.destination: str | None = None
 
     def is_derived(self, node: ast.expr) -> bool:
         if isinstance(node, ast.Name):
@@ -271,6 +284,7 @@ class _Body:
                     and _constant_int(call.args[0]) == 0 and _is_name(call.args[1]) and call.args[1].id in self.positions
                     and self.is_derived(call.args[2])):
                 self.updated = True
+                self.destination = call.func.value.id
                 return None
         if isinstance(statement, ast.Pass):
             return None
@@ -303,6 +317,17 @@ def loop_names_stay_in_the_loop(context: FunctionContext, loop: ast.For, body: _
     return None
 
 
+def destination_is_bound_at_the_loop(context: FunctionContext, loop: ast.For, body: _Body) -> str | None:
+    """The check made while tracing takes the ``index_add_``'s destination before the
+    loop, where the original reads it only in the body: an unbound one would raise
+    there, for a batch whose loop runs no iteration."""
+    node = context.facts.node_for(loop)
+    if node is None:
+        return "the analysis cannot place the loop"
+    reason = ExpressionSafety(context, node).expression_is_safe(ast.Name(id=body.destination, ctx=ast.Load()))
+    return None if reason is None else f"the destination {reason}"
+
+
 def apply(context: FunctionContext) -> None:
     def rewrite(before: ast.stmt, enclosing: list[ast.stmt]) -> list[ast.stmt] | None:
         assignment = _one_assignment(before)
@@ -327,6 +352,8 @@ def apply(context: FunctionContext) -> None:
                 reason, body = body_does_nothing_for_an_unchosen_expert(statement, mask)
             if reason is None:
                 reason = loop_names_stay_in_the_loop(context, statement, body)
+            if reason is None:
+                reason = destination_is_bound_at_the_loop(context, statement, body)
         finding = context.module.report(
             context.facts, before, DYNAMIC_SHAPE_OPERATOR,
             f"loop over the chosen classes `{ast.unparse(statement.iter)}` (`.nonzero()`, `.tolist()`)", RULE, reason,
@@ -341,8 +368,9 @@ def apply(context: FunctionContext) -> None:
         compiled_loop.iter = ast.Call(func=ast.Name(id="range", ctx=ast.Load()), args=[copy.deepcopy(classes)], keywords=[])
         place(compiled_loop.iter, statement.iter)
         exact = expression(
-            f"{RUNTIME_NAME}.dynamic_shapes.experts_run_empty_exactly(CONTAINER, CLASSES, BODY_LINES)",
+            f"{RUNTIME_NAME}.dynamic_shapes.experts_run_empty_exactly(CONTAINER, CLASSES, BODY_LINES, DESTINATION)",
             CONTAINER=copy.deepcopy(container), CLASSES=copy.deepcopy(classes),
+            DESTINATION=ast.Name(id=body.destination, ctx=ast.Load()),
             BODY_LINES=ast.Tuple(elts=[ast.Constant(statement.body[0].lineno), ast.Constant(statement.end_lineno)], ctx=ast.Load()),
         )
         place(exact, before)

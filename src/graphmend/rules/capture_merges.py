@@ -51,7 +51,12 @@ Legality conditions (each a function, returning the reason it fails):
   reached, a global one too (the compiled form reads it before the test).
 Checked while tracing (``graphmend.runtime.dynamic_shapes.may_merge_rows``): ``P`` is a
 1-D integer tensor of a size tracing does not know (a captured one; a known size
-does not break), ``D`` a tensor, and the claim on the break holds. Where ``torch.cond``
+does not break), ``D`` a tensor the graph made that nothing read yet, not a view and
+sharing its storage with no other value (``destination_is_unseen``: the merged form
+writes ``D[P] = V`` without positions too, where the original writes nothing; a write
+of no rows changes no value but bumps the version counter, and a tensor autograd saved
+before, or the caller's, would then fail ``backward()``), and the claim on the break
+holds. Where ``torch.cond``
 cannot capture the body (an effect in it, a module that updates its state, a forward
 hook), the frame is traced again with the branch as written
 (``graphmend.runtime.conversion_failures``).

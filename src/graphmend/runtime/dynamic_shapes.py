@@ -25,12 +25,13 @@ the uses it can see; for any other, the frame runs eagerly as its original would
 
 from __future__ import annotations
 
+import inspect
 import threading
 
 import torch
 from torch._dynamo.comptime import comptime
 
-from graphmend.runtime import claims
+from graphmend.runtime import claims, expert_calls
 from graphmend.runtime.selection import is_plain_tensor
 
 _state = threading.local()
@@ -136,25 +137,14 @@ def captured_argwhere(x, *args, **kwargs):
 # ------------------------------------------------------------------------------------
 # A loop over the experts a batch chose, run over every expert (``rules/capture_loops.py``).
 
-_ELEMENTWISE_ACTIVATIONS = frozenset(
-    {
-        torch.nn.ReLU, torch.nn.ReLU6, torch.nn.GELU, torch.nn.SiLU, torch.nn.Tanh, torch.nn.Sigmoid,
-        torch.nn.Mish, torch.nn.Hardswish, torch.nn.Hardsigmoid, torch.nn.LeakyReLU, torch.nn.ELU,
-        torch.nn.SELU, torch.nn.CELU, torch.nn.Softplus, torch.nn.Tanhshrink, torch.nn.Identity,
-    }
-)
-# transformers' activation classes (``ACT2FN``): elementwise functions of their input.
-_ELEMENTWISE_ACTIVATION_MODULES = frozenset({"transformers.activations"})
-_row_wise_classes: dict[type, str | None] = {}
-
-
-def experts_run_empty_exactly(experts, classes, body_lines=()) -> bool:
+def experts_run_empty_exactly(experts, classes, body_lines=(), destination=None) -> bool:
     """Whether running the loop's body for every class ``< classes`` is exact: each
-    expert ``experts[e]`` maps rows to rows with no effect (so no token, no effect), and
-    no gradient is recorded for it. ``body_lines`` (first, last) are the loop body's
-    lines in the caller's file: a claim refused there (the positions' capture) leaves
-    the original loop, whose break is before it. A constant of the trace; not tracing,
-    False."""
+    expert ``experts[e]`` maps rows to rows with no effect (so no token, no effect), no
+    gradient is recorded for it, and the ``index_add_`` of no rows into ``destination``
+    writes a tensor nothing outside this graph or autograd can see. ``body_lines``
+    (first, last) are the loop body's lines in the caller's file: a claim refused there
+    (the positions' capture) leaves the original loop, whose break is before it. A
+    constant of the trace; not tracing, False."""
     exact = False
     comptime(_decide_experts)
     return exact
@@ -162,12 +152,17 @@ def experts_run_empty_exactly(experts, classes, body_lines=()) -> bool:
 
 def _decide_experts(context) -> None:
     claims.decide_in_trace(
-        context, "exact", ("experts", "classes", "body_lines"), _experts_exact, read=_module_or_constant
+        context, "exact", ("experts", "classes", "body_lines", "destination"), _experts_exact,
+        read=_module_node_or_constant,
     )
 
 
-def _experts_exact(translator, experts, classes, body_lines) -> bool:
-    reason = why_not_run_empty_exactly(experts, classes) or body_keeps_its_captures(translator, body_lines)
+def _experts_exact(translator, experts, classes, body_lines, destination) -> bool:
+    reason = (
+        why_not_run_empty_exactly(experts, classes)
+        or why_destination_may_be_seen(translator, destination)
+        or body_keeps_its_captures(translator, body_lines)
+    )
     if reason is not None:
         claims.decline_at_user_site(translator, f"the loop keeps its chosen experts: {reason}")
     return reason is None
@@ -192,103 +187,128 @@ def body_keeps_its_captures(translator, body_lines) -> str | None:
     return None
 
 
-def _module_or_constant(variable):
-    """The module a TorchDynamo variable stands for (inlined or specialised), or the
-    Python constant it holds."""
+def _module_node_or_constant(variable):
+    """The module a TorchDynamo variable stands for (inlined or specialised), the graph
+    node of a plain tensor, or the Python constant it holds."""
+    from torch._dynamo.variables import TensorVariable
+
     value = getattr(variable, "value", None)
     if isinstance(value, torch.nn.Module):
         return value
+    realize = getattr(variable, "realize", None)  # a graph input TorchDynamo has not built yet
+    if realize is not None:
+        variable = realize()
+    if type(variable) is TensorVariable:
+        return variable.as_proxy().node
     return variable.as_python_constant()
 
 
 def why_not_run_empty_exactly(experts, classes) -> str | None:
+    """The while-tracing conditions on the experts (``rules/capture_loops.py``), each
+    reason naming its condition:
+    - ``experts_are_a_module_list``: ``classes`` an int, ``experts`` a ``ModuleList`` or
+      ``Sequential`` as torch defines it (its ``__getitem__`` runs for every class), with
+      an expert for every class;
+    - ``no_module_hooks``: no global module hook (forward, pre-forward, backward);
+    - ``no_expert_gradients``: no gradient recorded for an expert's parameters (one that
+      ran on no token would get a zero gradient where the original's has none);
+    - ``expert_calls_are_known``: each expert's whole call is known to do nothing on no
+      rows (``graphmend.runtime.expert_calls``): its class's ``forward`` and every
+      module it reaches, no instance attribute replacing a method, no hook on it or on a
+      module it calls, no tensor of a subclass."""
     if type(classes) is not int or classes < 0:
-        return "the number of classes is not an int"
-    if not isinstance(experts, (torch.nn.ModuleList, torch.nn.Sequential)) or len(experts) < classes:
-        return "the experts are not a module list with an expert for every class"
-    if torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks:
-        return "a global forward hook is registered"
+        return "experts_are_a_module_list: the number of classes is not an int"
+    kind = type(experts)
+    if kind not in (torch.nn.ModuleList, torch.nn.Sequential) or len(experts) < classes:
+        return "experts_are_a_module_list: the experts are not a module list with an expert for every class"
+    if inspect.getattr_static(kind, "__getitem__") is not _CONTAINER_ITEMS[kind]:
+        return f"experts_are_a_module_list: `{kind.__name__}.__getitem__` is not torch's"
+    hooked = expert_calls.global_hooks()
+    if hooked:
+        return f"no_module_hooks: {hooked}"
     for index in range(classes):
         expert = experts[index]
-        for module in expert.modules():
-            if module._forward_hooks or module._forward_pre_hooks:
-                return f"expert {index} has a forward hook"
         if torch.is_grad_enabled() and any(p.requires_grad for p in expert.parameters()):
-            return f"gradients are recorded for expert {index}'s parameters"
-        reason = _why_not_row_wise(expert)
+            return f"no_expert_gradients: gradients are recorded for expert {index}'s parameters"
+        reason = expert_calls.why_call_not_known(expert)
         if reason:
-            return f"expert {index}: {reason}"
+            return f"expert_calls_are_known: expert {index}: {reason}"
     return None
 
 
-def _why_not_row_wise(module: torch.nn.Module) -> str | None:
-    kind = type(module)
-    if kind in _ELEMENTWISE_ACTIVATIONS or kind.__module__ in _ELEMENTWISE_ACTIVATION_MODULES:
-        return None
-    if kind is torch.nn.Linear:
-        return None
-    if kind not in _row_wise_classes:
-        _row_wise_classes[kind] = _why_not_row_wise_forward(kind)
-    reason = _row_wise_classes[kind]
-    if reason:
-        return reason
-    for name, child in module.named_children():
-        reason = _why_not_row_wise(child)
-        if reason:
-            return f"`{name}`: {reason}"
-    return None
+_CONTAINER_ITEMS = {kind: kind.__dict__["__getitem__"] for kind in (torch.nn.ModuleList, torch.nn.Sequential)}
 
 
-def _why_not_row_wise_forward(kind: type) -> str | None:
-    """A ``forward(self, x)`` whose statements bind names and return, built from its
-    input, its own submodules' calls (``self.name(...)``) and arithmetic."""
-    import ast
-    import inspect
-    import textwrap
+# ------------------------------------------------------------------------------------
+# An in-place write of rows that may be none (the loop's ``index_add_``, the merged
+# branch's ``D[P] = V``).
 
-    forward = kind.forward
-    if forward is torch.nn.Module.forward:
-        return f"`{kind.__name__}` has no forward"
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
-    except (OSError, TypeError, SyntaxError):
-        return f"the source of `{kind.__name__}.forward` is not available"
-    function = tree.body[0]
-    if not isinstance(function, ast.FunctionDef) or function.decorator_list:
-        return f"`{kind.__name__}.forward` is decorated"
-    arguments = function.args
-    if (len(arguments.args) != 2 or arguments.vararg or arguments.kwarg or arguments.kwonlyargs
-            or arguments.defaults or arguments.posonlyargs):
-        return f"`{kind.__name__}.forward` takes other than one input"
-    self_name = arguments.args[0].arg
-    bound = {arguments.args[1].arg}
+# What reading a tensor's metadata records in a graph: no autograd node saves it.
+_METADATA_METHODS = frozenset({"size", "dim", "stride", "numel", "ndimension", "nelement", "storage_offset"})
 
-    def row_wise(node) -> bool:
-        if isinstance(node, ast.Name):
-            return node.id in bound
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
-            return row_wise(node.left) and row_wise(node.right)
-        if isinstance(node, ast.Call):
-            callee = node.func
-            return (
-                isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name)
-                and callee.value.id == self_name and len(node.args) == 1 and not node.keywords
-                and row_wise(node.args[0])
+
+def why_destination_may_be_seen(translator, destination) -> str | None:
+    """``destination_is_unseen``: the rewritten code writes ``destination`` in place
+    where the original writes nothing (no rows: the loop's ``index_add_`` for an expert
+    no token chose, the merged branch's ``D[P] = V`` without positions). A write of no
+    rows changes no value but bumps the tensor's version counter: a tensor autograd
+    saved before would fail the later ``backward()`` ("modified by an inplace
+    operation") where the original works, and a caller would see ``_version`` change.
+    So the destination must be a tensor this graph made (not an input of the graph, not
+    a module's parameter or buffer, not a view, sharing its storage with no other value
+    of the graph), that nothing in the graph has read yet (only its sizes), and not a
+    leaf that requires grad (where the write itself raises). Otherwise, the reason."""
+    prefix = "destination_is_unseen: "
+    node = destination
+    if not isinstance(node, torch.fx.Node):
+        return prefix + "the destination is not a plain tensor of the graph"
+    if node.op in ("placeholder", "get_attr"):
+        return prefix + (
+            f"the destination `{node.name}` comes from outside the graph: a write of no rows bumps its "
+            "version counter, which autograd and the caller see"
+        )
+    example = node.meta.get("example_value")
+    if not isinstance(example, torch.Tensor):
+        return prefix + "the destination is not a tensor"
+    if example._base is not None:
+        return prefix + f"the destination `{node.name}` is a view of another tensor"
+    if example.requires_grad and example.is_leaf:
+        return prefix + f"the destination `{node.name}` is a leaf that requires grad"
+    storage = _storage_of(example)
+    for other in translator.output.graph.nodes:
+        if other is node:
+            continue
+        values = torch.utils._pytree.tree_leaves(other.meta.get("example_value"))
+        if any(isinstance(v, torch.Tensor) and _storage_of(v) == storage for v in values):
+            return prefix + f"the destination `{node.name}` shares its storage with `{other.name}`"
+    for user in node.users:
+        if not _reads_metadata_only(user):
+            return prefix + (
+                f"`{user.name}` reads the destination `{node.name}` before the write, and autograd may "
+                "have saved it"
             )
-        return False
+    return None
 
-    body = function.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]  # the docstring
-    for statement in body:
-        if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name) and row_wise(statement.value)):
-            bound.add(statement.targets[0].id)
-        elif isinstance(statement, ast.Return) and statement.value is not None and row_wise(statement.value):
-            return None
-        else:
-            return f"`{kind.__name__}.forward` does more than call its layers on its input"
-    return f"`{kind.__name__}.forward` returns nothing"
+
+def _storage_of(tensor: torch.Tensor):
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    try:
+        return StorageWeakRef(tensor.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return id(tensor)
+
+
+def _reads_metadata_only(node: torch.fx.Node) -> bool:
+    if node.op == "call_method":
+        return node.target in _METADATA_METHODS
+    if node.op == "call_function":
+        target = node.target
+        if target is getattr:  # ``x.shape``, ``x.dtype``
+            return True
+        name = getattr(target, "__name__", "")
+        return name in _METADATA_METHODS or str(target).startswith(("aten.sym_size", "aten.sym_stride", "aten.sym_numel"))
+    return False
 
 
 def captured_mask_index(values, mask):
@@ -337,7 +357,9 @@ def may_merge_rows(positions, destination) -> bool:
     """While tracing, whether the branch on whether ``positions`` is empty may stay in
     the graph: ``positions`` is a 1-D integer tensor whose size tracing does not know
     (a captured one: otherwise the original branch does not break), ``destination`` a
-    tensor, and the claim on the break holds (``graphmend.runtime.claims``). Not
+    tensor that a write of no rows leaves unseen (``destination_is_unseen``: the merged
+    form writes ``D[P] = V`` whether or not there are positions, the original only when
+    there are), and the claim on the break holds (``graphmend.runtime.claims``). Not
     tracing, False."""
     merged = False
     if not (is_plain_tensor(positions) and is_plain_tensor(destination)):
@@ -348,24 +370,29 @@ def may_merge_rows(positions, destination) -> bool:
 
 def _decide_merge(context) -> None:
     claims.decide_in_trace(
-        context, "merged", ("positions", "destination"), _merge_claimed, read=_example_value,
+        context, "merged", ("positions", "destination"), _merge_claimed, read=_node,
     )
 
 
-def _example_value(variable):
-    proxy = variable.as_proxy()
-    return proxy.node.meta.get("example_value")
+def _node(variable):
+    return variable.as_proxy().node
 
 
-def _merge_claimed(translator, positions, destination) -> bool:
+def _merge_claimed(translator, positions_node, destination_node) -> bool:
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+    positions = positions_node.meta.get("example_value")
+    destination = destination_node.meta.get("example_value")
     if not (isinstance(positions, torch.Tensor) and isinstance(destination, torch.Tensor)):
         return False
     if positions.dim() != 1 or positions.dtype not in (torch.int64, torch.int32) or positions.is_sparse:
         return False
     if not free_unbacked_symbols(positions.shape[0]):
         return False  # a size tracing knows: the original branch does not break
+    unseen = why_destination_may_be_seen(translator, destination_node)
+    if unseen is not None:
+        claims.decline_at_user_site(translator, f"the branch keeps its break: {unseen}")
+        return False
     if not claims.claim_break_at_user_site(translator, kind=claims.MERGE):
         return False
     site = claims.user_site(translator)
