@@ -1256,3 +1256,130 @@ def test_without_handlers_a_record_into_a_python_stderr_keeps_its_call():
     _assert_two_calls_are_the_originals(
         _LOG_READ_BACK, _two_logged_calls, ([[2.0, 2.0], [3.0, 3.0]], 2), python_stderr, lambda module: None
     )
+
+
+# Print options and the default dtype: the text of a tensor printed inside the graph.
+
+def _printed_over_calls(function, backend, calls, between=None):
+    """(text printed over ``calls`` calls of ``function`` compiled with ``backend``,
+    graphs compiled; ``None`` for a counting backend's count under another backend).
+    ``between(call)`` runs before each call after the first; print options and the
+    default dtype are restored afterwards."""
+    from graphmend.counting import CountingBackend
+
+    torch._dynamo.reset()
+    counter = CountingBackend() if backend == "count" else None
+    compiled = torch.compile(function, backend=counter or backend, dynamic=False)
+    stream = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(stream):
+            for call in range(calls):
+                if call and between is not None:
+                    between(call)
+                compiled(torch.tensor([1.0, 2.0]))
+    finally:
+        torch.set_printoptions(profile="default")
+        torch.set_default_dtype(torch.float32)
+    return stream.getvalue(), (counter.graphs if counter is not None else None)
+
+
+PRINT_OPTIONS_SET_IN_THE_FUNCTION = {
+    "precision": """
+        def f(x):
+            torch.set_printoptions(precision=2)
+            print("scaled", x * 1.1234567)
+            torch.set_printoptions(precision=4)
+            return x + 1
+        """,
+    "sci_mode": """
+        def f(x):
+            torch.set_printoptions(sci_mode=True)
+            print(x * 1.1234567)
+            torch.set_printoptions(profile="default")
+            return x + 1
+        """,
+    "logged": """
+        def f(x):
+            torch.set_printoptions(precision=1)
+            logger.warning("scaled %s", x * 1.1234567)
+            torch.set_printoptions(precision=4)
+            return x + 1
+        """,
+    "warned": """
+        def f(x):
+            torch.set_printoptions(precision=1)
+            warnings.warn(f"scaled {x.shape}")
+            print(x * 1.1234567)
+            torch.set_printoptions(precision=4)
+            return x + 1
+        """,
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("body", sorted(PRINT_OPTIONS_SET_IN_THE_FUNCTION))
+def test_no_print_options_changed_in_trace__set_before_the_output(body, backend):
+    """``torch.set_printoptions`` traced before an output changes ``PRINT_OPTS`` only
+    after the graph has run (TorchDynamo replays the writes): a tensor printed inside
+    the graph showed the options of before the call (``tensor([1.1235])`` where the
+    original printed ``tensor([1.12])``). The output keeps its break, and the mended
+    frame compiles no more graphs than the original."""
+    source = PRELUDE + textwrap.dedent(PRINT_OPTIONS_SET_IN_THE_FUNCTION[body])
+    original, mended, result = original_and_mended(source)
+    assert result.changed
+    expected = observe(original.f, (torch.tensor([1.0, 2.0]),), None)
+    for module in (original, mended):
+        assert observe(module.f, (torch.tensor([1.0, 2.0]),), backend) == expected, module.__name__
+    torch.set_printoptions(profile="default")
+    counts = [_printed_over_calls(module.f, "count", 2)[1] for module in (original, mended)]
+    assert counts[1] <= counts[0], counts
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_print_options_changed_between_calls_print_as_the_original(backend):
+    """A graph whose print was fixed while tracing runs again after the program changed
+    the print options outside it: the text is rendered when the graph runs, with the
+    options then in force, as the original call renders it."""
+    source = PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            y = x * 1.1234567
+            print("scaled", y)
+            return y + 1
+        """
+    )
+    original, mended, result = original_and_mended(source)
+    assert result.changed
+
+    def change(call):
+        torch.set_printoptions(precision=call, sci_mode=call == 2)
+
+    texts = [_printed_over_calls(module.f, backend, 3, change)[0] for module in (original, mended)]
+    assert texts[1] == texts[0]
+    assert texts[0].splitlines()[1] == "scaled tensor([1.1, 2.2])"
+    assert _printed_over_calls(mended.f, "count", 3, change)[1] == 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_default_dtype_set_in_the_function_prints_as_the_original_compiled(backend):
+    """A float64 tensor prints without ``dtype=`` while float64 is the default: inside
+    the graph the dtype in force where the print is decides, as in the original compiled
+    program (whose ``set_default_dtype`` TorchDynamo keeps in the graph, and which
+    AOTAutograd does not replay: both print ``dtype=torch.float64`` there)."""
+    source = PRELUDE + textwrap.dedent(
+        """
+        def f(x):
+            torch.set_default_dtype(torch.float64)
+            print(x.double() * 2, torch.ones(1))
+            torch.set_default_dtype(torch.float32)
+            return x + 1
+        """
+    )
+    original, mended, result = original_and_mended(source)
+    assert result.changed
+
+    def change(call):
+        torch.set_default_dtype(torch.float64 if call == 1 else torch.float32)
+
+    texts = [_printed_over_calls(module.f, backend, 3, change)[0] for module in (original, mended)]
+    assert texts[1] == texts[0]

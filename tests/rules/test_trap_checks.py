@@ -477,3 +477,100 @@ def test_transformers_own_helper_in_a_try_raises_and_is_caught_as_eagerly():
     assert isinstance(observe(original.main, *failing, compiled=True).error, RuntimeError)
     for backend in ("eager", "aot_eager"):
         observe(mended.main, *failing, compiled=True, backend=backend).assert_same_as(eager)
+
+
+# --------------------------------------------------------------------------------------
+# Eager code runs the original statement: the frames of its exceptions and the places
+# its warnings name are the original's.
+
+_BOUNDARY_FILE = "compiled_calls.py"  # the compiled-call boundary's own frames are not these tests'
+
+
+def _from_a_file(tmp_path, source: str):
+    """Original and mended modules compiled from a real file, so that a traceback's
+    source lines are read back (``linecache``) as a user sees them."""
+    import graphmend
+    from helpers import load_module
+
+    path = tmp_path / "program.py"
+    source = textwrap.dedent(source)
+    path.write_text(source)
+    result = graphmend.mend_module_source(source, filename=str(path), scope="all")
+    assert result.changed
+    return load_module(source, "original", str(path)), load_module(result.tree, "mended", str(path))
+
+
+def _frames_and_warnings(function, *arguments, backend=None):
+    """(exception type and message, its traceback's frames as (file, function, line,
+    source line), and (file, line) of each warning), for one call."""
+    import traceback
+    import warnings
+
+    target = function
+    if backend is not None:
+        torch._dynamo.reset()
+        target = torch.compile(function, backend=backend, dynamic=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            target(*arguments)
+            raised, frames = None, []
+        except Exception as error:  # noqa: BLE001 - the exception is the observation
+            raised = (type(error).__name__, str(error))
+            frames = [
+                (frame.filename, frame.name, frame.lineno, frame.line)
+                for frame in traceback.extract_tb(error.__traceback__)[1:]
+                if not frame.filename.endswith(_BOUNDARY_FILE)
+            ]
+    warned = [(warning.filename, warning.lineno, str(warning.message)) for warning in caught
+              if str(warning.message).startswith("checking")]
+    return raised, frames, warned
+
+
+OWN_HELPER_OF_THE_NAME = """
+import warnings
+import torch
+
+def torch_compilable_check(cond, msg, error_type=ValueError):
+    warnings.warn("checking " + msg, stacklevel=2)
+    if not bool(cond.all()):
+        raise error_type(msg)
+
+def main(x, n):
+    y = x + 1
+    torch_compilable_check(x.sum() > n, "must be large enough", IndexError)
+    return y * 2
+"""
+
+KNOWN_HELPER_KEPT = PRELUDE + """
+def main(x, n):
+    y = x * 2
+    torch_compilable_check((x > n).all(), f"mean {x.mean():.3f}", IndexError)
+    return y + 1
+"""
+
+
+@pytest.mark.parametrize("source", [OWN_HELPER_OF_THE_NAME, KNOWN_HELPER_KEPT], ids=["own_helper", "known_helper"])
+@pytest.mark.parametrize("failing", [False, True], ids=["passing", "failing"])
+def test_kept_check_call_run_eagerly_is_the_original_statement(tmp_path, source, failing):
+    """Not compiled, the mended program made the call through ``checks.call_eagerly``:
+    its traceback had TorchDynamo's ``disable`` wrapper and graphmend's runtime between
+    the caller and the helper, and a ``warnings.warn(..., stacklevel=2)`` in the helper
+    named a line of graphmend's runtime instead of the call."""
+    original, mended = _from_a_file(tmp_path, source)
+    arguments = (torch.arange(4.0), 10.0 if failing else -1.0)
+    expected = _frames_and_warnings(original.main, *arguments)
+    assert (expected[0] is not None) == failing
+    assert _frames_and_warnings(mended.main, *arguments) == expected
+
+
+@pytest.mark.parametrize("failing", [False, True], ids=["passing", "failing"])
+def test_own_helper_of_a_known_name_compiled_is_the_original_compiled(tmp_path, failing):
+    """A program's own helper named like a known one is not the known helper: compiled,
+    its call is traced as the original's is, with the same frames and warning places."""
+    original, mended = _from_a_file(tmp_path, OWN_HELPER_OF_THE_NAME)
+    arguments = (torch.arange(4.0), 10.0 if failing else -1.0)
+    expected = _frames_and_warnings(original.main, *arguments, backend="eager")
+    assert _frames_and_warnings(mended.main, *arguments, backend="eager") == expected
+    passing = (torch.arange(4.0), -1.0)
+    assert breaks(mended.main, *passing) <= breaks(original.main, *passing)

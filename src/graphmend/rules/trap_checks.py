@@ -164,24 +164,28 @@ def _as_guard(call: ast.Call, arguments: dict[str, ast.expr], error_type: ast.ex
 def _kept_call(statement: ast.Expr, call: ast.Call) -> list[ast.stmt]:
     """The check call as the helper makes it eagerly:
 
-        if __graphmend__.is_compiling() and not __graphmend__.checks.runs_eagerly(CALLEE):
-            CALLEE(...)
-        else:
+        if __graphmend__.checks.called_outside_torchdynamo(CALLEE):
             __graphmend__.checks.call_eagerly(CALLEE, ...)
+        else:
+            CALLEE(...)
 
-    A known helper's call is made outside TorchDynamo, keeping its break, so that a
-    failing check raises what it raises eagerly (the helper traced by TorchDynamo raises
-    RuntimeError instead of its ``error_type``), also where TorchDynamo runs the frame
-    eagerly and would compile the helper's own frame. While tracing, another callee
-    (or any under ``fullgraph=True``) is called as written."""
+    While tracing, a known helper's call is made outside TorchDynamo, keeping its break,
+    so that a failing check raises what it raises eagerly (the helper traced by
+    TorchDynamo raises RuntimeError instead of its ``error_type``); so is one in a frame
+    TorchDynamo runs eagerly, which would compile the helper's own frame. Anywhere else
+    (not compiled at all, another callee, ``fullgraph=True``) the original statement
+    runs as written: the frames of its exceptions and the place a warning in the helper
+    names (``stacklevel=2``) are the original's."""
     eager_call = copy.deepcopy(call)
     eager_call.func = expression(f"{RUNTIME_NAME}.checks.call_eagerly")
     eager_call.args = [copy.deepcopy(call.func), *eager_call.args]
     made = [ast.Expr(value=eager_call)]
     place(made, statement)
-    traced = expression(f"not {RUNTIME_NAME}.checks.runs_eagerly(CALLEE)", CALLEE=copy.deepcopy(call.func))
-    guard = compiled_or_original([statement], [statement], f"{RULE}: original check call", also=traced)
-    guard.orelse = made
+    guard = compiled_or_original(made, [statement], f"{RULE}: original check call")
+    guard.test = expression(
+        f"{RUNTIME_NAME}.checks.called_outside_torchdynamo(CALLEE)", CALLEE=copy.deepcopy(call.func)
+    )
+    place(guard.test, statement)
     return [guard]
 
 

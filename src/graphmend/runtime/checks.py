@@ -186,12 +186,39 @@ def _decide_runs_eagerly(context) -> None:
     def decide(tracer, callee):
         user = claims.user_translator(tracer)
         check = known_check_function(callee)
-        if user is None or check is None or check.disabled():
+        if check is None or check.disabled():
             return False  # a disabled helper's traced call checks nothing and keeps the graph whole
+        if user is None:
+            # Only graphmend's runtime is traced: TorchDynamo compiles
+            # ``called_outside_torchdynamo`` as a frame of its own, called from a user
+            # frame it runs eagerly, where it would compile the helper's frame too.
+            return True
         root = user.output.root_tx
         return not (getattr(root, "one_graph", False) or getattr(root, "error_on_graph_break", False))
 
     claims.decide_in_trace(context, "eagerly", ("callee",), decide)
+
+
+def called_outside_torchdynamo(callee) -> bool:
+    """Whether the rewritten code makes a kept check call through ``call_eagerly``:
+    while tracing, where ``runs_eagerly(callee)`` says so; not tracing, only for a known
+    helper called where TorchDynamo would compile the helper's own frame (a frame it
+    runs eagerly inside a compiled call). Code run with no compiled call around it makes
+    the original call."""
+    if torch.compiler.is_compiling():
+        return runs_eagerly(callee)
+    return known_check_function(callee) is not None and _torchdynamo_compiles_called_frames()
+
+
+def _torchdynamo_compiles_called_frames() -> bool:
+    """Whether TorchDynamo's frame callback is set in this thread (inside a compiled
+    call, also in the frames it runs eagerly). Where torch no longer offers the query,
+    the call is made outside TorchDynamo, which is exact under a compiled call."""
+    try:
+        callback = torch._C._dynamo.eval_frame.get_eval_frame_callback()
+    except Exception:  # noqa: BLE001 - the private query changed: assume a compiled call
+        return True
+    return callback is not None and callback is not False
 
 
 @torch._dynamo.disable

@@ -261,6 +261,7 @@ def _registered_key(translator, kind, target_id, detail, template, slots, kwargs
     reason = (
         no_input_written_in_place_before(translator)
         or no_output_state_changed_in_trace(translator, kind, target)
+        or no_print_options_changed_in_trace(translator)
         or no_earlier_output_in_graph(translator)
         or (nothing_lost_if_the_warning_raises(translator) if kind == _WARNING else None)
     )
@@ -385,6 +386,27 @@ def no_output_state_changed_in_trace(translator, kind: str, target) -> str | Non
         if modified:
             return f"the traced code changed {type(thing).__name__} {getattr(thing, '__name__', '')}".rstrip() + \
                 ", which TorchDynamo applies only after the graph"
+    return None
+
+
+def no_print_options_changed_in_trace(translator) -> str | None:
+    """Whether the code traced so far changed torch's print options
+    (``torch.set_printoptions`` writes the attributes of ``torch._tensor_str.PRINT_OPTS``):
+    TorchDynamo replays those writes only after the graph has run, so a tensor rendered
+    inside the graph would show the options of before the call (``tensor([1.1235])``
+    where the original printed ``tensor([1.12])``). Options changed outside the compiled
+    code need nothing: the graph renders with the options in force when it runs, as the
+    original call does."""
+    side_effects = translator.output.side_effects
+    options = getattr(torch._tensor_str, "PRINT_OPTS", None)
+    if options is None or options not in side_effects:
+        return None
+    try:
+        modified = side_effects.is_modified(side_effects[options])
+    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: assume changed
+        modified = True
+    if modified:
+        return "the traced code changed torch's print options, which TorchDynamo applies only after the graph"
     return None
 
 
