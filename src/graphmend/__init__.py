@@ -1,14 +1,29 @@
-"""graphmend: remove TorchDynamo graph breaks by rewriting Python source."""
+"""graphmend: remove TorchDynamo graph breaks by rewriting Python source.
+
+Importing this package imports neither torch nor the rewriter, and changes nothing in
+torch: the rewriter loads on first use, and TorchDynamo is patched only by the ways in
+that run mended code (``install``, ``mend``, ``graphmend run``, mended source executed;
+see ``graphmend.torch_adapter``).
+"""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from graphmend.rewrite.pipeline import ALL_RULES, MendResult, mend_module_source
+# Loaded on first access (PEP 562): ``graphmend --help`` and the static commands should
+# not pay for what they do not use.
+_LAZY = {
+    "ALL_RULES": "graphmend.rewrite.pipeline",
+    "MendResult": "graphmend.rewrite.pipeline",
+    "mend_module_source": "graphmend.rewrite.pipeline",
+    "GraphmendWarning": "graphmend.hook.loader",
+}
 
 
 def mend_source(text: str, **options) -> str:
     """Rewrite a whole module's source text; see ``mend_module_source`` for options."""
+    from graphmend.rewrite.pipeline import mend_module_source
+
     return mend_module_source(text, **options).source
 
 
@@ -34,12 +49,38 @@ def install(*args, **kwargs):
     return install_hook(*args, **kwargs)
 
 
+def uninstall() -> None:
+    """Undo every ``install()``: remove the import hooks and restore what graphmend
+    patched in torch. Modules already mended stay loaded."""
+    from graphmend.hook import uninstall_all
+
+    uninstall_all()
+
+
 def __getattr__(name: str):
-    if name == "GraphmendWarning":
-        from graphmend.hook import GraphmendWarning
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'graphmend' has no attribute {name!r}")
+    import importlib
 
-        return GraphmendWarning
-    raise AttributeError(f"module 'graphmend' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
 
 
-__all__ = ["GraphmendWarning", "ALL_RULES", "MendResult", "__version__", "explain", "install", "mend", "mend_module_source", "mend_source"]
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "GraphmendWarning",
+    "ALL_RULES",
+    "MendResult",
+    "__version__",
+    "explain",
+    "install",
+    "mend",
+    "mend_module_source",
+    "mend_source",
+    "uninstall",
+]

@@ -179,8 +179,14 @@ def mend(obj, *, rules=ALL_RULES):
     A function that cannot be mended is returned (or left) as it was, with one
     ``MendWarning`` naming it and the reason. A ``functools.partial`` is mended
     through (an equal partial of the mended function); a builtin is returned as it
-    is. Only an unsupported kind of object is an error (``TypeError``)."""
+    is. Only an unsupported kind of object is an error (``TypeError``). Under a torch
+    graphmend does not support, ``obj`` is returned unmended, with one warning."""
     rules = tuple(rules)
+    from graphmend import torch_adapter
+
+    if torch_adapter.warn_if_unsupported(stacklevel=3):
+        return obj
+    torch_adapter.activate()
     if isinstance(obj, torch.nn.Module):
         seen: set[type] = set()
         for submodule in obj.modules():

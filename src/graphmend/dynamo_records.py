@@ -241,7 +241,11 @@ def _install() -> None:
     InstructionTranslatorBase.log_graph_break = log_and_record
     _RESTORE.append(lambda: setattr(InstructionTranslatorBase, "log_graph_break", log_graph_break))
 
-    from graphmend.runtime import claims
+    # Only mended code's runtime abandons traces; recording an unmended program must
+    # not import it (importing it patches TorchDynamo: ``graphmend.torch_adapter``).
+    import sys
+
+    claims = sys.modules.get("graphmend.runtime.claims")
 
     def forget_attempt(output) -> None:
         compile_key = _current_compile()
@@ -249,8 +253,9 @@ def _install() -> None:
             for records in _ACTIVE:
                 records._forget_attempt(compile_key)
 
-    claims.abandoned_trace_listeners.append(forget_attempt)
-    _RESTORE.append(lambda: claims.abandoned_trace_listeners.remove(forget_attempt))
+    if claims is not None:
+        claims.abandoned_trace_listeners.append(forget_attempt)
+        _RESTORE.append(lambda: claims.abandoned_trace_listeners.remove(forget_attempt))
 
     trace_log = logging_internal.trace_log
     handler = _TraceHandler()

@@ -16,7 +16,9 @@ import os
 import sys
 
 from graphmend import __version__
-from graphmend.cli.config import USAGE_ERROR_EXIT_CODE
+
+# ``graphmend.cli.config``'s; kept here so that ``--help`` loads no rule (a test checks both agree).
+USAGE_ERROR_EXIT_CODE = 2
 
 PROGRAM = "graphmend"
 COMMANDS = {

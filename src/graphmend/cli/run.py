@@ -149,6 +149,8 @@ def run_command(argv: list[str]) -> int:
     # Installing the hook also puts the boundary of compiled calls in place before the
     # script binds ``torch.compile``.
     handle = install(packages, rules=rules, cache=use_cache, user_code=user_code)
+    if not handle.installed:  # a torch graphmend does not support: the script runs unmended
+        code = compile(source_bytes, path, "exec", dont_inherit=True)
     try:
         return _run_as_main(code, script, path, program_arguments)
     finally:

@@ -71,6 +71,7 @@ __all__ = [
     "MendingFinder",
     "MendingLoader",
     "install",
+    "uninstall_all",
 ]
 
 
@@ -141,11 +142,28 @@ def install(
     )
     main_directory, main_names = main_directory_modules() if include_main else (None, [])
     finder = MendingFinder(packages, options, HookStats(), main_directory, main_names, user_code=user_code)
+    from graphmend import torch_adapter
+
+    # Under a torch graphmend does not support, one warning, and nothing is mended: a
+    # handle whose finder was never put on ``sys.meta_path``.
+    if torch_adapter.warn_if_unsupported(stacklevel=2):
+        return InstallHandle(finder)
     warn_about_imported_modules(finder, stacklevel=2)
-    # Wrap torch.compile before any user code binds it (``from torch import compile``),
-    # so every compiled call flushes deferred output and restores trapped exceptions.
+    # Patch torch.compile before any user code binds it (``from torch import compile``),
+    # so every compiled call restores trapped exceptions; the runtime activates the rest.
     import graphmend.runtime  # noqa: F401
 
+    torch_adapter.activate()
     sys.meta_path.insert(0, finder)
     route_file_location_specs()
     return InstallHandle(finder)
+
+
+def uninstall_all() -> None:
+    """Remove every graphmend finder from ``sys.meta_path`` and undo graphmend's patches
+    of torch (``graphmend.torch_adapter.deactivate``). Modules already mended stay loaded,
+    and run as their original code where they needed a patch."""
+    for finder in [finder for finder in sys.meta_path if isinstance(finder, MendingFinder)]:
+        sys.meta_path.remove(finder)
+    if "graphmend.torch_adapter" in sys.modules:
+        sys.modules["graphmend.torch_adapter"].deactivate()

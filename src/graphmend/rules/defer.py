@@ -45,7 +45,7 @@ from graphmend.rewrite.edits import CalleeEdit
 from graphmend.rewrite.findings import LOGGER_CALL
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, enclosing_statements, first_failure, rewrite_statements
-from graphmend.runtime.deferred import LOGGER_METHOD_LEVELS
+from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS
 
 RULE = "Defer"
 STANDARD_LOG_LEVELS = LOGGER_METHOD_LEVELS

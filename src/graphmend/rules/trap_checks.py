@@ -62,7 +62,7 @@ from graphmend.rules.trap import (
     not_caught_in_function,
     raised_name_may_be_a_class,
 )
-from graphmend.runtime.checks import KNOWN_CHECK_NAMES
+from graphmend.core.runtime_names import KNOWN_CHECK_NAMES
 
 _PARAMETERS = ("cond", "msg", "error_type")
 _KEPT_AS_A_CALL = "; kept as a call, made eagerly under torch.compile so that it raises its own error type"

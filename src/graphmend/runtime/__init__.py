@@ -35,8 +35,8 @@ from graphmend.runtime.compiled_calls import (
 )
 from graphmend.runtime import checks  # noqa: F401 - ``__graphmend__.checks`` in rewritten code
 from graphmend.runtime import dynamic_shapes  # noqa: F401 - ``__graphmend__.dynamic_shapes`` in rewritten code
-from graphmend.runtime import conversion_failures  # noqa: F401 - installs its TorchDynamo hook
-from graphmend.runtime import resumable_states  # noqa: F401 - installs its TorchDynamo hook
+from graphmend.runtime import conversion_failures  # noqa: F401 - a hook of graphmend.torch_adapter
+from graphmend.runtime import resumable_states  # noqa: F401 - a hook of graphmend.torch_adapter
 from graphmend.runtime.attribute_access import is_the_method, reads_plainly, writes_plainly
 from graphmend.runtime.selection import moves_nothing, operands_combine, select
 from graphmend.runtime.traps import (
@@ -55,9 +55,18 @@ from graphmend.runtime.traps import (
 # that wrapper: this module itself never prints.
 from graphmend.runtime.fixed_calls import log, print, warn  # noqa: A004, E402
 
+from graphmend import torch_adapter  # noqa: E402
+
+
+def _never_compiling() -> bool:
+    return False
+
+
 # TorchDynamo treats this exact function object as a constant ``True`` while
 # tracing, so branching on it costs no graph break and keeps the eager path exact.
-is_compiling = torch.compiler.is_compiling
+# Under a torch graphmend does not support, mended code takes its original path
+# (the one ``else`` keeps) traced too: the program runs as if unmended.
+is_compiling = torch.compiler.is_compiling if torch_adapter.unsupported_torch() is None else _never_compiling
 
 __all__ = [
     "TRAP_MARKER",
@@ -100,7 +109,8 @@ def register_pure_functions(module_name: str, keywords_by_function: dict) -> Non
     no rule reads the registrations any more."""
 
 
-install_compile_wrappers()
+# Mended code imports this module: from here on it needs TorchDynamo patched.
+torch_adapter.activate()
 
 
 class _Runtime(types.ModuleType):

@@ -17,46 +17,13 @@ original call (and its break).
 from __future__ import annotations
 
 import inspect
-import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch._dynamo.comptime import comptime
 
+from graphmend.core.runtime_names import KNOWN_CHECK_FUNCTIONS, KNOWN_CHECK_NAMES, CheckFunction  # noqa: F401
 from graphmend.runtime import claims, operators, traps
-
-
-@dataclass(frozen=True)
-class CheckFunction:
-    """A helper ``name(cond, msg, error_type=default_error_type)`` of ``module`` that
-    raises ``error_type(str(msg))`` when ``cond`` (a bool tensor: all of it) is false,
-    and checks nothing while ``disabled()``."""
-
-    module: str
-    name: str
-    parameters: tuple[str, ...]
-    default_error_type: type
-    disabled: Callable[[], bool]
-
-
-def _transformers_checks_disabled() -> bool:
-    return os.getenv("TRANSFORMERS_DISABLE_TORCH_CHECK", "0") == "1"
-
-
-KNOWN_CHECK_FUNCTIONS: tuple[CheckFunction, ...] = (
-    CheckFunction(
-        module="transformers.utils.import_utils",
-        name="torch_compilable_check",
-        parameters=("cond", "msg", "error_type"),
-        default_error_type=ValueError,
-        disabled=_transformers_checks_disabled,
-    ),
-)
-
-# The names the rewrite looks for; the runtime then checks identity.
-KNOWN_CHECK_NAMES = frozenset(check.name for check in KNOWN_CHECK_FUNCTIONS)
 
 
 def known_check_function(callee) -> CheckFunction | None:

@@ -78,11 +78,8 @@ def _compile_with_boundary(model=None, **options):
 
 
 def install_compile_wrappers() -> None:
-    """Make ``torch.compile`` mark the boundary of every compiled region. Idempotent."""
-    global _original_compile
-    if getattr(torch.compile, _WRAPPED_MARK, False):
-        return
-    _original_compile = torch.compile
-    functools.update_wrapper(_compile_with_boundary, _original_compile)
-    setattr(_compile_with_boundary, _WRAPPED_MARK, True)
-    torch.compile = _compile_with_boundary
+    """Make ``torch.compile`` mark the boundary of every compiled region (with the
+    other patches: ``graphmend.torch_adapter``). Idempotent."""
+    from graphmend import torch_adapter
+
+    torch_adapter.activate()

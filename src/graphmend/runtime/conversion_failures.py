@@ -160,24 +160,3 @@ def _offsets_of_replaced_extended_args(compute_exception_table, update_offsets):
 
     wrapped._graphmend_wrapped = True
     return wrapped
-
-
-def install() -> bool:
-    try:
-        from torch._dynamo.convert_frame import ConvertFrame
-    except ImportError:  # pragma: no cover - another torch
-        return False
-    if not getattr(ConvertFrame.__call__, "_graphmend_wrapped", False):
-        ConvertFrame.__call__ = _run_eagerly_on_internal_error(ConvertFrame.__call__)
-    try:
-        from torch._dynamo import bytecode_transformation
-    except ImportError:  # pragma: no cover - another torch
-        return True
-    table = getattr(bytecode_transformation, "compute_exception_table", None)
-    update_offsets = getattr(bytecode_transformation, "update_offsets", None)
-    if table is not None and update_offsets is not None and not getattr(table, "_graphmend_wrapped", False):
-        bytecode_transformation.compute_exception_table = _offsets_of_replaced_extended_args(table, update_offsets)
-    return True
-
-
-install()

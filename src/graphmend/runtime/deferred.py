@@ -44,20 +44,10 @@ import warnings
 import torch
 from torch._dynamo.comptime import comptime
 
+from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS  # noqa: F401 - read by fixed_calls
 from graphmend.runtime import claims, operators, traps
 from graphmend.runtime import output_call_arguments as arguments
 
-# The standard Logger methods and the level each logs at (``log`` takes the level as its
-# first argument); shared by Defer's rewrite and ``graphmend fix``'s in-place calls.
-LOGGER_METHOD_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "fatal": logging.CRITICAL,
-}
 
 _PRINT = "print"
 _LOG_RECORD = "log"

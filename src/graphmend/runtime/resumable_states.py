@@ -52,7 +52,10 @@ def program_made_more_than_one_call(output) -> bool:
     return False
 
 
-def _count_only_the_programs_calls(translator_class) -> None:
+def _count_only_the_programs_calls(original):
+    """TorchDynamo's ``is_non_empty_graph``, over the program's calls (applied by
+    ``graphmend.torch_adapter``)."""
+
     def is_non_empty_graph(self) -> bool:
         if program_made_more_than_one_call(self.output):
             # As TorchDynamo's own: once true, true for the rest of the trace.
@@ -61,21 +64,4 @@ def _count_only_the_programs_calls(translator_class) -> None:
         return False
 
     is_non_empty_graph._graphmend_wrapped = True
-    translator_class.is_non_empty_graph = is_non_empty_graph
-
-
-def _install_hook() -> None:
-    global hook_installed
-    try:
-        from torch._dynamo.symbolic_convert import InstructionTranslatorBase
-    except ImportError:  # pragma: no cover - another torch
-        return
-    current = getattr(InstructionTranslatorBase, "is_non_empty_graph", None)
-    if current is None:  # pragma: no cover - another torch
-        return
-    if not getattr(current, "_graphmend_wrapped", False):
-        _count_only_the_programs_calls(InstructionTranslatorBase)
-    hook_installed = True
-
-
-_install_hook()
+    return is_non_empty_graph

@@ -1,0 +1,1 @@
+"""What the static side and the runtime share, with no import of torch."""

@@ -1,0 +1,249 @@
+"""The patches graphmend makes to torch, in one table, applied only when asked.
+
+Mended code needs TorchDynamo to behave a little differently (to restart a trace whose
+claims a later check refuses, to run a rewritten frame eagerly when TorchDynamo fails
+on it, ...). Each such change is one row of ``PATCHES``: where the attribute lives, and
+the runtime function that wraps the original. ``activate()`` applies every row whose
+target this torch has (a feature test, not a version comparison) and ``deactivate()``
+puts back exactly what was there; both are idempotent.
+
+Importing ``graphmend`` activates nothing. The ways in that run mended code do:
+``graphmend.install()`` and ``graphmend run`` (through the hook), ``graphmend.mend``,
+and mended source when it runs (its ``import graphmend.runtime``).
+``graphmend.uninstall()`` deactivates.
+
+A torch outside ``SUPPORTED`` gets one warning and no patch, and the ways in leave
+programs unmended (``unsupported_torch()``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# The torch releases graphmend is written and tested against: [first, end).
+SUPPORTED = ((2, 13), (2, 16))
+_SUPPORTED_TEXT = "2.13 to 2.15"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Replace ``module.owner.attribute`` (``module.attribute`` without an owner) with
+    ``wrapper(original)``. ``name`` is what ``graphmend.runtime.claims`` calls the
+    hook (None: a patch no trace check depends on)."""
+
+    name: str
+    module: str
+    owner: str | None
+    attribute: str
+    wrapper: Callable[[object], object]
+    claims_hook: bool = False
+
+
+def _runtime(name: str):
+    return importlib.import_module(f"graphmend.runtime.{name}")
+
+
+def _compile_boundary(original):
+    compiled_calls = _runtime("compiled_calls")
+    compiled_calls._original_compile = original
+
+    def compile_with_boundary(model=None, **options):
+        return compiled_calls._compile_with_boundary(model, **options)
+
+    functools.update_wrapper(compile_with_boundary, original)
+    return compile_with_boundary
+
+
+def _run_eagerly_on_internal_error(original):
+    return _runtime("conversion_failures")._run_eagerly_on_internal_error(original)
+
+
+def _offsets_of_replaced_extended_args(original):
+    from torch._dynamo import bytecode_transformation
+
+    return _runtime("conversion_failures")._offsets_of_replaced_extended_args(
+        original, bytecode_transformation.update_offsets
+    )
+
+
+def _count_only_the_programs_calls(original):
+    return _runtime("resumable_states")._count_only_the_programs_calls(original)
+
+
+def _claims(factory_name: str):
+    def make(original):
+        return getattr(_runtime("claims"), factory_name)(original)
+
+    make.__name__ = factory_name
+    return make
+
+
+PATCHES: tuple[Patch, ...] = (
+    # Every spelling of torch.compile goes through it: the boundary where a failed
+    # lowered guard's exception becomes the user's (runtime.compiled_calls).
+    Patch("compile_boundary", "torch", None, "compile", _compile_boundary),
+    # A rewritten frame TorchDynamo fails to convert runs eagerly (runtime.conversion_failures).
+    Patch("run_eagerly_on_internal_error", "torch._dynamo.convert_frame", "ConvertFrame", "__call__",
+          _run_eagerly_on_internal_error),
+    Patch("offsets_of_replaced_extended_args", "torch._dynamo.bytecode_transformation", None,
+          "compute_exception_table", _offsets_of_replaced_extended_args),
+    # Resumable states counted over the program's own calls (runtime.resumable_states).
+    Patch("count_only_the_programs_calls", "torch._dynamo.symbolic_convert", "InstructionTranslatorBase",
+          "is_non_empty_graph", _count_only_the_programs_calls),
+    # The checks of the whole trace (runtime.claims); a torch lacking one of these gets
+    # no rewrite that needs it (claims.trace_checks_unavailable).
+    Patch("restart_on_given_up_frame", "torch._dynamo.symbolic_convert", "InstructionTranslator", "run",
+          _claims("_restart_given_up_frame_without_claims"), claims_hook=True),
+    Patch("restart_on_failed_op", "torch._dynamo.utils", None, "_wrap_graph_break_with_torch_runtime_err",
+          _claims("_restart_trace_without_claims"), claims_hook=True),
+    Patch("check_before_compiling", "torch._dynamo.output_graph", "OutputGraph", "compile_subgraph",
+          _claims("_check_before_compiling"), claims_hook=True),
+    Patch("refuse_captures_whose_sizes_are_needed", "torch.fx.experimental.symbolic_shapes", "ShapeEnv",
+          "_make_data_dependent_error", _claims("_refuse_captures_whose_sizes_are_needed"), claims_hook=True),
+    Patch("note_the_calls_inference_mode", "torch._dynamo.convert_frame", None, "maybe_disable_inference_mode",
+          _claims("_note_the_calls_inference_mode"), claims_hook=True),
+    Patch("check_the_compiled_graph", "torch._dynamo.output_graph", "OutputGraph", "call_user_compiler",
+          _claims("_check_the_compiled_graph"), claims_hook=True),
+)
+
+# Features a patch needs beyond its own target.
+_NEEDS = {"offsets_of_replaced_extended_args": (("torch._dynamo.bytecode_transformation", "update_offsets"),)}
+
+_MARK = "_graphmend_patch"
+_lock = threading.RLock()
+# patch name -> (owner object, whether the owner held the attribute itself, what it held)
+_applied: dict[str, tuple[object, bool, object]] = {}
+_active = False
+_warned = False
+
+
+def torch_version() -> tuple[int, int] | None:
+    import torch
+
+    try:
+        major, minor = torch.__version__.split("+")[0].split(".")[:2]
+        return int(major), int(minor)
+    except (AttributeError, ValueError):
+        return None
+
+
+def unsupported_torch() -> str | None:
+    """Why this torch is not one graphmend supports (None when it is)."""
+    import torch
+
+    version = torch_version()
+    if version is None or not SUPPORTED[0] <= version < SUPPORTED[1]:
+        return (
+            f"graphmend supports torch {_SUPPORTED_TEXT}; this is torch {torch.__version__}, "
+            "so programs run unmended"
+        )
+    return None
+
+
+def warn_if_unsupported(stacklevel: int = 2) -> bool:
+    """Warn once per process when this torch is unsupported; True when it is."""
+    global _warned
+    reason = unsupported_torch()
+    if reason is None:
+        return False
+    if not _warned:
+        _warned = True
+        from graphmend.hook.loader import GraphmendWarning
+
+        warnings.warn(reason, GraphmendWarning, stacklevel=stacklevel + 1)
+    return True
+
+
+def _owner(patch: Patch):
+    try:
+        target = importlib.import_module(patch.module)
+    except ImportError:
+        return None
+    if patch.owner is not None:
+        target = getattr(target, patch.owner, None)
+    return target
+
+
+def available(patch: Patch) -> bool:
+    """Whether this torch has what ``patch`` wraps (and what its wrapper needs)."""
+    owner = _owner(patch)
+    if owner is None or getattr(owner, patch.attribute, None) is None:
+        return False
+    for module, attribute in _NEEDS.get(patch.name, ()):
+        try:
+            if getattr(importlib.import_module(module), attribute, None) is None:
+                return False
+        except ImportError:
+            return False
+    return True
+
+
+def _set_claims_hook(patch: Patch, installed: bool) -> None:
+    if patch.claims_hook:
+        _runtime("claims")._hooks_installed[patch.name] = installed
+    if patch.name == "count_only_the_programs_calls":
+        _runtime("resumable_states").hook_installed = installed
+
+
+def active() -> bool:
+    return _active
+
+
+def activate() -> bool:
+    """Apply every patch this torch has a target for. Idempotent. False (and nothing
+    patched) under an unsupported torch."""
+    global _active
+    with _lock:
+        if _active:
+            return True
+        if warn_if_unsupported(stacklevel=3):
+            return False
+        for patch in PATCHES:
+            if patch.name in _applied or not available(patch):
+                continue
+            owner = _owner(patch)
+            # An attribute a class inherits is given back by deleting the subclass's own.
+            had_own = patch.attribute in vars(owner) if isinstance(owner, type) else True
+            held = vars(owner)[patch.attribute] if isinstance(owner, type) and had_own else getattr(owner, patch.attribute)
+            wrapper = patch.wrapper(getattr(owner, patch.attribute))
+            setattr(wrapper, _MARK, patch.name)
+            setattr(owner, patch.attribute, wrapper)
+            _applied[patch.name] = (owner, had_own, held)
+            _set_claims_hook(patch, True)
+        _active = True
+        return True
+
+
+def deactivate() -> None:
+    """Put back what every applied patch replaced. Idempotent. A patch someone else has
+    since wrapped again is left in place (removing it would remove theirs)."""
+    global _active
+    with _lock:
+        for patch in reversed(PATCHES):
+            saved = _applied.pop(patch.name, None)
+            if saved is None:
+                continue
+            owner, had_own, held = saved
+            current = vars(owner).get(patch.attribute) if isinstance(owner, type) else getattr(owner, patch.attribute, None)
+            if getattr(current, _MARK, None) != patch.name:
+                continue
+            if had_own:
+                setattr(owner, patch.attribute, held)
+            else:
+                delattr(owner, patch.attribute)
+            _set_claims_hook(patch, False)
+        _active = False
+
+
+def applied() -> dict[str, object]:
+    """Patch name -> the object now at its target (for tests and ``graphmend explain``)."""
+    return {name: getattr(owner, next(p.attribute for p in PATCHES if p.name == name)) for name, (owner, _, _) in _applied.items()}
+
+
+def is_patched(value) -> bool:
+    return getattr(value, _MARK, None) is not None
