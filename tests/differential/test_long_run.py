@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from . import long_run
-from .long_run import Tally
+from tools.fuzz import long_run
+from tools.fuzz.long_run import Tally
 
 LONG_RUN = os.path.abspath(long_run.__file__)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(LONG_RUN)))

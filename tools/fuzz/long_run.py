@@ -1,6 +1,6 @@
 """The long differential fuzzing run: many grammar programs, every backend, minimised findings.
 
-    PYTHONPATH=src python tests/differential/long_run.py --programs 5000 --inductor-every 25 \\
+    PYTHONPATH=src python tools/fuzz/long_run.py --programs 5000 --inductor-every 25 \\
         --findings /tmp/fuzz_findings.md --time-limit 3600
 
 On N cores, run N of these with ``--shard 0/N`` ... ``--shard N-1/N`` (and a findings
@@ -35,9 +35,9 @@ import time
 import traceback
 from collections import Counter
 
-if __package__ in (None, ""):  # run as a script: make ``tests.differential`` importable
+if __package__ in (None, ""):  # run as a script: make ``tools.fuzz`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    __package__ = "tests.differential"  # noqa: A001
+    __package__ = "tools.fuzz"  # noqa: A001
 
 from graphmend.rewrite.pipeline import mend_module_source  # noqa: E402
 
