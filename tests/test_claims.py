@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.fx
 
-from differential.grammar import OWN_STREAM_DEFINITIONS
+from tools.fuzz.grammar import OWN_STREAM_DEFINITIONS
 from helpers import breaks, graphs_and_outcomes_over_calls, original_and_mended
 from graphmend.runtime import claims
 
@@ -527,8 +527,8 @@ def test_no_earlier_output_in_graph__two_outputs_under_inductor():
     first) came before the prints above them (long fuzz run seed 42375, compared as the
     fuzzer compares it; it differed before the check). Where the backend may reorder,
     a graph holds one output."""
-    from differential.grammar import generate
-    from differential.observe import compare
+    from tools.fuzz.grammar import generate
+    from tools.fuzz.observe import compare
 
     report = compare(generate(42375), modes=("compiled:inductor",), calls=1)
     assert report.modes_run == ["compiled:inductor"]

@@ -20,9 +20,9 @@ import hashlib
 
 import pytest
 
-from .grammar import generate
-from .minimise import ddmin_lines
-from .observe import compare
+from tools.fuzz.grammar import generate
+from tools.fuzz.minimise import ddmin_lines
+from tools.fuzz.observe import compare
 
 SEEDS = range(12)  # about 45 s of CPU; the long run covers thousands
 EVERY_CONSTRUCT = {

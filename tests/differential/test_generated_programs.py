@@ -30,8 +30,8 @@ import os
 import pytest
 import torch
 
-from .harness import build_variants, call_counting, call_observed, compile_counting, unload
-from .program_generator import generate
+from tools.fuzz.harness import build_variants, call_counting, call_observed, compile_counting, unload
+from tools.fuzz.program_generator import generate
 
 SEEDS = range(200)
 FILENAME = "/graphmend-differential/program_{seed}.py"

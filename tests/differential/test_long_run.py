@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from . import long_run
-from .long_run import Tally
+from tools.fuzz import long_run
+from tools.fuzz.long_run import Tally
 
 LONG_RUN = os.path.abspath(long_run.__file__)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(LONG_RUN)))
@@ -137,19 +137,20 @@ def test_a_harness_crash_ends_its_chunks_process_and_the_rest_runs_in_a_new_one(
 def test_a_chunk_stops_at_its_first_harness_crash(monkeypatch) -> None:
     monkeypatch.setattr(long_run, "generate", lambda seed, **kwargs: long_run.argparse.Namespace(seed=seed, features={}))
 
-    def compare(program, modes):
+    def compare(program, modes, **comparison):
         raise RuntimeError("torch's state is broken")
 
     monkeypatch.setattr(long_run, "compare", compare)
     options = long_run.argparse.Namespace(
         findings=None, time_limit=0, tally=None, chunk_of_a_run=True, no_aot_eager=False, inductor_every=0,
+        no_counts=False, no_tracebacks=False, no_compiled_eager=False,
         **{name: False for name in (
             "without_positions", "without_item_checks", "without_finally_reads", "without_layouts",
             "without_merges", "without_blocks", "without_fusions", "without_warm", "without_shared_inputs",
             "without_threads", "without_handlers", "without_grad_modes", "without_attribute_code",
             "with_tracked_inputs", "without_global_rebinds", "without_transposed_inputs",
             "without_dynamic_compiles", "without_helper_branches", "without_failing_outputs",
-            "without_between_calls",
+            "without_between_calls", "without_programs",
         )},
     )
     tally = Tally()

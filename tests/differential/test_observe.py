@@ -12,8 +12,8 @@ import torch
 
 from graphmend.runtime import claims
 
-from .grammar import HEADER, Program
-from .observe import compare
+from tools.fuzz.grammar import HEADER, Program
+from tools.fuzz.observe import compare
 
 
 def program_of(body: str, requires_grad: bool = False) -> str:
@@ -57,7 +57,7 @@ def test_compare_reports_the_changed_part(name, part, original, changed, require
 
 
 def _observation(error=None, globals_=(("A", 1), ("B", 1)), gradients=None, rng="r"):
-    from .observe import Observation
+    from tools.fuzz.observe import Observation
 
     return Observation(error=error, value=("v",), gradients=gradients, arguments=(), globals=globals_, rng=rng)
 
@@ -66,7 +66,7 @@ def test_each_global_and_each_gradient_may_be_either_originals_but_not_neither()
     """A compiled run may match the original eager run in one global (a draw kept as
     eagerly) and the original compiled run in another (a tensor's text): each is an
     observable of its own. So is each input's gradient (seed 40497)."""
-    from .observe import _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     eager = [_observation(globals_=(("A", 1), ("B", 1)), gradients=(None, "g"))]
     compiled = [_observation(globals_=(("A", 2), ("B", 2)), gradients=("zeros", "h"))]
@@ -84,7 +84,7 @@ def test_each_global_and_each_gradient_may_be_either_originals_but_not_neither()
 def test_globals_are_not_compared_after_a_call_that_failed_as_torch_did() -> None:
     """Seed 40225: inductor failed to compile the first call, as it does for the
     original; the globals of later calls sum calls that went two ways."""
-    from .observe import _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     eager = [_observation(globals_=(("W", "printed"),)), _observation(globals_=(("W", "printed"),))]
     compiled = [_observation(error="BackendCompilerFailed", globals_=(("W", ""),)),
@@ -99,7 +99,7 @@ def test_the_generator_is_not_compared_from_a_call_that_failed_as_torch_did() ->
     """Seed 53506: the call raised TorchDynamo's trace-time error, as the original
     compiled did; how far the generator got depends on which graphs ran before the
     failing trace. Before such a call it counts."""
-    from .observe import _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     eager = [_observation(rng="r0"), _observation(error="RuntimeError", rng="r1")]
     compiled = [_observation(rng="r0"), _observation(error="TorchRuntimeError", rng="r2")]
@@ -111,7 +111,7 @@ def test_the_generator_is_not_compared_from_a_call_that_failed_as_torch_did() ->
 def test_autograd_node_names_in_text_kept_in_a_global_are_set_aside() -> None:
     """Seed 53307: a log handler writes the text of a tensor into a list the program
     keeps; made in a graph it names ``CompiledFunctionBackward``."""
-    from .observe import _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     def kept(text):
         return _observation(globals_=(("WRITTEN", ("list", (("str", text),))),))
@@ -126,10 +126,10 @@ def test_printed_autograd_node_names_are_set_aside_but_not_their_presence() -> N
     """Seed 40850: the same tensor prints ``grad_fn=<AbsBackward0>`` made eagerly and
     ``grad_fn=<CompiledFunctionBackward>`` made in a graph (with the line wrapped
     otherwise); a tensor printed without one is still a difference."""
-    from .observe import _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     def printed(text):
-        from .observe import Observation
+        from tools.fuzz.observe import Observation
 
         return Observation(value=("v",), events=[("stdout", text)], globals=(), rng="r")
 
@@ -146,7 +146,7 @@ def test_under_inductor_each_output_line_may_be_either_originals_but_not_their_c
     draws as eagerly where inductor's generator would draw others). Each line is one
     original's; a line neither printed, or a line dropped, is still a difference, and
     without ``output_lines_apart`` the output stays one piece."""
-    from .observe import Observation, _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import Observation, _each_call_is_the_originals as each_call
 
     def printed(*events):
         return Observation(value=("v",), events=list(events), globals=(), rng="r")
@@ -167,7 +167,7 @@ def test_the_generator_may_be_where_the_original_compiled_keeping_every_draw_lea
     ``try``), with graphmend and without; AOTAutograd then dropped a draw nothing used,
     which graphmend keeps. The mended generator is where the original compiled with the
     ``eager`` backend (every draw kept) leaves it, and only that third state is taken."""
-    from .observe import _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     eager = [_observation(rng="r-eager")]
     compiled = [_observation(rng="r-aot")]
@@ -189,12 +189,12 @@ def test_each_argument_may_be_either_originals_but_not_neither() -> None:
     """Seed 80296: after a call that failed as the original compiled did, ``box.t``
     holds a draw kept as eagerly while ``items`` lacks the entry the failing call never
     appended: each argument is a piece of its own, as each global is."""
-    from .observe import _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     def arguments(box, items):
         return Observation(value=("v",), arguments=("tuple", ("is", None), (("x",), box, items)), globals=(), rng="r")
 
-    from .observe import Observation
+    from tools.fuzz.observe import Observation
 
     eager = [arguments("box-eager", "items-two")]
     compiled = [arguments("box-compiled", "items-one")]
@@ -205,7 +205,7 @@ def test_each_argument_may_be_either_originals_but_not_neither() -> None:
 def test_under_aot_autograd_a_gradient_zero_may_have_either_sign_but_nothing_else_may_differ() -> None:
     """Seed 71221: AOTAutograd's traced backward gives +0 where eager autograd gives -0
     (``y.neg_()`` before a product with a zero draw)."""
-    from .observe import Normaliser, _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import Normaliser, _each_call_is_the_originals as each_call
 
     normalise = Normaliser({}, {})
 
@@ -226,7 +226,7 @@ def test_past_a_kept_check_the_reference_is_the_original_with_its_checks_made_ea
     outside TorchDynamo is the reference then. A change elsewhere is still reported."""
     from collections import Counter
 
-    from .grammar import HEADER
+    from tools.fuzz.grammar import HEADER
 
     def source(returned: str) -> str:
         return (
@@ -261,7 +261,7 @@ def test_past_a_kept_check_the_reference_is_the_original_with_its_checks_made_ea
 
 def test_under_inductor_numbers_in_printed_text_compare_as_float_bits_aside() -> None:
     """Seed 71925: a sum inductor computes in the graph prints its own last digits."""
-    from .observe import Observation, _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import Observation, _each_call_is_the_originals as each_call
 
     def printed(text):
         return Observation(value=("v",), events=[("stdout", text)], globals=(), rng="r")
@@ -276,7 +276,7 @@ def test_under_inductor_numbers_in_printed_text_compare_as_float_bits_aside() ->
 
 def test_under_inductor_a_printed_sum_near_zero_compares_as_zero() -> None:
     """Seed 343001: terms that cancel leave rounding error alone, in inductor's order."""
-    from .observe import Observation, _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import Observation, _each_call_is_the_originals as each_call
 
     def printed(text):
         return Observation(value=("v",), events=[("stdout", text)], globals=(), rng="r")
@@ -297,7 +297,7 @@ def test_where_torch_failed_on_the_original_first_its_trace_time_error_is_the_re
     run that also changes anything else, or fails on another line, still differs."""
     from collections import Counter
 
-    from .grammar import HEADER
+    from tools.fuzz.grammar import HEADER
 
     def source(update: str, failing: str = "    return y + torch.ones(5)\n") -> str:
         return (
@@ -332,8 +332,8 @@ def test_a_compile_state_test_answering_as_traced_is_reported_apart() -> None:
     capture unconditionally, as graphmend did before."""
     from graphmend.rewrite.pipeline import mend_module_source
 
-    from .grammar import generate
-    from .observe import with_backend
+    from tools.fuzz.grammar import generate
+    from tools.fuzz.observe import with_backend
 
     program = generate(140784)
     mended = mend_module_source(
@@ -365,7 +365,7 @@ def test_a_caller_in_another_module_that_catches_sees_the_exception_the_original
     program = Program(seed=0, source=program_of(GUARDED), compile_site="other-module", caller_catches=True)
     report = compare(program, modes=("eager", "compiled:eager"))
     assert report.differences == [] and report.torch_own == []
-    from .observe import call_labels, input_values
+    from tools.fuzz.observe import call_labels, input_values
 
     labels = [label[0] for label in call_labels(program, input_values(0, (4,)))]
     assert labels == ["warm-up", "positive", "negative", "zeros", "small"]
@@ -403,7 +403,7 @@ def test_the_backward_of_a_call_from_a_thread_is_made_in_that_thread() -> None:
     """Seed 243502: autograd orders the gradients it sums by numbers counted per thread,
     so a backward made in the main thread summed in an order that depended on the
     process's history. The gradient hook records the thread the backward ran in."""
-    from . import observe
+    from tools.fuzz import observe
 
     body = (
         "import threading\n"
@@ -433,7 +433,7 @@ def test_a_traced_op_error_counts_as_torchs_own_only_when_the_original_alone_rai
     compiled traced it (TorchDynamo's TorchRuntimeError at the same line). That is
     TorchDynamo's own error when the original compiled, called on that input alone,
     raises it too; not otherwise."""
-    from .observe import Observation, traced_op_failures
+    from tools.fuzz.observe import Observation, traced_op_failures
 
     traced = ("torch._dynamo.exc", "TorchRuntimeError", "shape")
     eager = [Observation(error=("builtins", "RuntimeError", "shape"), error_site=("p.py", 9))]
@@ -457,7 +457,7 @@ def test_a_call_that_stopped_at_torchdynamos_error_may_be_the_original_alone_who
     """Seed 232488: the call stopped at TorchDynamo's error, so its output is the original
     compiled's called alone (which stopped there too), not eager's; a call whose alone run
     raised otherwise keeps eager's observation."""
-    from .observe import Observation, calls_alone_as_observed
+    from tools.fuzz.observe import Observation, calls_alone_as_observed
 
     traced = ("torch._dynamo.exc", "TorchRuntimeError", "shape")
     eager = [Observation(events=[("stdout", "a\n"), ("log", "later")]), Observation(events=[("stdout", "b\n")])]
@@ -469,7 +469,7 @@ def test_a_call_that_stopped_at_torchdynamos_error_may_be_the_original_alone_who
 
 
 def test_compile_state_answer_sets_substitute_each_test_site_in_source_order() -> None:
-    from . import compile_state
+    from tools.fuzz import compile_state
 
     source = "if not is_compiling():\n    a()\nif torch.compiler.is_compiling():\n    b()\n"
     assert compile_state.answer_sets(source) == [frozenset(), {0}, {1}, {0, 1}]
@@ -482,7 +482,7 @@ def test_compile_state_answer_sets_substitute_each_test_site_in_source_order() -
 def test_a_compile_state_mixture_counts_only_as_traced_at_least_where_the_original_compiled_traced() -> None:
     """Each string stands for one call's observation; an answer set names the sites
     answering True."""
-    from .compile_state import explained_by_answers
+    from tools.fuzz.compile_state import explained_by_answers
 
     runs = {frozenset(): ["AB"], frozenset({0}): ["B"], frozenset({1}): ["A"], frozenset({0, 1}): [""]}
 
@@ -538,7 +538,7 @@ def test_a_global_the_call_rebinds_is_not_read_in_a_tensor_given_its_memory_late
     program). The normaliser holds the objects it names, so their memory is not given
     to a tensor the call makes. (Whether an unheld one's memory is given again is the
     allocator's choice: a fresh-clone CI run under load did not reuse it.)"""
-    from .observe import Normaliser
+    from tools.fuzz.observe import Normaliser
 
     def normaliser_of_a_freed_global(held: bool):
         total = torch.zeros(1000)
@@ -555,8 +555,8 @@ def test_a_program_compiled_dynamic_is_called_last_on_other_sizes() -> None:
     harness or the program compiles ``f``, and a fifth input set, ``resized``, each
     dimension one larger; the first four sets are the ones a static program gets. A
     mended text that computes otherwise on the other sizes alone differs there."""
-    from .grammar import generate
-    from .observe import call_labels, input_values
+    from tools.fuzz.grammar import generate
+    from tools.fuzz.observe import call_labels, input_values
 
     static = input_values(3, (2, 3))
     sets = input_values(3, (2, 3), resized=True)
@@ -576,7 +576,7 @@ def test_a_program_compiled_dynamic_is_called_last_on_other_sizes() -> None:
 def test_size_symbol_names_in_a_printed_trace_time_error_are_set_aside() -> None:
     # Seed 331446: the same TorchDynamo error caught and printed by the program, its size
     # symbols numbered by how many sizes the trace had read before.
-    from .observe import Observation, _each_call_is_the_originals
+    from tools.fuzz.observe import Observation, _each_call_is_the_originals
 
     def printed(symbol: str) -> Observation:
         text = (
@@ -647,7 +647,7 @@ def test_torch_fx_printing_where_a_graph_raised_is_not_the_programs_output() -> 
     """``torch.fx`` prints a traceback to stderr when a graph's generated code raises
     (seed 391274: ZeroDivisionError inside the mended program's graph, eagerly in the
     original's); the exception itself is still observed."""
-    from .observe import observing
+    from tools.fuzz.observe import observing
 
     graph = torch.fx.symbolic_trace(lambda x: x.sum() + 1 // x.shape[0])
     events: list = []

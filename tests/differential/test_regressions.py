@@ -18,7 +18,7 @@ import torch
 
 from graphmend.runtime import claims
 
-from .harness import build_variants, call_counting, call_observed, compile_counting, unload
+from tools.fuzz.harness import build_variants, call_counting, call_observed, compile_counting, unload
 
 _numbers = itertools.count()
 
@@ -394,8 +394,8 @@ def test_a_failure_explaining_a_recompilation_runs_the_rewritten_frame_eagerly()
     and a guard on `items[0]` raised IndexError there when the call's list was empty:
     the mended program failed where the original ran (its frames break elsewhere). The
     rewritten frame now runs eagerly instead, as for TorchDynamo's internal errors."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=145052, source=SEED_145052, shape=(2, 3), log_level=20)
@@ -432,8 +432,8 @@ def test_an_op_failing_while_traced_in_a_rewritten_frame_raises_the_users_error(
     TorchDynamo gives up the first call's frame, so the resume function after the
     argwhere is the original's, given up on the first call and run eagerly after
     (claims.frame_was_not_given_up_while_tracing)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=142378, source=SEED_142378, shape=(2, 3), log_level=20, requires_grad=True)
@@ -460,8 +460,8 @@ def test_an_output_kept_apart_from_an_aliased_input_written_in_place():
     `flat_m1` share memory; AOTAutograd's forward for that graph, writing `x` in place
     beside an ordered operator, raised StopIteration under aot_eager. The print keeps
     its break in such a graph (claims.ordered_operators_share_no_graph_with_aliased_inputs_written_in_place)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=154090, source=SEED_154090, shape=(2, 3), log_level=20)
@@ -494,8 +494,8 @@ def test_a_capture_whose_size_tracing_needs_on_the_host_keeps_its_break():
     and TorchDynamo compiled `helper1` alone, whose input written in place got a zero
     gradient from AOTAutograd where eager gives none (the original's graphs inline it).
     The capture is now refused and the frame traced again with its break."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=172051, source=SEED_172051, shape=(4,), log_level=20, requires_grad=True)
@@ -534,8 +534,8 @@ def test_unused_draws_of_a_joint_graph_from_mended_code_advance_the_generator_as
     partition kept one of them, so the generator stood where neither eager (both) nor
     the original compiled (neither) left it. Such draws are now returned from the graph
     (claims._return_dead_draws)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=182689, source=SEED_182689, shape=(4,), log_level=10)
@@ -550,8 +550,8 @@ def test_a_mended_gradient_with_eagers_draws_and_aotautograds_rounding_is_the_po
     is bit for bit the original's compiled with graphmend's random-draw policy on all of
     its graphs, which the comparison now also takes as a reference, reported apart
     (``observe.DRAWS_AS_EAGERLY``)."""
-    from .grammar import generate
-    from .observe import compare
+    from tools.fuzz.grammar import generate
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = generate(182914, threads=False, handlers=False, grad_modes=False)
@@ -589,8 +589,8 @@ def test_a_property_read_in_an_untaken_arm_runs_no_getter():
     getter ran while tracing and on the untaken path (``HISTORY`` grew by four entries
     where eagerly it grew by one or none). The check is now ``reads_plainly``, decided
     from the object without running its code (runtime/attribute_access.py)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=300019, source=SEED_300019, shape=(4,), log_level=10)
@@ -624,8 +624,8 @@ def test_output_inside_inference_mode_keeps_its_break():
     original compiled, whose graph after the break runs inside the real mode) ``h1`` is
     an inference tensor and the update raises. No claim is made inside the mode now
     (``claims.not_inside_inference_mode``)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=220496, source=SEED_220496, shape=(4,), log_level=10)
@@ -663,8 +663,8 @@ def test_output_after_inference_mode_keeps_its_break():
     ``aot_eager`` the joined graph failed to compile (``BackendCompilerFailed``) where
     the original's update succeeds. No claim survives in a graph that enters the mode
     now (``claims.joined_graph_enters_no_inference_mode``)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=250224, source=SEED_250224, shape=(2, 3), log_level=10)
@@ -724,8 +724,8 @@ def test_a_capture_that_makes_a_mutated_input_of_the_next_graph_keeps_its_value_
     The capture removed no break there: the trace broke at ``len(pos_m1) > 0`` on the
     size it made, and the capture is now refused
     (``claims.captured_sizes_decide_no_break``), so the graphs are the original's."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=261872, source=SEED_261872, shape=(2, 3), log_level=10)
@@ -797,8 +797,8 @@ def test_an_op_failing_while_traced_on_a_later_call_raises_the_ops_own_error():
     other code objects, which call 0 did not give up. Called on that input alone, the
     original compiled raises the same ``TorchRuntimeError``: TorchDynamo's own error for
     an op that fails while traced, counted apart (``observe.traced_op_failures``)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=221043, source=SEED_221043, shape=(4,), log_level=10)
@@ -851,8 +851,8 @@ def test_a_refused_capture_in_the_experts_loop_leaves_the_original_loop():
     (a warning logged) where the original compiled, breaking at ``.tolist()``, traced
     it. The loop keeps its chosen experts once its body's capture is refused
     (``dynamic_shapes.body_keeps_its_captures``)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(
@@ -905,8 +905,8 @@ def test_a_rewritten_frame_whose_resume_function_needs_a_prefixed_jump_compiles(
     the original compiled traced the code (an "eager only" output it skipped, and the
     reverse). The offsets are now given again for rewritten frames
     (``conversion_failures._offsets_of_replaced_extended_args``) and the frame compiles."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=222544, source=SEED_222544, shape=(2, 3), log_level=10, requires_grad=True)
@@ -949,8 +949,8 @@ def test_torchdynamos_error_escaping_a_suppress_counts_as_its_own_when_the_origi
     before ``claims.captured_sizes_decide_no_break`` would at the break), the mended program's graphs are the
     original's and no failure is left to tell apart (the classification itself:
     ``test_observe.test_a_traced_op_error_counts_as_torchs_own_only_when_the_original_alone_raises_it``)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=232488, source=SEED_232488, shape=(4,), log_level=10)
@@ -988,8 +988,8 @@ def test_a_compile_state_mixture_left_by_a_break_graphmend_keeps_is_the_programs
     graphmend's runtime calls alone; since they no longer count
     (``graphmend.runtime.resumable_states``, long run seed 330982), the mended frame is
     given up whole as the original's, and the run is the original's."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(
@@ -1043,8 +1043,8 @@ def test_an_op_failing_past_torchdynamos_assembly_bug_counts_as_the_original_wit
     also writes an argument still differs."""
     from graphmend.rewrite.pipeline import mend_module_source
 
-    from .grammar import Program
-    from .observe import compare, with_backend
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare, with_backend
 
     claims.forget_refusals()
     program = Program(seed=242676, source=SEED_242676, shape=(2, 3), log_level=20)
@@ -1110,8 +1110,8 @@ def test_a_traced_op_error_after_an_earlier_call_gave_up_the_frame_is_judged_in_
     runtime calls no longer make a resumable state the original has not
     (``graphmend.runtime.resumable_states``, long run seed 330982), TorchDynamo gives the
     mended frame up as the original's on the first call, and the run is the original's."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=272822, source=SEED_272822, shape=(2, 3), log_level=10, requires_grad=True,
@@ -1146,8 +1146,8 @@ def test_a_traced_op_error_is_the_originals_whatever_torchdynamo_names_its_sizes
     fresh, but names the sizes by its own history of the frame (``(s10, s94)`` for the
     sizes the mended trace named ``(s17, s94)``); the harness set the names aside only
     now (``observe._raised_alone_as_observed``)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=290026, source=SEED_290026, shape=(2, 3), log_level=20, compiled_dynamic=True)
@@ -1213,8 +1213,8 @@ def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_compared_with
     graph's generated code ``<eval_with_key>.N``, N counted over the process. The original
     compiled prints the same traceback with another N (the harness compiles it first):
     counted as TorchDynamo's own only now (``observe._torch_names_aside``)."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=290481, source=SEED_290481, shape=(4,), log_level=20, compiled_dynamic=True)
@@ -1283,8 +1283,8 @@ def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_not_the_progr
     the failing line, as the original compiled does from its own, smaller graph. The
     harness does not take torch.fx's print for the program's output
     (``observe._torch_diagnostics_silenced``), and the calls are the original's."""
-    from .grammar import Program
-    from .observe import compare
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
 
     claims.forget_refusals()
     program = Program(seed=302052, source=SEED_302052, shape=(4,), log_level=10, compiled_dynamic=True)

@@ -2,7 +2,7 @@
 named must-not case per legality condition (source and trace time), differential runs.
 
 The helper is the test double of transformers' ``torch_compilable_check`` (5.x) in
-tests/differential/fuzz_check_helper.py (the fuzz programs' too): eagerly it raises
+tools/fuzz/fuzz_check_helper.py (the fuzz programs' too): eagerly it raises
 ``error_type(msg)`` when the condition fails; traced, it checks with
 ``torch._check_tensor_all`` (a graph break). It is a known helper.
 With transformers 5.x installed, the last test uses the real one.
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from graphmend.runtime import checks, claims
-from tests.differential import fuzz_check_helper
+from tools.fuzz import fuzz_check_helper
 from helpers import assert_equivalent, breaks, finding_reasons, observe, original_and_mended
 
 

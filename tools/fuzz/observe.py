@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+import graphmend
 import graphmend.runtime  # noqa: F401 - wraps torch.compile: flushes deferred effects, restores traps
 from graphmend.rewrite.pipeline import mend_module_source
 from graphmend.runtime import claims, conversion_failures
@@ -57,7 +58,7 @@ from .grammar import BACKEND_LINE, STATE_NAMES, Program, other_module_source
 
 TORCH_DIRECTORY = os.path.dirname(torch.__file__)
 RESUME_PREFIX = "torch_dynamo_resume_in_"
-PARTS = ("error", "value", "gradients", "arguments", "globals", "rng", "events")
+PARTS = ("error", "value", "gradients", "arguments", "globals", "rng", "events", "traceback")
 MODES = ("eager", "compiled:eager", "compiled:aot_eager", "compiled:inductor")
 
 
@@ -75,6 +76,9 @@ class Observation:
     # whether torch's compiler itself failed (not the program).
     error_site: object = None
     compiler_failed: bool = False
+    # Compared only by ``compare(..., tracebacks=True)``: the frames of the exception
+    # that left ``f`` in the program's files and in graphmend's (``traceback_frames``).
+    traceback: object = None
 
 
 @dataclass
@@ -278,6 +282,36 @@ def exception_key(error: BaseException, module_names: set[str]) -> tuple:
         None if cause is None else type(cause).__qualname__,
         error.__suppress_context__,
     )
+
+
+GRAPHMEND_DIRECTORY = os.path.dirname(os.path.abspath(graphmend.__file__)) + os.sep
+_RESUME_NAME = re.compile(r"^torch_dynamo_resume_in_(\w+?)_at_\d+$")
+
+
+def frame_function(name: str) -> str:
+    """A frame's function, TorchDynamo's resume functions named after the one they resume."""
+    while (match := _RESUME_NAME.match(name)) is not None:
+        name = match.group(1)
+    return name
+
+
+def traceback_frames(error: BaseException, program_files: set[str]) -> tuple:
+    """The frames the program's own traceback shows, innermost last: each frame of the
+    program's files (function, line) and of graphmend's (``("graphmend", function)``);
+    torch's frames and the harness's are TorchDynamo's and ours, not the program's. A
+    rewrite must leave the program's frames as they were and add none of its own."""
+    frames = []
+    for frame in traceback.extract_tb(error.__traceback__):
+        path = os.path.abspath(frame.filename)
+        # Before the program's files: those are read from the functions a program's module
+        # holds, and a compiled function it holds is torch's or graphmend's wrapper.
+        if path.startswith(GRAPHMEND_DIRECTORY):
+            frames.append(("graphmend", frame.name))
+        elif path.startswith(TORCH_DIRECTORY):
+            continue
+        elif frame.filename in program_files:
+            frames.append((frame_function(frame.name), frame.lineno))
+    return tuple(frames)
 
 
 # observing output -----------------------------------------------------------------
@@ -631,6 +665,7 @@ def _call(program, module, target, module_names, index, x_value, y_value, item_c
     value = None
     calling_thread = _CallingThread() if program.calls_from_threads else None
     made_there = calling_thread.run if calling_thread is not None else (lambda function, *args: function(*args))
+    _printing_defaults()
     try:
         with observing(list(module_names), program.log_level, observation.events):
             before_call = getattr(module, "before_call", None)
@@ -642,12 +677,15 @@ def _call(program, module, target, module_names, index, x_value, y_value, item_c
             except Exception as error:  # noqa: BLE001 - the exception is what is compared
                 observation.error = exception_key(error, module_names)
                 observation.error_site = error_site(error, _program_files(module_names))
+                observation.traceback = traceback_frames(error, _program_files(module_names))
                 observation.compiler_failed = compiler_failed(error)
-        if observation.error is None and program.requires_grad:
-            observation.gradients = made_there(_gradients, value, x, y, normalise)
+        if observation.error is None and (program.requires_grad or program.parameters_require_grad):
+            parameters = tuple(getattr(module, "PARAMETERS", ()))
+            observation.gradients = made_there(_gradients, value, x, y, normalise, parameters)
     finally:
         if calling_thread is not None:
             calling_thread.close()
+        _printing_defaults()
     observation.arguments = normalise((x, y, box, items, table))
     _record_globals_and_rng(observation, module, normalise)
     return observation
@@ -691,7 +729,15 @@ class _CallingThread:
                 outcome.put((False, error))
 
 
-def _gradients(value, x, y, normalise):
+def _printing_defaults() -> None:
+    """Print options and the default dtype are the process's: a program that sets them
+    (``program-print-options``) must not change how the next call, or the next run,
+    prints and makes tensors."""
+    torch.set_printoptions(profile="default")
+    torch.set_default_dtype(torch.float32)
+
+
+def _gradients(value, x, y, normalise, parameters=()):
     tensors = []
 
     def collect(item, depth=0):
@@ -709,7 +755,122 @@ def _gradients(value, x, y, normalise):
         sum(t.sum() for t in tensors).backward()
     except Exception as error:  # noqa: BLE001
         return ("backward raised", type(error).__qualname__, str(error)[:200])
-    return (normalise(x.grad), normalise(y.grad))
+    # The module parameters a program lists in ``PARAMETERS`` (``program-*`` constructs):
+    # gradients of the program's own state, after a backward made after the call.
+    return (normalise(x.grad), normalise(y.grad), *(normalise(p.grad) for p in parameters))
+
+
+# graph and break counts -------------------------------------------------------------
+
+
+@dataclass
+class Worse:
+    """A compiled function the mended program compiles into more graphs, or breaks more
+    often in, than the original does in the same mode (over the run's calls)."""
+
+    mode: str
+    function: str
+    original: tuple  # (graphs, breaks)
+    mended: tuple
+
+    @property
+    def klass(self) -> str:
+        what = [
+            name for name, before, after in zip(("graphs", "breaks"), self.original, self.mended) if after > before
+        ]
+        return "compiled counts: more " + " and ".join(what)
+
+    def describe(self) -> str:
+        return (
+            f"[{self.mode}] {self.function}: original {self.original[0]} graphs, {self.original[1]} breaks; "
+            f"mended {self.mended[0]} graphs, {self.mended[1]} breaks"
+        )
+
+
+class _GraphsPerFunction(logging.Handler):
+    """Reads TorchDynamo's structured trace: each graph it outputs, counted for the
+    function whose frame it compiled (TorchDynamo's ``compilation_metrics`` event, which
+    ends each frame's compilation, names it; a resume function counts as the function
+    it resumes)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.pending: dict = {}
+        self.graphs: dict[str, int] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        metadata = getattr(record, "metadata", None)
+        if not isinstance(metadata, dict):
+            return
+        frame = (metadata.get("frame_id"), metadata.get("frame_compile_id"))
+        if "dynamo_output_graph" in metadata:
+            self.pending[frame] = self.pending.get(frame, 0) + 1
+        elif "compilation_metrics" in metadata:
+            metrics = metadata["compilation_metrics"]
+            name = frame_function(str(metrics.get("co_name") or "?"))
+            count = self.pending.pop(frame, 0)
+            if count:
+                self.graphs[name] = self.graphs.get(name, 0) + count
+
+
+@contextlib.contextmanager
+def counting_graphs_and_breaks(counts: dict):
+    """Fills ``counts`` with function -> (graphs, breaks) for what TorchDynamo compiles
+    while the block runs. Breaks are TorchDynamo's own records (``graphmend.dynamo_records``,
+    which drops those of a trace graphmend makes TorchDynamo start again), each counted
+    for the outermost frame being compiled."""
+    import torch._logging._internal as logging_internal
+
+    from graphmend.dynamo_records import recording
+
+    trace_log = logging_internal.trace_log
+    handler = _GraphsPerFunction()
+    saved_level = trace_log.level
+    trace_log.addHandler(handler)
+    trace_log.setLevel(logging.DEBUG)
+    try:
+        with recording() as records:
+            yield counts
+    finally:
+        trace_log.removeHandler(handler)
+        trace_log.setLevel(saved_level)
+    breaks: dict[str, int] = {}
+    for record in records.breaks:
+        name = frame_function(record.frames[0].function) if record.frames else "?"
+        breaks[name] = breaks.get(name, 0) + 1
+    for name in set(handler.graphs) | set(breaks):
+        counts[name] = (handler.graphs.get(name, 0), breaks.get(name, 0))
+
+
+def worse_counts(mode: str, original: dict, mended: dict) -> list[Worse]:
+    """Each function with more graphs or more breaks mended than original."""
+    found = []
+    for name in sorted(set(mended)):
+        before = original.get(name, (0, 0))
+        after = mended[name]
+        if after[0] > before[0] or after[1] > before[1]:
+            found.append(Worse(mode, name, before, after))
+    return found
+
+
+@contextlib.contextmanager
+def _torch_compile_of(variant: str, applies: bool):
+    """With ``applies``, every run but the mended one's compiles with torch's own
+    ``torch.compile``, not the one ``graphmend.runtime`` wraps: the original program is
+    what a user runs without graphmend, and what the wrapper adds (its frames in
+    tracebacks, a compile of a compiled function) is the mended program's difference."""
+    from graphmend.runtime import compiled_calls
+
+    plain = compiled_calls._original_compile
+    if not applies or variant == "mended" or plain is None:
+        yield
+        return
+    wrapped = torch.compile
+    torch.compile = plain
+    try:
+        yield
+    finally:
+        torch.compile = wrapped
 
 
 # comparing -----------------------------------------------------------------------------
@@ -745,39 +906,61 @@ class Report:
     assembly_as_for_rewritten_code: list[Difference] = field(default_factory=list)
     modes_run: list[str] = field(default_factory=list)
     crashed: str | None = None
+    # ``compare(..., counts=True)``: compiled functions the mended program compiles into
+    # more graphs, or breaks more often in, than the original.
+    worse: list[Worse] = field(default_factory=list)
 
 
 def compare(
     program: Program, modes=("eager", "compiled:eager", "compiled:aot_eager"), filename=None, mended_source=None,
-    calls: int | None = None,
+    calls: int | None = None, counts: bool = False, tracebacks: bool = False,
 ) -> Report:
     """Original eagerly against mended in each mode; see the module docstring.
 
     ``mended_source`` replaces graphmend's output by a given text (to test the harness);
     ``calls`` keeps only the first input sets (the minimiser needs no more than the one
-    that showed the difference)."""
+    that showed the difference). ``counts``: in each compiled mode, the original
+    compiled runs too, and a function the mended program compiles into more graphs or
+    breaks more often in is reported (``Report.worse``). ``tracebacks``: the frames of
+    each exception's traceback are compared too (``traceback_frames``), and the original
+    program compiles with torch's own ``torch.compile``, not graphmend's wrapper."""
     filename = filename or f"/graphmend-fuzz/program_{program.seed}.py"
     module_name = f"gm_fuzz_{program.seed}"
     inputs = input_values(program.seed, program.shape, program.compiled_dynamic)[:calls]
     report = Report()
     cache: dict[tuple[str, str], LoadedCode] = {}
+    counted: dict[tuple[str, str], dict] = {}
+    whole_runs: dict[tuple[str, str], list[Observation]] = {}
 
     def observe(variant: str, mode: str, call_inputs=None, fresh_dynamo_before=None) -> list[Observation]:
+        whole = call_inputs is None and fresh_dynamo_before is None
+        if whole and counts and (variant, mode) in whole_runs:
+            return whole_runs[(variant, mode)]
         backend = mode.split(":", 1)[1] if ":" in mode else "eager"
         key = (variant, backend)
         if key not in cache:
             cache[key] = prepare(program, variant, backend, filename, module_name, mended_source)
         torch._dynamo.reset()
+        count = {}
         try:
             with _draws_as_eagerly(variant == DRAWS_AS_EAGERLY), _assembly_as_for_rewritten_code(
                 variant == ASSEMBLY_AS_FOR_REWRITTEN_CODE
+            ), _torch_compile_of(variant, tracebacks), (
+                counting_graphs_and_breaks(count) if counts and whole and mode != "eager" else contextlib.nullcontext()
             ):
-                return run_program(
+                observations = run_program(
                     program, cache[key], mode, inputs if call_inputs is None else call_inputs, fresh_dynamo_before
                 )
         finally:
             torch._dynamo.reset()
             unload(cache[key])
+        if not tracebacks:
+            for observation in observations:
+                observation.traceback = None
+        if counts and whole:
+            counted[(variant, mode)] = count
+            whole_runs[(variant, mode)] = observations
+        return observations
 
     def original_compiled_alone(mode: str):
         """The original compiled, called on one observation's input set after the same
@@ -806,6 +989,9 @@ def compare(
     for mode in modes:
         report.modes_run.append(mode)
         actual = observe("mended", mode)
+        if counts and mode != "eager":
+            observe("original", mode)
+            report.worse += worse_counts(mode, counted[("original", mode)], counted[("mended", mode)])
         difference = first_difference(mode, call_labels(program, inputs), reference, actual)
         if difference is None:
             continue
@@ -1027,7 +1213,9 @@ def _without_size_symbol_names(error: tuple) -> tuple:
 
 # What a call observed, in pieces that can each be the original's eager or compiled one:
 # the value and the exception go together (a call returns or raises).
-_OBSERVED_TOGETHER = (("error", "value"), ("gradients",), ("arguments",), ("globals",), ("rng",), ("events",))
+_OBSERVED_TOGETHER = (
+    ("error", "value"), ("gradients",), ("arguments",), ("globals",), ("rng",), ("events",), ("traceback",),
+)
 
 
 def _each_call_is_the_originals(
@@ -1105,6 +1293,11 @@ def _each_call_is_the_originals(
                 yield from ((names, index) for index in range(len(observation.arguments[2])))
             elif names == ("gradients",) and _per_input(observation.gradients):
                 yield from ((names, index) for index in range(len(observation.gradients)))
+            elif names == ("traceback",):
+                # A call that failed as TorchDynamo's compiled run did (its trace-time error
+                # for an op that fails) has that error's frames, not the program's.
+                if not torch_failure_now:
+                    yield names, None
             elif names == ("events",) and output_lines_apart:
                 yield names, None  # how many lines
                 yield from ((names, index) for index in range(len(_event_pieces(observation.events))))
@@ -1195,7 +1388,7 @@ def _per_argument(arguments) -> bool:
 
 def _per_input(gradients) -> bool:
     """``(x.grad, y.grad)``, not the ``("backward raised", ...)`` of a failed backward."""
-    return isinstance(gradients, tuple) and len(gradients) == 2 and gradients[0] != "backward raised"
+    return isinstance(gradients, tuple) and len(gradients) >= 2 and gradients[0] != "backward raised"
 
 
 _FLOAT_IN_TEXT = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?")

@@ -1,6 +1,6 @@
 """The long differential fuzzing run: many grammar programs, every backend, minimised findings.
 
-    PYTHONPATH=src python tests/differential/long_run.py --programs 5000 --inductor-every 25 \\
+    PYTHONPATH=src python tools/fuzz/long_run.py --programs 5000 --inductor-every 25 \\
         --findings /tmp/fuzz_findings.md --time-limit 3600
 
 On N cores, run N of these with ``--shard 0/N`` ... ``--shard N-1/N`` (and a findings
@@ -9,9 +9,11 @@ is running, with its summary. ``--fresh-process-every 250`` runs the seeds 250 a
 each chunk in a new process adding to one tally (a process's memory grows by megabytes a
 program and it slows with it); a process that dies counts its program as a crash.
 
-Each program (``grammar.generate(seed)``) runs original vs mended eagerly, compiled with
-the ``eager`` and ``aot_eager`` backends, and, on every ``--inductor-every``-th program,
-with ``inductor``. Each behaviour difference is put in a class (mode, observable part,
+Each program (``grammar.generate(seed, programs=True)``) runs original vs mended eagerly,
+compiled with the ``eager`` and ``aot_eager`` backends, and, on every ``--inductor-every``-th
+program, with ``inductor``; the frames of tracebacks are compared too, and in each compiled
+mode a function the mended program compiles into more graphs or breaks more often in is a
+finding (``compiled counts: more graphs``/``breaks``, not minimised). Each behaviour difference is put in a class (mode, observable part,
 and a coarse shape of the difference); the first ``--minimise-per-class`` of each class
 are minimised to a reproducer, whose mended text names the rules involved. The summary
 gives programs run per mode, the classes with their counts and reproducers, the
@@ -35,9 +37,9 @@ import time
 import traceback
 from collections import Counter
 
-if __package__ in (None, ""):  # run as a script: make ``tests.differential`` importable
+if __package__ in (None, ""):  # run as a script: make ``tools.fuzz`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    __package__ = "tests.differential"  # noqa: A001
+    __package__ = "tools.fuzz"  # noqa: A001
 
 from graphmend.rewrite.pipeline import mend_module_source  # noqa: E402
 
@@ -154,8 +156,9 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
             helper_branches=not options.without_helper_branches,
             failing_outputs=not options.without_failing_outputs,
             between_calls=not options.without_between_calls,
+            programs=not options.without_programs,
         )
-        modes = ["eager", "compiled:eager"]
+        modes = ["eager"] + ([] if options.no_compiled_eager else ["compiled:eager"])
         if not options.no_aot_eager:
             modes.append("compiled:aot_eager")
         # Output between fused kernels shows its class only under inductor.
@@ -163,7 +166,9 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
         if (options.inductor_every and seed % options.inductor_every == 0) or fused:
             modes.append("compiled:inductor")
         try:
-            report = compare(program, modes=tuple(modes))
+            report = compare(
+                program, modes=tuple(modes), counts=not options.no_counts, tracebacks=not options.no_tracebacks,
+            )
         except Exception:  # noqa: BLE001 - a harness failure is reported, not fatal
             tally.crashes.append((seed, traceback.format_exc(limit=3)))
             report = None
@@ -207,7 +212,7 @@ def _add_report(options, tally: Tally, program, report, findings: int) -> int:
         wanted = sum(1 for entry in entries if entry[2] is not None) < limit
         if wanted and klass not in minimised_here:
             minimised_here.add(klass)
-            reproducer = minimise(program, difference, options.minimise_budget)
+            reproducer = minimise(program, difference, options.minimise_budget, tracebacks=not options.no_tracebacks)
             findings += 1
             if options.findings:
                 append_finding(options.findings, findings, klass, program, difference, reproducer)
@@ -216,9 +221,13 @@ def _add_report(options, tally: Tally, program, report, findings: int) -> int:
                 "rules": ", ".join(rules_involved(mended_text(reproducer.source))) or "-",
             }
         entries.append((program.seed, difference.mode, found))
+    for worse in report.worse:
+        # Not minimised: the minimiser keeps what shows a behaviour difference.
+        tally.classes.setdefault(worse.klass, []).append((program.seed, worse.mode, None))
     print(
         f"[{tally.elapsed:7.0f}s] seed {program.seed}: "
-        + (", ".join(difference_class(d) + f" [{d.mode}]" for d in report.differences) or "same"),
+        + (", ".join([difference_class(d) + f" [{d.mode}]" for d in report.differences]
+                     + [w.describe() for w in report.worse]) or "same"),
         flush=True,
     )
     return findings
@@ -339,6 +348,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", help="comma-separated seeds to run instead of a range (e.g. those that differed)")
     parser.add_argument("--inductor-every", type=int, default=25, help="0: never")
     parser.add_argument("--no-aot-eager", action="store_true")
+    parser.add_argument("--no-compiled-eager", action="store_true", help="no run compiled with the eager backend")
     parser.add_argument(
         "--without-positions", action="store_true",
         help="programs as the grammar drew them before its positions construct (earlier runs' seeds)",
@@ -418,6 +428,18 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--without-item-checks", action="store_true",
         help="draw programs as the grammar did before checks of .item() counts (the seeds of earlier runs)",
+    )
+    parser.add_argument(
+        "--without-programs", action="store_true",
+        help="draw programs as the grammar did before the program constructs (modules, hooks, experts, ...)",
+    )
+    parser.add_argument(
+        "--no-counts", action="store_true",
+        help="do not compare graph and break counts (a mended function with more of either is a finding)",
+    )
+    parser.add_argument(
+        "--no-tracebacks", action="store_true",
+        help="do not compare the frames of tracebacks (the original then compiles through graphmend's wrapper)",
     )
     parser.add_argument("--minimise-per-class", type=int, default=2)
     parser.add_argument("--minimise-budget", type=float, default=120.0, help="seconds per reproducer")

@@ -9,7 +9,7 @@ function that runs under ``torch.inference_mode()`` on inputs that are views of 
 tensor, after which the ``PythonDispatcher`` key stays in the thread's dispatch state and
 every later operator fails with torch's ``PythonDispatcherTLS`` assertion).
 
-    PYTHONPATH=src:tests python tests/differential/original_alone.py 380404 --backend aot_eager
+    PYTHONPATH=src python tools/fuzz/original_alone.py 380404 --backend aot_eager
 
 Prints one line per call (returned, or the exception) and whether the ``PythonDispatcher``
 key was left in the dispatch state after it; exits 3 when it was.
@@ -133,5 +133,5 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     if __package__ in (None, "") and "--alone-in" not in sys.argv:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        __package__ = "tests.differential"  # noqa: A001
+        __package__ = "tools.fuzz"  # noqa: A001
     sys.exit(main())

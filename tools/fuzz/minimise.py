@@ -43,13 +43,14 @@ def parses(source: str) -> bool:
     return True
 
 
-def still_differs(program: Program, difference: Difference) -> Callable[[str], bool]:
-    """The test of ddmin: does this source still show the same kind of difference?"""
+def still_differs(program: Program, difference: Difference, **comparison) -> Callable[[str], bool]:
+    """The test of ddmin: does this source still show the same kind of difference?
+    ``comparison``: ``compare``'s options the difference was found with."""
 
     def test(source: str) -> bool:
         candidate = dataclasses.replace(program, source=source)
         try:
-            report = compare(candidate, modes=(difference.mode,), calls=difference.call + 1)
+            report = compare(candidate, modes=(difference.mode,), calls=difference.call + 1, **comparison)
         except Exception:  # noqa: BLE001 - a candidate the harness cannot run does not reproduce
             return False
         return any(found.signature == difference.signature for found in report.differences)
@@ -111,14 +112,14 @@ def ddmin_lines(lines: list[str], test: Callable[[str], bool], deadline: float) 
     return lines
 
 
-def minimise(program: Program, difference: Difference, budget_s: float = 120.0) -> Program:
+def minimise(program: Program, difference: Difference, budget_s: float = 120.0, **comparison) -> Program:
     """The smallest program found within the budget that still shows ``difference``'s kind."""
     lines = [line for line in program.source.split("\n")]
     while lines and not lines[-1].strip():
         lines.pop()
     # blank lines and comments never matter: drop them first
     lines = [line for line in lines if line.strip()]
-    test = still_differs(program, difference)
+    test = still_differs(program, difference, **comparison)
     if not test("\n".join(lines) + "\n"):
         return program
     lines = ddmin_lines(lines, test, time.monotonic() + budget_s)

@@ -42,6 +42,8 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .program_constructs import ProgramConstructs
+
 CONSTANTS = ("0.5", "2.0", "1.5", "0.25", "3.0")
 UNARY = ("torch.relu", "torch.sigmoid", "torch.tanh", "torch.abs")
 BINARY = ("+", "-", "*")
@@ -279,6 +281,9 @@ class Program:
     # graphmend's trace-time checks then read sizes that are symbols, and the graphs
     # compiled for the first calls are reused or traced again for the last.
     compiled_dynamic: bool = False
+    # Module parameters that require grad (``PARAMETERS``, ``program_constructs``): the
+    # harness backpropagates after each call and compares their gradients.
+    parameters_require_grad: bool = False
 
     def describe(self) -> str:
         return (
@@ -321,8 +326,10 @@ class _Generator:
                  warm: bool = True, shared_inputs: bool = True, threads: bool = True, handlers: bool = True,
                  grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False,
                  global_rebinds: bool = True, transposed_inputs: bool = True, dynamic_compiles: bool = True,
-                 helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True):
+                 helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True,
+                 programs: bool = False):
         self.seed = seed
+        self.programs_enabled = programs
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
         self.helpers: list[str] = []
@@ -1451,8 +1458,15 @@ class _Generator:
         body: list[str] = []
         if self.requires_grad:
             self.feature("autograd")
+        boundaries = []  # (line, names bound there) between f's top-level statements
         for _ in range(self.rng.randint(3, 8)):
+            boundaries.append((len(body), list(names)))
             body += self.statement(names, 0, False)
+        boundaries.append((len(body), list(names)))
+        constructs = None
+        if self.programs_enabled:
+            constructs = ProgramConstructs(self.seed, shape, self.feature)
+            body = self.with_program_constructs(constructs, body, boundaries)
         body += self.ending(names)
         if self.globals_written or any("COUNT" in line and "+=" in line for line in body):
             body = ["global COUNT"] + body
@@ -1490,6 +1504,8 @@ class _Generator:
             lines.append("import contextlib\n")
         if self.compile_state_import:
             lines.append("from torch.compiler import is_compiling\n")
+        if constructs is not None and constructs.defined:
+            lines.append(constructs.definitions())
         lines += [helper + "\n\n" for helper in self.helpers]
         if before_call is not None:
             lines.append(before_call)
@@ -1539,7 +1555,19 @@ class _Generator:
             inputs_are_tracked=inputs_are_tracked,
             transposed_inputs=transposed_inputs,
             compiled_dynamic=compiled_dynamic,
+            parameters_require_grad=bool(constructs is not None and constructs.parameters),
         )
+
+    def with_program_constructs(self, constructs, body: list[str], boundaries: list) -> list[str]:
+        """``body`` with the statements of the seed's program constructs put between its
+        top-level statements, each where the names it reads are bound."""
+        placed = []
+        for kind in constructs.chosen_kinds():
+            line, names = constructs.rng.choice(boundaries)
+            placed.append((line, constructs.statement(kind, names, self.rebindable(names))))
+        for line, statements in sorted(placed, key=lambda item: item[0], reverse=True):
+            body = body[:line] + statements + body[line:]
+        return body
 
 
 def generate(seed: int, positions: bool = True, item_checks: bool = True, finally_reads: bool = True,
@@ -1548,7 +1576,8 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
              handlers: bool = True, grad_modes: bool = True, attribute_code: bool = True,
              tracked_inputs: bool = False, global_rebinds: bool = True,
              transposed_inputs: bool = True, dynamic_compiles: bool = True,
-             helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True) -> Program:
+             helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True,
+             programs: bool = False) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1570,6 +1599,11 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     their count;
     ``failing_outputs=False``: before output calls whose own arguments make them fail;
     ``between_calls=False``: before output settings changed between calls;
+    ``programs=True``: with the program constructs around ``f`` (``program_constructs``:
+    modules, hooks, mixture-of-experts blocks, parameters and backward, print options,
+    rebuilt code objects, compiles of compiled functions, nested guards), off by
+    default so that the seeds the tests name keep their programs (the long run turns
+    them on);
     ``tracked_inputs=True``: with arguments of a tensor subclass that logs its
     operations, off by default: under torch 2.13 most differences such programs show
     are torch's own failures with ``__torch_function__`` subclasses, which the original
@@ -1584,5 +1618,5 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
         shared_inputs and positions, threads and positions, handlers and positions, grad_modes and positions,
         attribute_code and positions, tracked_inputs and positions, global_rebinds and positions,
         transposed_inputs and positions, dynamic_compiles and positions, helper_branches and positions,
-        failing_outputs and positions, between_calls and positions,
+        failing_outputs and positions, between_calls and positions, programs,
     ).program()

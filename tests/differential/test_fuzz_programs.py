@@ -1,0 +1,91 @@
+"""The fuzzer's program constructs (``tools/fuzz/program_constructs.py``) and its two newer
+comparisons: graph and break counts per compiled function, and traceback frames."""
+
+from __future__ import annotations
+
+import ast
+
+import torch
+
+from graphmend.rewrite.pipeline import mend_module_source
+from tools.fuzz.grammar import generate
+from tools.fuzz.observe import frame_function, traceback_frames, worse_counts
+from tools.fuzz.program_constructs import KINDS
+
+# The functions of each construct that graphmend must rewrite in some program.
+REWRITTEN = {
+    "module-method": ("Scaler.forward", "Scaler.describe"),
+    "hooks": ("Doubler.forward", "record_output"),
+    "replaced-forward": ("noisy_forward",),
+    "moe": ("SparseBlock.forward",),
+    "print-options": ("f",),
+    "default-dtype": ("f",),
+    "rebuilt-code": ("rebuilt_source",),
+    "compiled-twice": ("twice_source",),
+    "nested-guard": ("innermost_check",),
+}
+
+
+def _functions(tree: ast.Module) -> dict[str, str]:
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = ast.dump(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    found[f"{node.name}.{item.name}"] = ast.dump(item)
+    return found
+
+
+def test_every_program_construct_is_generated_and_rewritten_by_graphmend() -> None:
+    assert set(REWRITTEN) == set(KINDS)
+    rewritten: set[str] = set()
+    for seed in range(80):
+        program = generate(seed, programs=True)
+        kinds = [kind for kind in KINDS if program.features.get("program-" + kind)]
+        if not kinds or set(kinds) <= rewritten:
+            continue
+        mended = mend_module_source(program.source, filename=f"/fuzz/p{seed}.py", module_name=f"p{seed}", scope="all")
+        before, after = _functions(ast.parse(program.source)), _functions(ast.parse(mended.source))
+        for kind in kinds:
+            if any(name in before and before[name] != after.get(name) for name in REWRITTEN[kind]):
+                rewritten.add(kind)
+    assert rewritten == set(KINDS), f"never rewritten: {sorted(set(KINDS) - rewritten)}"
+
+
+def test_the_program_constructs_leave_the_seeds_of_earlier_runs_as_they_were() -> None:
+    for seed in range(40):
+        assert generate(seed).source == generate(seed, programs=False).source
+    assert any(generate(seed, programs=True).source != generate(seed).source for seed in range(10))
+
+
+def test_the_moe_construct_routes_through_the_loop_capture_rewrites() -> None:
+    program = next(p for p in map(lambda s: generate(s, programs=True), range(200)) if p.features.get("program-moe"))
+    mended = mend_module_source(program.source, filename="/fuzz/moe.py", module_name="moe", scope="all").source
+    assert "for expert_idx in range(self.num_experts):" in mended  # the every-expert loop
+
+
+def test_worse_counts_names_each_function_with_more_graphs_or_breaks() -> None:
+    original = {"f": (2, 1), "helper": (1, 0)}
+    mended = {"f": (1, 2), "helper": (1, 0), "torch_dynamo_resume_in_f_at_3": (0, 0), "other": (1, 0)}
+    worse = worse_counts("compiled:eager", original, mended)
+    assert [(w.function, w.klass) for w in worse] == [
+        ("f", "compiled counts: more breaks"), ("other", "compiled counts: more graphs"),
+    ]
+    assert frame_function("torch_dynamo_resume_in_f_at_3") == "f"
+
+
+def test_traceback_frames_keep_the_programs_frames_and_name_graphmends() -> None:
+    def inner():
+        raise ValueError("x")
+
+    def outer():
+        inner()
+
+    try:
+        torch._dynamo.disable(outer)()
+    except ValueError as error:
+        frames = traceback_frames(error, {__file__})
+    assert [name for name, _ in frames][-3:] == ["test_traceback_frames_keep_the_programs_frames_and_name_graphmends", "outer", "inner"]
+    assert all(not str(line).startswith("torch") for _, line in frames)

@@ -1,0 +1,1 @@
+"""The differential fuzzer: grammar programs run original against mended, every observable compared."""

@@ -1,0 +1,377 @@
+"""Program constructs for the grammar: what a program around ``f`` may be made of.
+
+``grammar`` draws the body of one function; these constructs give it a program to live
+in, as real model code has (issue 46): ``nn.Module`` subclasses with methods and instance
+state, forward hooks and pre-hooks, a ``forward`` replaced on an instance, a
+mixture-of-experts block (router top-k, a loop over the experts some token chose, with
+or without any chosen, experts whose forward has a side effect), parameters that
+require grad with a backward after the call (the harness backpropagates and compares
+their ``.grad``; a tensor saved for backward before an in-place write), print options
+and the default dtype set before output, a function rebuilt from another's code object
+with other globals, ``torch.compile`` of a compiled function, and helpers two calls deep
+whose guard raises.
+
+Each construct adds module-level definitions once (``definitions``) and statements to
+``f`` that bind only fresh names or rebind one name to a value of its shape. Each has
+code graphmend rewrites (a data-dependent branch, output, a guard, a routing loop), so
+that the comparison tests a rewrite, not only TorchDynamo. Every draw comes from a
+random stream of its own, so a seed's other statements are what they were before.
+"""
+
+from __future__ import annotations
+
+import random
+
+KINDS = (
+    "module-method", "hooks", "replaced-forward", "moe", "print-options", "default-dtype",
+    "rebuilt-code", "compiled-twice", "nested-guard",
+)
+
+SCALER = '''\
+class Scaler(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, width))
+        self.calls = 0
+
+    def describe(self, t):
+{describe}
+
+    def forward(self, t):
+        self.calls += 1
+        HISTORY.append(("scaler calls", self.calls))
+        self.describe(t)
+        if {condition}:
+            z = t * self.weight
+        else:
+            z = t - self.weight
+        return z
+
+
+SCALER = Scaler({width})
+'''
+
+HOOKED = '''\
+class Doubler(torch.nn.Module):
+    def forward(self, t):
+        if t.mean() < 0:
+            return t * 2.0
+        return t + 1.0
+
+
+def record_output(module, inputs, output):
+{hook_body}
+
+
+def shift_input(module, inputs):
+    return (inputs[0] + 0.5,)
+
+
+HOOKED = Doubler()
+HOOKED.register_forward_hook(record_output)
+'''
+
+REPLACED = '''\
+PLAIN = torch.nn.Linear({width}, {width})
+
+
+def noisy_forward(t):
+    HISTORY.append("noisy forward")
+    print("noisy", t.sum())
+    return torch.nn.functional.linear(t, PLAIN.weight, PLAIN.bias) * 0.5
+
+
+PLAIN.forward = noisy_forward
+'''
+
+EXPERT = '''\
+class Expert(torch.nn.Module):
+    def __init__(self, width, index):
+        super().__init__()
+        self.proj = torch.nn.Linear(width, width)
+        self.index = index
+        self.runs = 0
+
+    def count(self, t):
+{count_body}
+
+    def forward(self, t):
+{forward_body}
+        return torch.tanh(self.proj(t))
+'''
+
+MOE = '''\
+class SparseBlock(torch.nn.Module):
+    def __init__(self, width, count):
+        super().__init__()
+        self.num_experts = count
+        self.gate = torch.nn.Linear(width, count, bias=False)
+        self.experts = torch.nn.ModuleList([{expert} for i in range(count)])
+        self.mix = torch.nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, hidden_states, final_hidden_states=None):
+        hidden_dim = hidden_states.shape[-1]
+        routing_weights = F.softmax(self.gate(hidden_states), dim=1, dtype=torch.float)
+        routing_weights, selected_experts = torch.topk(routing_weights, {top_k}, dim=-1)
+        if final_hidden_states is None:
+            final_hidden_states = torch.zeros_like(hidden_states)
+        expert_mask = torch.nn.functional.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+{hit}
+            expert_layer = self.experts[expert_idx]
+            idx, top_x = torch.where(expert_mask[expert_idx]{squeeze})
+            current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
+            current_hidden_states = expert_layer(current_state) * routing_weights[top_x, idx, None]
+            final_hidden_states.index_add_(0, top_x, current_hidden_states.to(hidden_states.dtype))
+        return final_hidden_states
+
+
+MOE = SparseBlock({width}, {count})
+'''
+
+MOE_REPLACED_EXPERT = '''\
+
+
+def replaced_expert_forward(t):
+    HISTORY.append("replaced expert ran")
+    return torch.nn.functional.linear(t, MOE.experts[1].weight, MOE.experts[1].bias) * 0.5
+
+
+MOE.experts[1].forward = replaced_expert_forward
+'''
+
+REBUILT = '''\
+import types
+
+
+def rebuilt_source(t, u):
+    if (t > 4.0).any():
+        raise ValueError("rebuilt rejects its input")
+    print("rebuilt", t.sum())
+    if t.sum() > u.sum():
+        return t * 2.0
+    return u - 1.0
+
+
+REBUILT = types.FunctionType(rebuilt_source.__code__, {globals_}, "rebuilt")
+'''
+
+TWICE = '''\
+def twice_source(t, u):
+    print("twice", t.sum())
+    if t.sum() > 0:
+        return t * u
+    return t - u
+
+
+try:
+    TWICE = torch.compile(torch.compile(twice_source, backend="eager"), backend="eager")
+except Exception as error:
+    HISTORY.append(("compile failed", type(error).__name__))
+    TWICE = twice_source
+'''
+
+NESTED = '''\
+def innermost_check(t):
+    {guard}
+    return t
+
+
+def middle_check(t):
+    t = innermost_check(t)
+    return t * 1.5
+
+
+def outer_check(t):
+    return middle_check(t) + 0.5
+'''
+
+
+class ProgramConstructs:
+    """The program constructs of one seed; ``statement`` gives f's lines, ``definitions``
+    the module's."""
+
+    def __init__(self, seed: int, shape: tuple, feature) -> None:
+        self.rng = random.Random(f"program-constructs-{seed}")
+        self.width = shape[-1]
+        self.feature = feature
+        self.defined: dict[str, str] = {}
+        # Module parameters that require grad: the harness backpropagates after each call
+        # and compares their gradients (``PARAMETERS``).
+        self.parameters: list[str] = []
+        self.counter = 0
+
+    # drawing -------------------------------------------------------------------------
+
+    def chosen_kinds(self) -> list[str]:
+        """Which constructs a program has: none for two programs in five, else one to three."""
+        if self.rng.random() < 0.4:
+            return []
+        return self.rng.sample(KINDS, self.rng.choice((1, 1, 2, 3)))
+
+    def statement(self, kind: str, names: list[str], rebindable: list[str]) -> list[str]:
+        self.counter += 1
+        name = self.rng.choice(names)
+        target = self.rng.choice(rebindable)
+        self.feature("program-" + kind)
+        return getattr(self, "_" + kind.replace("-", "_"))(name, target, names)
+
+    def definitions(self) -> str:
+        text = "\n\n".join(self.defined.values())
+        if self.parameters:
+            text += f"\n\nPARAMETERS = [{', '.join(self.parameters)}]\n"
+        return text
+
+    # constructs ----------------------------------------------------------------------
+
+    def _module_method(self, name, target, names):
+        if "scaler" not in self.defined:
+            describe = self.rng.choice((
+                '        print("scaler call", self.calls, t.sum())',
+                '        logger.warning("scaler call %s %s", self.calls, t.sum())',
+                '        if (t > 4.0).any():\n            raise ProgramError("scaler rejects its input")',
+            ))
+            self.feature("program-module-method-" + ("print" if "print" in describe else "log" if "logger" in describe else "guard"))
+            condition = self.rng.choice(("t.sum() > 0", "(t > 0.5).any()", "t.mean() < 0"))
+            self.defined["scaler"] = SCALER.format(describe=describe, condition=condition, width=self.width)
+            self.parameters.append("SCALER.weight")
+        return [f"{target} = SCALER({name})"]
+
+    def _hooks(self, name, target, names):
+        if "hooked" not in self.defined:
+            hook_body = self.rng.choice((
+                '    HISTORY.append(("hook saw", output.sum()))',
+                '    print("hook saw", output.sum())',
+                '    if (output > 3.0).any():\n        raise ProgramError("hook rejects the output")',
+                "    return output * 0.5",
+            ))
+            text = HOOKED.format(hook_body=hook_body)
+            if self.rng.random() < 0.5:
+                text += "HOOKED.register_forward_pre_hook(shift_input)\n"
+                self.feature("program-hooks-pre-hook")
+            self.defined["hooked"] = text
+        return [f"{target} = HOOKED({name})"]
+
+    def _replaced_forward(self, name, target, names):
+        if "replaced" not in self.defined:
+            self.defined["replaced"] = REPLACED.format(width=self.width)
+            self.parameters += ["PLAIN.weight", "PLAIN.bias"]
+        return [f"{target} = PLAIN({name}.reshape(-1, {self.width})).reshape({name}.shape)"]
+
+    def _moe(self, name, target, names):
+        if "moe" not in self.defined:
+            rng = self.rng
+            expert = rng.choice(("linear", "counter", "print", "replaced", "plain-linear"))
+            self.feature("program-moe-expert-" + expert)
+            count_body = '        pass'
+            forward_body = "        self.count(t)"
+            if expert == "counter":
+                count_body = '        self.runs += 1\n        HISTORY.append(("expert ran", self.index, self.runs))'
+            elif expert == "print":
+                count_body = '        print("expert", self.index, "rows", t.shape[0])'
+            made = "Expert(width, i)"
+            if expert == "plain-linear" or expert == "replaced":
+                made = "torch.nn.Linear(width, width)"
+            loop = rng.choice(("tolist", "tensor"))
+            self.feature("program-moe-loop-" + loop)
+            # One or two tokens, top-1 or top-2 of three or four experts: some expert
+            # is never chosen.
+            if loop == "tolist":
+                hit = (
+                    "        expert_hitted = (expert_mask.sum(dim=(-1, -2)) > 0).nonzero(as_tuple=True)[0].tolist()\n"
+                    "        for expert_idx in expert_hitted:"
+                )
+                squeeze = ""
+            else:
+                hit = (
+                    "        expert_hitted = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()\n"
+                    "        for expert_idx in expert_hitted:"
+                )
+                squeeze = ".squeeze(0)"
+            count = rng.choice((3, 4))
+            text = ""
+            if made.startswith("Expert"):
+                text = EXPERT.format(count_body=count_body, forward_body=forward_body) + "\n\n"
+            text += MOE.format(
+                expert=made, top_k=rng.choice((1, 2)), hit=hit, squeeze=squeeze, count=count, width=self.width,
+            )
+            if expert == "replaced":
+                text += MOE_REPLACED_EXPERT
+            if rng.random() < 0.5:
+                # Capture declines a loop whose gradients autograd records.
+                text += "MOE.requires_grad_(False)\n"
+                self.feature("program-moe-frozen")
+            else:
+                self.parameters += ["MOE.mix", "MOE.gate.weight"]
+            self.moe_saved = rng.random() < 0.4
+            if self.moe_saved:
+                text += "MOE_SCALE = torch.nn.Parameter(torch.tensor(0.5))\n"
+                self.parameters.append("MOE_SCALE")
+            self.defined["moe"] = text
+        flat = f"{name}.reshape(-1, {self.width})"
+        if self.moe_saved:
+            # The destination is saved for backward before the loop writes it in place.
+            self.feature("program-moe-saved-tensor")
+            out, keep = f"moe_out{self.counter}", f"moe_keep{self.counter}"
+            return [
+                f"{out} = torch.zeros_like({flat})",
+                f"{keep} = {out} * MOE_SCALE",
+                "with torch.no_grad():",
+                f"    MOE({flat}, {out})",
+                f"{target} = {target} + ({out} + {keep}).reshape({target}.shape)",
+            ]
+        if self.rng.random() < 0.5:
+            self.feature("program-moe-no-grad")
+            return ["with torch.no_grad():", f"    {target} = {target} + MOE({flat}).reshape({target}.shape)"]
+        return [f"{target} = {target} + MOE({flat}).reshape({target}.shape)"]
+
+    def _print_options(self, name, target, names):
+        option = self.rng.choice(("precision=2", "precision=6", "sci_mode=True", "threshold=2, edgeitems=1"))
+        lines = [f"torch.set_printoptions({option})", f'print("printed with options", {name} * 1.2345)']
+        if self.rng.random() < 0.5:
+            lines.append('torch.set_printoptions(profile="default")')
+        return lines
+
+    def _default_dtype(self, name, target, names):
+        fresh = f"wide{self.counter}"
+        names.append(fresh)
+        return [
+            "torch.set_default_dtype(torch.float64)",
+            f"{fresh} = torch.ones({name}.shape) * 0.1 + {name}.detach().double()",
+            f'print("default dtype", {fresh}.dtype, {fresh})',
+            "torch.set_default_dtype(torch.float32)",
+            f"{fresh} = {fresh}.float()",
+        ]
+
+    def _rebuilt_code(self, name, target, names):
+        if "rebuilt" not in self.defined:
+            globals_ = self.rng.choice((
+                'dict(globals(), SCALE=2.0)',
+                '{"torch": torch, "__builtins__": __builtins__}',
+            ))
+            self.feature("program-rebuilt-code-" + ("copied-globals" if "dict(" in globals_ else "own-globals"))
+            self.defined["rebuilt"] = REBUILT.format(globals_=globals_)
+        other = self.rng.choice(names)
+        return [f"{target} = REBUILT({name}, {other})"]
+
+    def _compiled_twice(self, name, target, names):
+        self.defined.setdefault("twice", TWICE)
+        other = self.rng.choice(names)
+        return [f"{target} = TWICE({name}, {other})"]
+
+    def _nested_guard(self, name, target, names):
+        if "nested" not in self.defined:
+            bound = self.rng.choice(("-5.0", "-1.0", "0.0"))
+            guard = self.rng.choice((
+                f'if not ({{t}} > {bound}).all():\n        raise ProgramError("below the bound")',
+                f'if ({{t}} <= {bound}).any():\n        raise ValueError("below the bound")',
+            )).format(t="t")
+            self.defined["nested"] = NESTED.format(guard=guard)
+        if self.rng.random() < 0.5:
+            self.feature("program-nested-guard-caught")
+            return [
+                "try:",
+                f"    {target} = outer_check({name})",
+                "except (ProgramError, ValueError) as error:",
+                '    print("caught", type(error).__name__, error)',
+            ]
+        return [f"{target} = outer_check({name})"]
