@@ -24,9 +24,9 @@ def _census(capsys, *argv) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def _rows(path: Path) -> dict:
+def _rows(path: Path, mode: str = "eval") -> dict:
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return {(row["model"], row["arm"]): row for row in rows}
+    return {(row["model"], row["arm"]): row for row in rows if row["mode"] == mode}
 
 
 DIRECT = textwrap.dedent(
@@ -121,8 +121,11 @@ def test_a_crash_or_timeout_in_one_child_is_recorded_and_the_census_goes_on(caps
     # Two modes for the model files, one run for the script.
     assert len(results.read_text().splitlines()) == 2 * (2 * 3 + 1)
     tiny, script = rows["file:tiny_model.py", "graphmend"], rows["script:printing.py", "graphmend"]
-    assert rows["file:tiny_model.py", "original"]["breaks"] > tiny["breaks"] >= 0
-    assert all(tiny["identical"].values()), tiny["identical"]
+    assert (rows["file:tiny_model.py", "original"]["breaks"], tiny["breaks"]) == (2, 0)
+    assert tiny["identical"] == {"eager_outputs": True, "compiled_outputs": True}
+    trained = _rows(results, "train")["file:tiny_model.py", "graphmend"]
+    assert trained["identical"] == {"eager_outputs": True, "compiled_outputs": True,
+                                    "eager_gradients": True, "compiled_gradients": True}
     assert rows["script:printing.py", "original"]["breaks"] == 1 and script["breaks"] == 0
     assert script["identical"] == {"stdout": True}
 
