@@ -90,6 +90,7 @@ def _explain(argv: list[str]) -> int:
 _HANDLERS = {
     "run": _run, "check": _check, "fix": _fix, "explain": _explain, "rule": _rule, "bench": _bench,
 }
+COMMANDS["census"], _HANDLERS["census"] = __import__("graphmend.cli.census", fromlist=["_"]).COMMAND
 
 
 def main(argv: list[str] | None = None) -> int:

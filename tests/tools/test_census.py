@@ -1,0 +1,152 @@
+"""``graphmend census`` without running a model: enumeration, usage errors, the results
+file (resume, torn lines), the comparison and the summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from graphmend.cli.main import main
+from tools.census import runner
+from tools.census.models import Entry, select, transformers_entries
+from tools.census.runner import ResultsFile, Task, compare, pending
+from tools.census.summary import summarise, text_report
+
+
+def _cli(capsys, *argv):
+    code = main(["census", *map(str, argv)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_enumeration_finds_every_base_class_of_transformers_4_52_4() -> None:
+    transformers = pytest.importorskip("transformers")
+    if transformers.__version__ != "4.52.4":
+        pytest.skip("the count is that of transformers 4.52.4")
+    entries = transformers_entries()
+    # 319 model types; funnel maps to two base classes.
+    assert len(entries) == 320
+    assert len({entry.name for entry in entries}) == 320
+    assert {"gpt2:GPT2Model", "bart:BartModel", "funnel:FunnelBaseModel"} <= {e.name for e in entries}
+    with_heads = transformers_entries(("base", "causal-lm"))
+    assert "gpt2:GPT2LMHeadModel" in {entry.name for entry in with_heads}
+    assert len(with_heads) > len(entries)
+
+
+def test_selection_by_model_type_or_class_in_the_given_order() -> None:
+    entries = [Entry("gpt2:GPT2Model", "transformers", "gpt2", "GPT2Model"),
+               Entry("bart:BartModel", "transformers", "bart", "BartModel")]
+    assert select(entries, "BartModel,gpt2") == entries[::-1]
+    with pytest.raises(KeyError, match="'nosuchmodel'"):
+        select(entries, "gpt2,nosuchmodel")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--models", "gpt2,nosuchmodel"], "unknown model 'nosuchmodel'"),
+        (["--no-transformers", "--model-file", "/no/such/model.py"], "no such file: /no/such/model.py"),
+        (["--no-transformers", "--script", "/no/such/script.py"], "no such file: /no/such/script.py"),
+        (["--modes", "eval,inference"], "unknown mode 'inference'"),
+        (["--heads", "base,decoder"], "unknown head 'decoder'"),
+        (["--models", "gpt2", "--shard", "3/2"], "--shard '3/2'"),
+        (["--models", "gpt2", "--jobs", "0"], "--jobs must be at least 1"),
+    ],
+)
+def test_bad_input_is_a_one_line_error_and_exit_2(capsys, tmp_path, argv, message) -> None:
+    results = tmp_path / "rows.jsonl"
+    code, out, err = _cli(capsys, *argv, "--results", results)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("graphmend census: error: ") and message in err, err
+    assert out == "" and not results.exists()
+
+
+def test_ray_address_without_ray_is_a_one_line_error(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    model = tmp_path / "model.py"
+    model.write_text("def build(): pass\n")
+    code, _, err = _cli(capsys, "--no-transformers", "--model-file", model, "--ray-address", "auto",
+                        "--results", tmp_path / "rows.jsonl")
+    assert code == 2 and err.count("\n") == 1 and "needs ray" in err
+
+
+def _rows(name: str, mode: str = "eval", breaks=(2, 0), **mended) -> list[dict]:
+    base = {"model": name, "mode": mode, "backend": "eager", "status": "ok", "graphs": 1}
+    record = {"gb_type": "Data-dependent branching", "gb_id": "gb0170", "category": "DC",
+              "file": "/x/transformers/models/m/modeling_m.py", "line": 7, "source": "if x:"}
+    original = {**base, "arm": "original", "breaks": breaks[0], "graphs": breaks[0] + 1,
+                "break_records": [record] * breaks[0], "fullgraph": breaks[0] == 0}
+    graphmend = {**base, "arm": "graphmend", "breaks": breaks[1], "graphs": breaks[1] + 1,
+                 "break_records": [record] * breaks[1], "fullgraph": breaks[1] == 0,
+                 "identical": {"eager_outputs": True, "compiled_outputs": True}, **mended}
+    return [original, graphmend]
+
+
+def test_resume_runs_only_the_tasks_whose_rows_are_missing(capsys, tmp_path, monkeypatch) -> None:
+    results = tmp_path / "rows.jsonl"
+    ResultsFile(str(results)).append(_rows("gpt2:GPT2Model"))
+    ran = []
+
+    def fake_task(task, python=sys.executable):
+        ran.append(task.entry.name)
+        return _rows(task.entry.name, breaks=(1, 1))
+
+    monkeypatch.setattr(runner, "run_task", fake_task)
+    code, out, err = _cli(capsys, "--models", "gpt2,bart", "--results", results)
+    assert code == 0, err
+    assert ran == ["bart:BartModel"]
+    assert "2 tasks, 1 already in" in err
+    # A second run has nothing left to do.
+    code, _, err = _cli(capsys, "--models", "gpt2,bart", "--results", results,
+                        "--summary", tmp_path / "summary.json")
+    assert code == 0 and ran == ["bart:BartModel"] and "0 to run" in err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["totals"]["breaks_original"] == 3 and summary["totals"]["breaks_graphmend"] == 1
+    assert [row["model"] for row in summary["models"]] == ["bart:BartModel", "gpt2:GPT2Model"]
+
+
+def test_a_torn_last_line_is_ignored_and_the_next_task_starts_on_its_own_line(tmp_path) -> None:
+    path = tmp_path / "rows.jsonl"
+    results = ResultsFile(str(path))
+    results.append(_rows("a"))
+    with open(path, "a") as handle:
+        handle.write('{"model": "b", "mode": "ev')  # killed while writing
+    entry = Entry("b", "transformers", "b", "B")
+    task = Task(entry, "eval", "eager", 10, 1.0)
+    assert pending([task], results.finished()) == [task]
+    results.append(_rows("b"))
+    assert [row["model"] for row in results.rows()] == ["a", "a", "b", "b"]
+    assert pending([task], results.finished()) == []
+
+
+def test_comparison_names_the_differing_outputs_and_gradients() -> None:
+    original = {"eager_outputs": {"output.logits": "aa"}, "compiled_gradients": {"w": "1", "b": "2"}}
+    mended = {"eager_outputs": {"output.logits": "aa"}, "compiled_gradients": {"w": "1", "b": "3"}}
+    assert compare(original, mended) == {
+        "eager_outputs": True, "compiled_gradients": False, "compiled_gradients_differing": ["b"],
+    }
+
+
+def test_summary_counts_per_model_and_cause_and_flags_worse_and_differing() -> None:
+    rows = (
+        _rows("a", breaks=(2, 0))
+        + _rows("b", breaks=(1, 2))
+        + _rows("c", breaks=(1, 1), identical={"compiled_outputs": False})
+        + [{"model": "d", "mode": "eval", "backend": "eager", "arm": arm, "status": "timeout"}
+           for arm in ("original", "graphmend")]
+    )
+    summary = summarise(rows)
+    totals = summary["totals"]
+    assert (totals["tasks"], totals["counted"], totals["status_timeout"]) == (4, 3, 1)
+    assert (totals["breaks_original"], totals["breaks_graphmend"]) == (4, 3)
+    assert (totals["whole_original"], totals["whole_graphmend"], totals["made_whole"]) == (0, 1, 1)
+    assert (totals["worse"], totals["differs"]) == (1, 1)
+    [cause] = summary["causes"]
+    assert cause["cause"] == "Data-dependent branching" and cause["gb_id"] == "gb0170"
+    assert (cause["breaks_original"], cause["breaks_graphmend"]) == (4, 3)
+    assert cause["models_graphmend"] == ["b", "c"] and cause["categories"] == ["DC"]
+    assert summary["sites"][0]["site"] == "models/m/modeling_m.py:7"
+    report = text_report(summary)
+    assert "breaks 4 -> 3" in report and "WORSE: b" in report and "DIFFERS: c" in report
