@@ -50,6 +50,8 @@ from dataclasses import dataclass
 
 import torch
 
+from graphmend.rewrite.templates import RUNTIME_NAME
+
 _RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 _CLAIMS_ATTRIBUTE = "_graphmend_claims"
 
@@ -590,11 +592,34 @@ def _return_dead_draws(graph_module, output) -> int | None:
     return len(returned)
 
 
-def _compiled_from_mended_code(output) -> bool:
-    from graphmend.rewrite.templates import RUNTIME_NAME
+def is_rewritten_code(code) -> bool:
+    """Whether graphmend rewrote ``code`` itself: its own bytecode reaches the runtime.
+    A resume function TorchDynamo made after a break is judged by the code it resumes.
 
+    The module is not the unit: a function of a mended module that no rule rewrote is
+    the original's code, and TorchDynamo's errors on it are the original's too (they
+    were swallowed, and the function ran uncompiled, because another function of the
+    same module was rewritten)."""
+    try:
+        from torch._dynamo.resume_execution import ContinueExecutionCache
+
+        resumed = ContinueExecutionCache.generated_code_metadata
+    except (ImportError, AttributeError):  # pragma: no cover - another torch: judge the code as given
+        resumed = {}
+    for _ in range(64):
+        metadata = resumed.get(code) if code is not None else None
+        if metadata is None:
+            break
+        code = metadata.code
+    return RUNTIME_NAME in getattr(code, "co_names", ())
+
+
+def _compiled_from_mended_code(output) -> bool:
+    """Whether the trace holds code graphmend rewrote: the frame's or an inlined function's."""
+    traced = getattr(getattr(output, "tracing_context", None), "traced_code", None)
     root = getattr(output, "root_tx", None)
-    return root is not None and RUNTIME_NAME in getattr(root, "f_globals", {})
+    codes = list(traced or ()) + ([root.f_code] if root is not None else [])
+    return any(is_rewritten_code(code) for code in codes)
 
 
 def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:

@@ -13,8 +13,8 @@ elsewhere, compiled again without it.
 TorchDynamo converts a frame before any of it runs (a resume function, before the rest
 of its frame runs), so running the frame eagerly instead is exact: the rewritten code's
 eager path is the original code. That is what TorchDynamo itself does for every frame
-under ``torch._dynamo.config.suppress_errors``; here only for frames of rewritten
-modules, only for internal errors (not a graph break, not an error of the user's own
+under ``torch._dynamo.config.suppress_errors``; here only for frames whose own code
+graphmend rewrote (``is_rewritten_code``), only for internal errors (not a graph break, not an error of the user's own
 code that tracing surfaces) and for a data-dependent size graphmend made that tracing
 then had to know (``dynamic_shapes``: the original broke the graph where the size was
 made; the frame is first traced again with those captures refused, so that its graphs
@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from graphmend.rewrite.templates import RUNTIME_NAME
+from graphmend.runtime.claims import is_rewritten_code
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ frames_run_eagerly: dict[tuple[str, int, str], str] = {}
 
 
 def _is_rewritten(frame) -> bool:
-    return RUNTIME_NAME in getattr(frame, "f_globals", {})
+    return is_rewritten_code(getattr(frame, "f_code", None))
 
 
 # TorchDynamo explains why a cached graph's guards failed before it compiles again, and
@@ -136,7 +136,7 @@ def _run_eagerly_on_internal_error(convert):
     return wrapped
 
 
-# Whether this thread is converting a frame of a rewritten module.
+# Whether this thread is converting a frame whose code graphmend rewrote.
 _converting = threading.local()
 
 
