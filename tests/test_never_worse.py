@@ -1,0 +1,124 @@
+"""A mended frame compiles no more graphs and records no more breaks than the original
+(issue 46): a user's backend that runs its graph as given is recognised as keeping the
+graph's order, and a frame in which a claim was refused while tracing is traced again
+with every claim of that frame refused."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+import torch
+
+from graphmend.runtime import claims
+from helpers import original_and_mended
+
+TWO_PRINTS = """
+import torch
+
+def f(x):
+    y = x * 2
+    print("first", y.shape)
+    y = y + 1
+    print("second", y.shape)
+    return y.sin()
+"""
+
+
+def _graphs_and_printed(function, backend_for_counter):
+    """Graphs the backend was given in one fresh compiled call, and the printed text."""
+    counter = [0]
+    backend = backend_for_counter(counter)
+    torch._dynamo.reset()
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        torch.compile(function, backend=backend)(torch.ones(2))
+    return counter[0], printed.getvalue()
+
+
+def _returning_the_forward(counter):
+    def backend(gm, example_inputs):
+        counter[0] += 1
+        return gm.forward
+
+    return backend
+
+
+def _returning_the_module(counter):
+    def backend(graph_module, example_inputs):
+        counter[0] += 1
+        return graph_module
+
+    return backend
+
+
+class _CountingObject:
+    def __init__(self, counter):
+        self.counter = counter
+
+    def __call__(self, gm, example_inputs):
+        self.counter[0] += 1
+        return gm.forward
+
+
+def _wrapping_the_forward(counter):
+    def backend(gm, example_inputs):
+        counter[0] += 1
+        forward = gm.forward
+        return lambda *arguments: forward(*arguments)
+
+    return backend
+
+
+@pytest.mark.parametrize("backend_for_counter", [_returning_the_forward, _returning_the_module, _CountingObject])
+def test_a_users_backend_that_returns_its_graph_keeps_two_outputs_in_one_graph(backend_for_counter):
+    """The usual counting backend of a test runs the graph as ``eager`` does: the second
+    output in a graph keeps no break (it did, as if the backend could reorder them)."""
+    original, mended, _ = original_and_mended(TWO_PRINTS)
+    before = _graphs_and_printed(original.f, backend_for_counter)
+    after = _graphs_and_printed(mended.f, backend_for_counter)
+    assert before == (3, "first torch.Size([2])\nsecond torch.Size([2])\n")
+    assert after == (1, before[1])
+
+
+def test_a_backend_that_wraps_the_graph_may_reorder_and_keeps_one_output_per_graph():
+    original, mended, _ = original_and_mended(TWO_PRINTS)
+    before = _graphs_and_printed(original.f, _wrapping_the_forward)
+    after = _graphs_and_printed(mended.f, _wrapping_the_forward)
+    assert (before[0], after[0]) == (3, 2)
+    assert after[1] == before[1]
+
+
+def _other(gm, example_inputs):
+    return gm.forward
+
+
+def _passes_it_on(gm, example_inputs):
+    return _other(gm, example_inputs)
+
+
+def _reads_its_graph(gm, example_inputs):
+    gm.graph.lint()
+    return gm.forward
+
+
+def _replaces_it(gm, example_inputs):
+    gm = example_inputs
+    return gm.forward
+
+
+def _keeps_it_in_a_closure(gm, example_inputs):
+    return lambda *arguments: gm(*arguments)
+
+
+@pytest.mark.parametrize(
+    "backend", [_passes_it_on, _reads_its_graph, _replaces_it, _keeps_it_in_a_closure, len, "eager"]
+)
+def test_only_a_backend_that_returns_its_graph_unchanged_is_recognised(backend):
+    assert not claims.returns_its_graph_unchanged(backend)
+
+
+def test_returning_the_graph_or_its_forward_is_recognised():
+    assert claims.returns_its_graph_unchanged(_other)
+    assert claims.returns_its_graph_unchanged(lambda gm, example_inputs: gm)
+    assert claims.returns_its_graph_unchanged(_CountingObject([0]))
