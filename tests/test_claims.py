@@ -892,3 +892,37 @@ def test_joined_graph_writes_no_inference_tensor_in_place__the_graph_before_retu
         assert breaks(original.f, *arguments()) == 1
         assert breaks(mended.f, *arguments()) == 0
     assert outcome(mended, "aot_eager", inference_mode=True) == outcome(original, "aot_eager", inference_mode=True)
+
+
+FALLBACK_RANDOM_BY_FUNCTION = """
+import torch
+
+def rewritten(x):
+    print("drawing", x.shape)
+    return x + torch.rand(3)
+
+def as_written(x):
+    return x + torch.rand(3)
+"""
+
+
+def test_only_a_trace_holding_rewritten_code_compiles_with_fallback_random():
+    """A function of a mended module that no rule rewrote is the original's code: its
+    graph compiles as the original's would, with inductor's own random numbers; only a
+    trace holding rewritten code gets ``fallback_random`` (issue 46: the module is not
+    the unit)."""
+    import torch._inductor.config as inductor_config
+
+    _, mended, result = original_and_mended(FALLBACK_RANDOM_BY_FUNCTION)
+    assert result.changed
+    seen = {}
+
+    for name in ("rewritten", "as_written"):
+        def backend(graph_module, example_inputs, name=name):
+            seen[name] = inductor_config.fallback_random
+            return graph_module.forward
+
+        torch._dynamo.reset()
+        torch.compile(getattr(mended, name), backend=backend)(torch.zeros(3))
+    assert seen == {"rewritten": True, "as_written": inductor_config.fallback_random}
+    assert inductor_config.fallback_random is False

@@ -8,10 +8,10 @@ import warnings
 
 import pytest
 import torch
-
 from helpers import original_and_mended
-from graphmend.runtime import conversion_failures
+
 from graphmend.rewrite.templates import RUNTIME_NAME
+from graphmend.runtime import claims, conversion_failures
 
 # TorchDynamo raised "exception table entry start instruction has no offset" building
 # the resume function after the branch break on line 5, for the rewritten code only.
@@ -138,7 +138,7 @@ def _converter(error_on_graph_break=False):
 
 
 def _frame(rewritten=True):
-    code = compile(RUNTIME_NAME if rewritten else "pass", "<frame>", "exec")
+    code = compile(f"{RUNTIME_NAME}.is_compiling()" if rewritten else "pass", "<frame>", "exec")
     return types.SimpleNamespace(f_globals={}, f_code=code)
 
 
@@ -167,3 +167,51 @@ def test_fullgraph_keeps_torchdynamos_error():
 def test_an_error_of_the_users_code_is_not_an_internal_error():
     with pytest.raises(ValueError, match="user"):
         _failing(ValueError("user"))(_converter(), _frame())
+
+
+def test_a_frame_of_a_mended_module_that_was_not_rewritten_keeps_torchdynamos_error():
+    """The frame's own code decides, not its module: ``_frame(rewritten=False)`` has the
+    runtime in its globals, as every function of a mended module does."""
+    with pytest.raises(AssertionError, match="internal"):
+        _failing(AssertionError("internal"))(_converter(), _frame(rewritten=False))
+
+
+# ``g`` is rewritten (Defer's print); ``f``, in the same module, is not, and TorchDynamo
+# fails to assemble its resume function as it does without graphmend.
+MODULE_WITH_ONE_REWRITTEN_FUNCTION = """
+import torch
+
+def g(x):
+    print("g", x.shape)
+    return x + 1
+
+def f(x):
+    n = x.sum().item()
+    try:
+        try:
+            y = x * n
+        except ValueError as error:
+""" + "".join(f"            y = x.reshape(-1, {i + 1}) * {i} + x.cos() * {i}\n" for i in range(12)) + """            y = x
+    finally:
+        pass
+    return y
+"""
+
+
+def test_an_internal_error_in_a_function_that_was_not_rewritten_is_the_originals():
+    """Issue 46 (8): TorchDynamo's internal error in a function graphmend did not rewrite
+    was swallowed (the function ran uncompiled) because another function of its module
+    was rewritten; the program now sees the original's error."""
+    original, mended, result = original_and_mended(MODULE_WITH_ONE_REWRITTEN_FUNCTION)
+    assert result.changed
+    assert claims.is_rewritten_code(mended.g.__code__)
+    assert not claims.is_rewritten_code(mended.f.__code__)
+    outcomes = []
+    for module in (original, mended):
+        torch._dynamo.reset()
+        conversion_failures.frames_run_eagerly.clear()
+        with pytest.raises(Exception, match="exception table entry start instruction has no offset") as caught:
+            torch.compile(module.f, backend="eager")(torch.ones(3))
+        outcomes.append(type(caught.value))
+        assert conversion_failures.frames_run_eagerly == {}
+    assert outcomes[0] is outcomes[1]

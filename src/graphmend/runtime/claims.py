@@ -50,6 +50,8 @@ from dataclasses import dataclass
 
 import torch
 
+from graphmend.rewrite.templates import RUNTIME_NAME
+
 _RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 _CLAIMS_ATTRIBUTE = "_graphmend_claims"
 
@@ -61,6 +63,11 @@ trace_time_declines: dict[tuple[str, int], str] = {}
 _refused: dict[tuple[str, int], set[str]] = {}
 _ALWAYS = "always"
 _UNDER_GRAD = "grad"
+
+# Rewritten code objects in which a claim was refused while tracing, with the kinds of
+# refusal (as for sites): every claim made while TorchDynamo converts such a frame, or a
+# resume function of it, is refused (``frame_kept_as_written``).
+_frames_kept_as_written: dict = {}
 
 # Called with TorchDynamo's output graph of a trace attempt that graphmend abandons (the
 # break records of that attempt are not breaks of the program: ``graphmend.dynamo_records``).
@@ -230,14 +237,77 @@ def claims_in_trace(translator) -> dict[tuple[str, int], Claim]:
     return claims
 
 
+def _holds(kinds) -> bool:
+    return bool(kinds) and (_ALWAYS in kinds or (_UNDER_GRAD in kinds and torch.is_grad_enabled()))
+
+
 def refused_reason(site: tuple[str, int]) -> str | None:
-    """Why an earlier trace refused this site's claim, where that still holds."""
-    kinds = _refused.get(site)
-    if not kinds:
-        return None
-    if _ALWAYS in kinds or (_UNDER_GRAD in kinds and torch.is_grad_enabled()):
+    """Why an earlier trace refused this site's claim, or every claim of the frame being
+    converted (``frame_kept_as_written``), where that still holds."""
+    if _holds(_refused.get(site)):
         return trace_time_declines.get(site, "an earlier trace kept its break")
+    return frame_kept_as_written(current_translator())
+
+
+_FRAME_KEPT_REASON = "a claim of this frame was refused while tracing, so the frame compiles as written"
+
+
+def _converted_code(translator):
+    """The code object TorchDynamo is converting in ``translator``'s trace, a resume
+    function's taken as the code it resumes."""
+    root = getattr(getattr(translator, "output", None), "root_tx", None)
+    return resumed_code(getattr(root, "f_code", None))
+
+
+def resumed_code(code):
+    """The code a resume function TorchDynamo made resumes (``code`` itself otherwise)."""
+    try:
+        from torch._dynamo.resume_execution import ContinueExecutionCache
+
+        resumed = ContinueExecutionCache.generated_code_metadata
+    except (ImportError, AttributeError):  # pragma: no cover - another torch: the code as given
+        return code
+    for _ in range(64):
+        metadata = resumed.get(code) if code is not None else None
+        if metadata is None:
+            break
+        code = metadata.code
+    return code
+
+
+def frame_kept_as_written(translator) -> str | None:
+    """Never worse, by construction: where one claim of a frame was refused while
+    tracing, the frame's other rewrites may no longer pay off. A refused claim brings
+    back only its own break, and the rest of the rewritten frame then broke elsewhere
+    than the original, more often than the original did (issue 46: a trace refused by
+    a check made later, a merged branch refused, a trap refused inside
+    ``contextlib.suppress``, each compiled more graphs or recorded more breaks than the
+    original). So once a claim is refused, every claim made while converting that frame
+    again, or its resume functions, is refused too: each rewritten statement takes its
+    original path, and the frame compiles as the original would. Claims of a function
+    inlined into the frame are refused with it; compiled as a frame of its own, it
+    keeps them. Returns why, or None."""
+    if translator is None or not _frames_kept_as_written:
+        return None
+    code = _converted_code(translator)
+    if code is not None and _holds(_frames_kept_as_written.get(_frame_key(code))):
+        return _FRAME_KEPT_REASON
     return None
+
+
+def _frame_key(code):
+    # Equal code objects of two files (one program loaded twice) are two frames.
+    return (code.co_filename, code)
+
+
+def keep_frame_as_written(code, kind: str = "always") -> None:
+    """Every claim made while converting ``code`` (or a resume function of it) from now
+    on is refused (``frame_kept_as_written``); ``kind`` "grad": only while grad mode is on."""
+    code = resumed_code(code)
+    if code is None or not is_rewritten_code(code):
+        return
+    kinds = _frames_kept_as_written.setdefault(_frame_key(code), set())
+    kinds.add(_ALWAYS if kind == _ALWAYS or kind in kinds else kind)
 
 
 def refused_between(filename: str, first: int, last: int) -> str | None:
@@ -255,6 +325,7 @@ def forget_refusals() -> None:
     """Forget every refusal and its reason (tests that reuse a file name for another
     program; a refusal is keyed by file and line)."""
     _refused.clear()
+    _frames_kept_as_written.clear()
     trace_time_declines.clear()
 
 
@@ -589,11 +660,25 @@ def _return_dead_draws(graph_module, output) -> int | None:
     return len(returned)
 
 
-def _compiled_from_mended_code(output) -> bool:
+def is_rewritten_code(code) -> bool:
+    """Whether graphmend rewrote ``code`` itself: its own bytecode reaches the runtime.
+    A resume function TorchDynamo made after a break is judged by the code it resumes.
+
+    The module is not the unit: a function of a mended module that no rule rewrote is
+    the original's code, and TorchDynamo's errors on it are the original's too (they
+    were swallowed, and the function ran uncompiled, because another function of the
+    same module was rewritten)."""
     from graphmend.rewrite.templates import reaches_runtime
 
-    traced = getattr(getattr(output, "tracing_context", None), "traced_code", None) or ()
-    return any(reaches_runtime(code) for code in traced)
+    return reaches_runtime(resumed_code(code))
+
+
+def _compiled_from_mended_code(output) -> bool:
+    """Whether the trace holds code graphmend rewrote: the frame's or an inlined function's."""
+    traced = getattr(getattr(output, "tracing_context", None), "traced_code", None)
+    root = getattr(output, "root_tx", None)
+    codes = list(traced or ()) + ([root.f_code] if root is not None else [])
+    return any(is_rewritten_code(code) for code in codes)
 
 
 def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
@@ -875,8 +960,9 @@ def _unbacked_symbols(value) -> set:
 
 def _backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
     """Whether the backend compiling ``output`` is one of TorchDynamo's registered
-    ``names`` (through the wrappers torch puts around it), or one marked with
-    ``marker`` = True."""
+    ``names`` (through the wrappers torch puts around it), one marked with ``marker`` =
+    True, or one that runs its graph as given (``returns_its_graph_unchanged``: as
+    TorchDynamo's ``eager`` does, which each of ``names`` covers)."""
     try:
         from torch._dynamo.backends.registry import lookup_backend
 
@@ -884,17 +970,75 @@ def _backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
     except Exception:  # noqa: BLE001 - another torch: assume it is none of them
         return False
     backend = getattr(output, "compiler_fn", None)
+    through_torch_only = True
     for _ in range(8):
         if backend is None:
             return False
         if any(backend is k for k in known) or (marker is not None and getattr(backend, marker, False) is True):
             return True
+        if through_torch_only and returns_its_graph_unchanged(backend):
+            return True
+        through_torch_only = through_torch_only and _is_torchs_own(backend)
         backend = (
             getattr(backend, "_torchdynamo_orig_backend", None)
             or getattr(backend, "compiler_fn", None)
             or getattr(backend, "__wrapped__", None)
         )
     return False
+
+
+def _is_torchs_own(thing) -> bool:
+    module = getattr(thing, "__module__", None) or getattr(type(thing), "__module__", "")
+    return isinstance(module, str) and (module == "torch" or module.startswith("torch."))
+
+
+_LOADS_OF_A_LOCAL = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"})
+# Instructions that name a local: the graph module's only ones must be plain loads.
+_LOCAL_OPERATIONS = ("FAST", "DEREF", "CLOSURE")
+
+
+def returns_its_graph_unchanged(backend) -> bool:
+    """Whether ``backend`` (a function, a bound method or an object whose class defines
+    ``__call__`` in Python) does nothing with the graph module it is given but return it
+    or its ``forward``: then the graph runs as TorchDynamo's ``eager`` runs it, its ops
+    in order on the real tensors. The counting backend of a test (``count += 1; return
+    gm.forward``) is one; output in its graphs kept its break as if it could reorder
+    them (issue 46). Read from the bytecode: any other use of the graph module (passing
+    it on, reading its graph, a closure or ``locals()`` that could) is not this."""
+    import dis
+    import inspect
+    import types
+
+    skipped = 0
+    function = backend
+    if inspect.ismethod(backend):
+        function, skipped = backend.__func__, 1
+    elif not isinstance(backend, types.FunctionType):
+        function, skipped = inspect.getattr_static(type(backend), "__call__", None), 1
+    code = getattr(function, "__code__", None) if isinstance(function, types.FunctionType) else None
+    if code is None or code.co_argcount <= skipped or "locals" in code.co_names:
+        return False
+    graph_module = code.co_varnames[skipped]
+    if graph_module in code.co_cellvars:
+        return False
+    instructions = list(dis.get_instructions(code))
+    returned = False
+    for index, instruction in enumerate(instructions):
+        argument = instruction.argval
+        names_it = argument == graph_module or (isinstance(argument, tuple) and graph_module in argument)
+        if not names_it or not any(part in instruction.opname for part in _LOCAL_OPERATIONS):
+            continue
+        following = [later.opname for later in instructions[index + 1:index + 3]]
+        attribute = instructions[index + 1].argval if index + 1 < len(instructions) else None
+        if instruction.opname not in _LOADS_OF_A_LOCAL:
+            return False
+        if following[:1] == ["RETURN_VALUE"] or (
+            following == ["LOAD_ATTR", "RETURN_VALUE"] and attribute == "forward"
+        ):
+            returned = True
+            continue
+        return False
+    return returned
 
 
 def items_stay_with_lowered_checks(output, claims, refused_sites) -> list[tuple[str, int]]:
@@ -976,8 +1120,10 @@ def _refuse(site, kind: str, reason: str) -> None:
     trace_time_declines[site] = reason
 
 
-def _restart(output, reason: str):
+def _restart(output, reason: str, kind: str = _ALWAYS):
     from torch._dynamo.exc import UnspecializeRestartAnalysis
+
+    keep_frame_as_written(_converted_code(getattr(output, "root_tx", None)), kind)
 
     for listener in list(abandoned_trace_listeners):
         try:
@@ -999,7 +1145,8 @@ def _check_before_compiling(compile_subgraph):
             if refusals:
                 for site, kind, why in refusals:
                     _refuse(site, kind, why)
-                raise _restart(self, refusals[0][2])
+                grad_only = all(kind == _UNDER_GRAD for _site, kind, _why in refusals)
+                raise _restart(self, refusals[0][2], _UNDER_GRAD if grad_only else _ALWAYS)
         return compile_subgraph(self, tx, reason, *args, **kwargs)
 
     wrapped._graphmend_wrapped = True

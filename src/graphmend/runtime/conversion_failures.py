@@ -12,8 +12,8 @@ elsewhere, compiled again without it.
 TorchDynamo converts a frame before any of it runs (a resume function, before the rest
 of its frame runs), so running the frame eagerly instead is exact: the rewritten code's
 eager path is the original code. That is what TorchDynamo itself does for every frame
-under ``torch._dynamo.config.suppress_errors``; here only for frames of rewritten
-modules, only for internal errors (not a graph break, not an error of the user's own
+under ``torch._dynamo.config.suppress_errors``; here only for frames whose own code
+graphmend rewrote (``is_rewritten_code``), only for internal errors (not a graph break, not an error of the user's own
 code that tracing surfaces) and for a data-dependent size graphmend made that tracing
 then had to know (``dynamic_shapes``: the original broke the graph where the size was
 made; the frame is first traced again with those captures refused, so that its graphs
@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from graphmend.rewrite.templates import reaches_runtime
+from graphmend.runtime.claims import is_rewritten_code
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ frames_run_eagerly: dict[tuple[str, int, str], str] = {}
 
 
 def _is_rewritten(frame) -> bool:
-    return reaches_runtime(getattr(frame, "f_code", None))
+    return is_rewritten_code(getattr(frame, "f_code", None))
 
 
 # TorchDynamo explains why a cached graph's guards failed before it compiles again, and
@@ -86,6 +86,7 @@ def _run_eagerly_on_internal_error(convert):
                     reason = claims.error_headline(error)
                     for site in failed:
                         claims.refuse_for_good(site, f"{why}: {reason}")
+                    claims.keep_frame_as_written(frame.f_code)
                     del claimed()[claimed_before:]
 
         return converting
@@ -135,7 +136,7 @@ def _run_eagerly_on_internal_error(convert):
     return wrapped
 
 
-# Whether this thread is converting a frame of a rewritten module.
+# Whether this thread is converting a frame whose code graphmend rewrote.
 _converting = threading.local()
 
 
