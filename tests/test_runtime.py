@@ -90,8 +90,11 @@ def test_unrelated_runtime_errors_propagate_unchanged():
     """The compiled-call boundary hands on an error that is not a failed lowered guard
     as torch raised it: the same class and message as without the boundary. (The
     message names the user's file, so "graphmend" may well be in it: a clone's folder.)"""
+    from graphmend import torch_adapter
     from graphmend.runtime import compiled_calls
     from graphmend.runtime.traps import TRAP_MARKER
+
+    torch_adapter.activate()
 
     def broken(x):
         return x @ torch.ones(5, 5)

@@ -31,7 +31,7 @@ def test_unknown_command_is_a_usage_error_in_one_line(cli):
     result = cli("mend", "x.py")
     assert result.code == 2
     assert result.err == (
-        "graphmend: error: unknown command 'mend'; choose from run, check, fix, explain, rule, bench\n"
+        "graphmend: error: unknown command 'mend'; choose from run, check, fix, explain, rule, bench, census\n"
     )
 
 

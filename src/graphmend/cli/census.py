@@ -39,4 +39,3 @@ def census_command(argv: list[str]) -> int:
 
 
 # What ``graphmend --help`` says, and the handler: ``cli/main.py`` registers this pair.
-COMMAND = ("measure graph breaks of every transformers model, original against mended", census_command)

@@ -6,6 +6,7 @@
     graphmend explain  run a script with and without graphmend and explain each break
     graphmend rule     what a break category means and what graphmend does about it
     graphmend bench    benchmark harness (run from a checkout: benchmarks/)
+    graphmend census   every transformers model, original against mended (tools/census/)
 
 Each command parses its own arguments; this module only picks the command.
 """
@@ -28,6 +29,7 @@ COMMANDS = {
     "explain": "run a script with and without graphmend and explain each graph break",
     "rule": "explain a graph-break category (DC, LC, VG, ...) and what graphmend does about it",
     "bench": "run the benchmark suite (from a checkout of graphmend's repository)",
+    "census": "measure graph breaks of every transformers model, original against mended",
 }
 
 
@@ -54,6 +56,12 @@ def _bench(argv: list[str]) -> int:
         print(NOT_FOUND, file=sys.stderr)
         return USAGE_ERROR_EXIT_CODE
     return bench_command(argv)
+
+
+def _census(argv: list[str]) -> int:
+    from graphmend.cli.census import census_command
+
+    return census_command(argv)
 
 
 def _run(argv: list[str]) -> int:
@@ -89,8 +97,8 @@ def _explain(argv: list[str]) -> int:
 # Imported on use: ``graphmend check`` should not pay for what ``run`` imports.
 _HANDLERS = {
     "run": _run, "check": _check, "fix": _fix, "explain": _explain, "rule": _rule, "bench": _bench,
+    "census": _census,
 }
-COMMANDS["census"], _HANDLERS["census"] = __import__("graphmend.cli.census", fromlist=["_"]).COMMAND
 
 
 def main(argv: list[str] | None = None) -> int:
