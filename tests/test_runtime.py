@@ -94,12 +94,12 @@ def test_unrelated_runtime_errors_propagate_unchanged():
     from graphmend.runtime import compiled_calls
     from graphmend.runtime.traps import TRAP_MARKER
 
-    torch_adapter.activate()
+    assert torch_adapter.activate()
+    assert torch.compile is not compiled_calls._original_compile
 
     def broken(x):
         return x @ torch.ones(5, 5)
 
-    assert getattr(torch.compile, "__graphmend_wrapped__", False)
     raised = []
     for compile_ in (compiled_calls._original_compile, torch.compile):
         torch._dynamo.reset()
