@@ -64,11 +64,6 @@ _refused: dict[tuple[str, int], set[str]] = {}
 _ALWAYS = "always"
 _UNDER_GRAD = "grad"
 
-# Rewritten code objects in which a claim was refused while tracing, with the kinds of
-# refusal (as for sites): every claim made while TorchDynamo converts such a frame, or a
-# resume function of it, is refused (``frame_kept_as_written``).
-_frames_kept_as_written: dict = {}
-
 # Called with TorchDynamo's output graph of a trace attempt that graphmend abandons (the
 # break records of that attempt are not breaks of the program: ``graphmend.dynamo_records``).
 abandoned_trace_listeners: list = []
@@ -237,77 +232,14 @@ def claims_in_trace(translator) -> dict[tuple[str, int], Claim]:
     return claims
 
 
-def _holds(kinds) -> bool:
-    return bool(kinds) and (_ALWAYS in kinds or (_UNDER_GRAD in kinds and torch.is_grad_enabled()))
-
-
 def refused_reason(site: tuple[str, int]) -> str | None:
-    """Why an earlier trace refused this site's claim, or every claim of the frame being
-    converted (``frame_kept_as_written``), where that still holds."""
-    if _holds(_refused.get(site)):
-        return trace_time_declines.get(site, "an earlier trace kept its break")
-    return frame_kept_as_written(current_translator())
-
-
-_FRAME_KEPT_REASON = "a claim of this frame was refused while tracing, so the frame compiles as written"
-
-
-def _converted_code(translator):
-    """The code object TorchDynamo is converting in ``translator``'s trace, a resume
-    function's taken as the code it resumes."""
-    root = getattr(getattr(translator, "output", None), "root_tx", None)
-    return resumed_code(getattr(root, "f_code", None))
-
-
-def resumed_code(code):
-    """The code a resume function TorchDynamo made resumes (``code`` itself otherwise)."""
-    try:
-        from torch._dynamo.resume_execution import ContinueExecutionCache
-
-        resumed = ContinueExecutionCache.generated_code_metadata
-    except (ImportError, AttributeError):  # pragma: no cover - another torch: the code as given
-        return code
-    for _ in range(64):
-        metadata = resumed.get(code) if code is not None else None
-        if metadata is None:
-            break
-        code = metadata.code
-    return code
-
-
-def frame_kept_as_written(translator) -> str | None:
-    """Never worse, by construction: where one claim of a frame was refused while
-    tracing, the frame's other rewrites may no longer pay off. A refused claim brings
-    back only its own break, and the rest of the rewritten frame then broke elsewhere
-    than the original, more often than the original did (issue 46: a trace refused by
-    a check made later, a merged branch refused, a trap refused inside
-    ``contextlib.suppress``, each compiled more graphs or recorded more breaks than the
-    original). So once a claim is refused, every claim made while converting that frame
-    again, or its resume functions, is refused too: each rewritten statement takes its
-    original path, and the frame compiles as the original would. Claims of a function
-    inlined into the frame are refused with it; compiled as a frame of its own, it
-    keeps them. Returns why, or None."""
-    if translator is None or not _frames_kept_as_written:
+    """Why an earlier trace refused this site's claim, where that still holds."""
+    kinds = _refused.get(site)
+    if not kinds:
         return None
-    code = _converted_code(translator)
-    if code is not None and _holds(_frames_kept_as_written.get(_frame_key(code))):
-        return _FRAME_KEPT_REASON
+    if _ALWAYS in kinds or (_UNDER_GRAD in kinds and torch.is_grad_enabled()):
+        return trace_time_declines.get(site, "an earlier trace kept its break")
     return None
-
-
-def _frame_key(code):
-    # Equal code objects of two files (one program loaded twice) are two frames.
-    return (code.co_filename, code)
-
-
-def keep_frame_as_written(code, kind: str = "always") -> None:
-    """Every claim made while converting ``code`` (or a resume function of it) from now
-    on is refused (``frame_kept_as_written``); ``kind`` "grad": only while grad mode is on."""
-    code = resumed_code(code)
-    if code is None or not is_rewritten_code(code):
-        return
-    kinds = _frames_kept_as_written.setdefault(_frame_key(code), set())
-    kinds.add(_ALWAYS if kind == _ALWAYS or kind in kinds else kind)
 
 
 def refused_between(filename: str, first: int, last: int) -> str | None:
@@ -325,7 +257,6 @@ def forget_refusals() -> None:
     """Forget every refusal and its reason (tests that reuse a file name for another
     program; a refusal is keyed by file and line)."""
     _refused.clear()
-    _frames_kept_as_written.clear()
     trace_time_declines.clear()
 
 
@@ -1014,7 +945,7 @@ def returns_its_graph_unchanged(backend) -> bool:
     if inspect.ismethod(backend):
         function, skipped = backend.__func__, 1
     elif not isinstance(backend, types.FunctionType):
-        function, skipped = inspect.getattr_static(type(backend), "__call__", None), 1
+        function, skipped = getattr(type(backend), "__call__", None), 1
     code = getattr(function, "__code__", None) if isinstance(function, types.FunctionType) else None
     if code is None or code.co_argcount <= skipped or "locals" in code.co_names:
         return False
@@ -1120,10 +1051,8 @@ def _refuse(site, kind: str, reason: str) -> None:
     trace_time_declines[site] = reason
 
 
-def _restart(output, reason: str, kind: str = _ALWAYS):
+def _restart(output, reason: str):
     from torch._dynamo.exc import UnspecializeRestartAnalysis
-
-    keep_frame_as_written(_converted_code(getattr(output, "root_tx", None)), kind)
 
     for listener in list(abandoned_trace_listeners):
         try:
@@ -1145,8 +1074,7 @@ def _check_before_compiling(compile_subgraph):
             if refusals:
                 for site, kind, why in refusals:
                     _refuse(site, kind, why)
-                grad_only = all(kind == _UNDER_GRAD for _site, kind, _why in refusals)
-                raise _restart(self, refusals[0][2], _UNDER_GRAD if grad_only else _ALWAYS)
+                raise _restart(self, refusals[0][2])
         return compile_subgraph(self, tx, reason, *args, **kwargs)
 
     wrapped._graphmend_wrapped = True

@@ -86,7 +86,6 @@ def _run_eagerly_on_internal_error(convert):
                     reason = claims.error_headline(error)
                     for site in failed:
                         claims.refuse_for_good(site, f"{why}: {reason}")
-                    claims.keep_frame_as_written(frame.f_code)
                     del claimed()[claimed_before:]
 
         return converting
