@@ -601,7 +601,18 @@ def is_rewritten_code(code) -> bool:
     same module was rewritten)."""
     from graphmend.rewrite.templates import reaches_runtime
 
-    return reaches_runtime(resumed_code(code))
+    try:
+        from torch._dynamo.resume_execution import ContinueExecutionCache
+
+        resumed = ContinueExecutionCache.generated_code_metadata
+    except (ImportError, AttributeError):  # pragma: no cover - another torch: judge the code as given
+        resumed = {}
+    for _ in range(64):
+        metadata = resumed.get(code) if code is not None else None
+        if metadata is None:
+            break
+        code = metadata.code
+    return reaches_runtime(code)
 
 
 def _compiled_from_mended_code(output) -> bool:
