@@ -632,9 +632,9 @@ def test_original_alone_tells_a_crash_torch_makes_without_graphmend() -> None:
     import sys
     from pathlib import Path
 
-    script = Path(__file__).with_name("original_alone.py")
     root = Path(__file__).parents[2]
-    environment = {"PYTHONPATH": f"{root / 'src'}:{root / 'tests'}", "PATH": "/usr/bin:/bin"}
+    script = root / "tools" / "fuzz" / "original_alone.py"
+    environment = {"PYTHONPATH": f"{root / 'src'}", "PATH": "/usr/bin:/bin"}
     outcomes = {}
     for seed in (380404, 380000):
         done = subprocess.run([sys.executable, str(script), str(seed)], capture_output=True, text=True, env=environment)
