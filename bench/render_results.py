@@ -19,8 +19,8 @@ import tempfile
 # The harness (`benchmarks`) is not installed: it is imported from this checkout.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.page import PageRun, render_page  # noqa: E402
-from benchmarks.report import write_plot_of_runs  # noqa: E402
+from benchmarks.page import PageRun, render_page
+from benchmarks.report import write_plot_of_runs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

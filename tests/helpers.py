@@ -14,7 +14,7 @@ import warnings
 import torch
 
 import graphmend
-import graphmend.runtime  # noqa: F401  (wraps torch.compile before any test compiles)
+import graphmend.runtime  # wraps torch.compile before any test compiles
 from graphmend.counting import CountingBackend, count_breaks
 
 _names = itertools.count()

@@ -11,8 +11,8 @@ import torch
 # not installed with graphmend.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.suite import get_model, main_output  # noqa: E402
-from graphmend.counting import count_breaks  # noqa: E402
+from benchmarks.suite import get_model, main_output
+from graphmend.counting import count_breaks
 
 
 def run_model(name: str) -> None:

@@ -234,7 +234,7 @@ def _install() -> None:
         if not getattr(exc, "logged", False):  # Dynamo logs each exception once
             try:
                 _record_break(code_options, exc, _current_compile())
-            except Exception:  # noqa: BLE001 - recording must never change what Dynamo does
+            except Exception:  # recording must never change what Dynamo does
                 logging.getLogger(__name__).debug("could not record a graph break", exc_info=True)
         return log_graph_break(self, code_options, reason, exc)
 

@@ -265,7 +265,7 @@ def run_arm(task: dict) -> dict:
     start = time.perf_counter()
     # The harness's own modules are imported first: the hook below would mend them as the
     # user's code.
-    import benchmarks.suite  # noqa: F401
+    import benchmarks.suite
     import benchmarks.worker  # noqa: F401
 
     try:

@@ -39,13 +39,13 @@ from collections import Counter
 
 if __package__ in (None, ""):  # run as a script: make ``tools.fuzz`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    __package__ = "tools.fuzz"  # noqa: A001
+    __package__ = "tools.fuzz"
 
-from graphmend.rewrite.pipeline import mend_module_source  # noqa: E402
+from graphmend.rewrite.pipeline import mend_module_source
 
-from .grammar import generate  # noqa: E402
-from .minimise import minimise, rules_involved  # noqa: E402
-from .observe import Difference, compare, difference_class  # noqa: E402
+from .grammar import generate
+from .minimise import minimise, rules_involved
+from .observe import Difference, compare, difference_class
 
 
 def mended_text(source: str) -> str:

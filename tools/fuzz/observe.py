@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import torch
 
 import graphmend
-import graphmend.runtime  # noqa: F401 - wraps torch.compile: flushes deferred effects, restores traps
+import graphmend.runtime  # wraps torch.compile: flushes deferred effects, restores traps
 from graphmend.rewrite.pipeline import mend_module_source
 from graphmend.runtime import claims, conversion_failures
 

@@ -133,5 +133,5 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     if __package__ in (None, "") and "--alone-in" not in sys.argv:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        __package__ = "tools.fuzz"  # noqa: A001
+        __package__ = "tools.fuzz"
     sys.exit(main())

@@ -53,9 +53,9 @@ from graphmend.runtime.traps import (
 
 # What ``graphmend fix`` writes in place of an output call's callee. ``print`` here is
 # that wrapper: this module itself never prints.
-from graphmend.runtime.fixed_calls import log, print, warn  # noqa: A004, E402
+from graphmend.runtime.fixed_calls import log, print, warn  # noqa: A004
 
-from graphmend import torch_adapter  # noqa: E402
+from graphmend import torch_adapter
 
 
 def _never_compiling() -> bool:

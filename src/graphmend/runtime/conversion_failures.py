@@ -114,7 +114,7 @@ def _run_eagerly_on_internal_error(convert):
         _converting.rewritten = _is_rewritten(frame)
         try:
             return convert_without_sizes_needed_on_the_host(self, frame, *args, **kwargs)
-        except Exception as error:  # noqa: BLE001 - only the internal errors below are handled
+        except Exception as error:  # only the internal errors below are handled
             internal = isinstance(error, (AssertionError, InternalTorchDynamoError, GuardOnDataDependentSymNode))
             if not (internal or _failed_explaining_a_recompilation(error)):
                 raise
