@@ -363,11 +363,11 @@ def classify_hunks(work: str, hunks: dict, fixable: list[dict]) -> dict:
             inside = {
                 index
                 for index, (a, b) in enumerate(edits)
-                if hunk["old_count"]
+                if (hunk["old_count"]
                 and a <= last
-                and first <= b
-                or not hunk["old_count"]
-                and a - 1 <= first <= b
+                and first <= b)
+                or (not hunk["old_count"]
+                and a - 1 <= first <= b)
             }
             covered = all(
                 any(edits[index][0] <= line <= edits[index][1] for index in inside)

@@ -20,7 +20,13 @@ from benchmarks.paper import (
     PAPER_MODELS_TOTAL,
     format_reasons,
 )
-from benchmarks.report import format_speedup, markdown_table, render_markdown, summarize_model, totals
+from benchmarks.report import (
+    format_speedup,
+    markdown_table,
+    render_markdown,
+    summarize_model,
+    totals,
+)
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def tensor_leaves(value, prefix: str = "output") -> dict:
     leaves = {}
     if isinstance(value, torch.Tensor):
         leaves[prefix] = value.detach().to("cpu")
-    elif isinstance(value, dict) or hasattr(value, "keys") and hasattr(value, "__getitem__"):
+    elif isinstance(value, dict) or (hasattr(value, "keys") and hasattr(value, "__getitem__")):
         for key in list(value.keys()):
             leaves.update(tensor_leaves(value[key], f"{prefix}.{key}"))
     elif isinstance(value, (tuple, list)):

@@ -52,7 +52,7 @@ class Observation:
     def __init__(self, value=None, error=None, stdout="", logs=(), warned=()):
         self.value, self.error, self.stdout, self.logs, self.warned = value, error, stdout, list(logs), list(warned)
 
-    def assert_same_as(self, other: "Observation") -> None:
+    def assert_same_as(self, other: Observation) -> None:
         assert (self.error is None) == (other.error is None), (self.error, other.error)
         if self.error is not None:
             # Each fixture module defines its own exception classes: compare by name,

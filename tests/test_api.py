@@ -5,10 +5,10 @@ import warnings
 
 import pytest
 import torch
-from helpers import assert_equivalent, breaks
 
 import graphmend
 from graphmend.api import MendWarning
+from helpers import assert_equivalent, breaks
 
 FIGURES = textwrap.dedent(
     """

@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.fx
 
-from tools.fuzz.grammar import OWN_STREAM_DEFINITIONS
-from helpers import breaks, graphs_and_outcomes_over_calls, original_and_mended
 from graphmend.runtime import claims
+from helpers import breaks, graphs_and_outcomes_over_calls, original_and_mended
+from tools.fuzz.grammar import OWN_STREAM_DEFINITIONS
 
 
 def _pair(body: str):

@@ -8,10 +8,10 @@ import warnings
 
 import pytest
 import torch
-from helpers import original_and_mended
 
 from graphmend.rewrite.templates import RUNTIME_NAME
 from graphmend.runtime import claims, conversion_failures
+from helpers import original_and_mended
 
 # TorchDynamo raised "exception table entry start instruction has no offset" building
 # the resume function after the branch break on line 5, for the rewritten code only.

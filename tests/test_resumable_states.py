@@ -10,8 +10,8 @@ import textwrap
 
 import torch
 
-from helpers import original_and_mended
 from graphmend.runtime import resumable_states
+from helpers import original_and_mended
 
 # ``x`` and ``y`` are not defined: TorchDynamo cannot resume from the read. Before it the
 # graph holds one call of the program's, ``t.clamp_``, and, mended, the sizes

@@ -9,11 +9,11 @@ import types
 
 import pytest
 import torch
-from helpers import original_and_mended
 from torch._dynamo.testing import CompileCounter
 
 import graphmend
 from graphmend.runtime import compiled_calls
+from helpers import original_and_mended
 
 MENDED_SOURCE = """
 import torch

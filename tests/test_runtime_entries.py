@@ -18,7 +18,6 @@ import pytest
 import torch
 
 import graphmend
-
 from graphmend.counting import CountingBackend
 from helpers import original_and_mended
 

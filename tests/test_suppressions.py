@@ -1,8 +1,8 @@
 """Inline suppressions (``# graphmend: ignore`` / ``# graphmend: ignore[CODES]``): the
 statement is left as it is by every rule, and ``check`` does not report it."""
 
-from helpers import mend
 from graphmend.rewrite.suppressions import ALL, suppressions_in
+from helpers import mend
 
 SOURCE = '''
 import torch

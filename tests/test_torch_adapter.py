@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+
 try:
     import tomllib
 except ImportError:  # Python 3.10

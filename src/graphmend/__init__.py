@@ -73,8 +73,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "GraphmendWarning",
     "ALL_RULES",
+    "GraphmendWarning",
     "MendResult",
     "__version__",
     "explain",

@@ -4,10 +4,9 @@ import json
 
 import pytest
 
+from bench_samples import synthetic_run
 from benchmarks import report
 from benchmarks.cli import bench_command
-
-from bench_samples import synthetic_run
 
 
 def test_spread_and_ratio():

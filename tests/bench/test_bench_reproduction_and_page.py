@@ -8,10 +8,9 @@ import sys
 
 import pytest
 
+from bench_samples import synthetic_run
 from benchmarks import page, report, reproduction
 from benchmarks.cli import bench_command
-
-from bench_samples import synthetic_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

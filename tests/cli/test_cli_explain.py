@@ -9,6 +9,7 @@ import pytest
 from graphmend.cli.config import Settings
 from graphmend.cli.explain import GraphBreak, StaticView, explain_breaks, split_script_arguments
 
+
 @pytest.mark.parametrize(
     "gb_type, category",
     [

@@ -8,11 +8,11 @@ import stat
 
 import pytest
 import torch
-from helpers import load_module
 
 import graphmend.cli.check
 import graphmend.cli.fix
 from graphmend.rewrite.pipeline import Edit
+from helpers import load_module
 
 # Comments, odd spacing and blank lines everywhere: all of it must survive.
 FORMATTED = '''\

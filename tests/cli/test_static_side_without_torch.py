@@ -14,7 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from graphmend.cli import config, main as cli_main
+from graphmend.cli import config
+from graphmend.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "paper_figures.py"

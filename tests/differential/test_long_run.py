@@ -144,14 +144,17 @@ def test_a_chunk_stops_at_its_first_harness_crash(monkeypatch) -> None:
     options = long_run.argparse.Namespace(
         findings=None, time_limit=0, tally=None, chunk_of_a_run=True, no_aot_eager=False, inductor_every=0,
         no_counts=False, no_tracebacks=False, no_compiled_eager=False,
-        **{name: False for name in (
-            "without_positions", "without_item_checks", "without_finally_reads", "without_layouts",
-            "without_merges", "without_blocks", "without_fusions", "without_warm", "without_shared_inputs",
-            "without_threads", "without_handlers", "without_grad_modes", "without_attribute_code",
-            "with_tracked_inputs", "without_global_rebinds", "without_transposed_inputs",
-            "without_dynamic_compiles", "without_helper_branches", "without_failing_outputs",
-            "without_between_calls", "without_programs",
-        )},
+        **dict.fromkeys(
+            (
+                "without_positions", "without_item_checks", "without_finally_reads", "without_layouts",
+                "without_merges", "without_blocks", "without_fusions", "without_warm", "without_shared_inputs",
+                "without_threads", "without_handlers", "without_grad_modes", "without_attribute_code",
+                "with_tracked_inputs", "without_global_rebinds", "without_transposed_inputs",
+                "without_dynamic_compiles", "without_helper_branches", "without_failing_outputs",
+                "without_between_calls", "without_programs",
+            ),
+            False,
+        ),
     )
     tally = Tally()
     assert long_run.run_programs(options, [20, 21, 22], tally, stop_asked=[]) is True

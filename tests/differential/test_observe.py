@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from graphmend.runtime import claims
-
 from tools.fuzz.grammar import HEADER, Program
 from tools.fuzz.observe import compare
 
@@ -146,7 +145,8 @@ def test_under_inductor_each_output_line_may_be_either_originals_but_not_their_c
     draws as eagerly where inductor's generator would draw others). Each line is one
     original's; a line neither printed, or a line dropped, is still a difference, and
     without ``output_lines_apart`` the output stays one piece."""
-    from tools.fuzz.observe import Observation, _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import Observation
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     def printed(*events):
         return Observation(value=("v",), events=list(events), globals=(), rng="r")
@@ -205,7 +205,8 @@ def test_each_argument_may_be_either_originals_but_not_neither() -> None:
 def test_under_aot_autograd_a_gradient_zero_may_have_either_sign_but_nothing_else_may_differ() -> None:
     """Seed 71221: AOTAutograd's traced backward gives +0 where eager autograd gives -0
     (``y.neg_()`` before a product with a zero draw)."""
-    from tools.fuzz.observe import Normaliser, _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import Normaliser
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     normalise = Normaliser({}, {})
 
@@ -261,7 +262,8 @@ def test_past_a_kept_check_the_reference_is_the_original_with_its_checks_made_ea
 
 def test_under_inductor_numbers_in_printed_text_compare_as_float_bits_aside() -> None:
     """Seed 71925: a sum inductor computes in the graph prints its own last digits."""
-    from tools.fuzz.observe import Observation, _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import Observation
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     def printed(text):
         return Observation(value=("v",), events=[("stdout", text)], globals=(), rng="r")
@@ -276,7 +278,8 @@ def test_under_inductor_numbers_in_printed_text_compare_as_float_bits_aside() ->
 
 def test_under_inductor_a_printed_sum_near_zero_compares_as_zero() -> None:
     """Seed 343001: terms that cancel leave rounding error alone, in inductor's order."""
-    from tools.fuzz.observe import Observation, _each_call_is_the_originals as each_call
+    from tools.fuzz.observe import Observation
+    from tools.fuzz.observe import _each_call_is_the_originals as each_call
 
     def printed(text):
         return Observation(value=("v",), events=[("stdout", text)], globals=(), rng="r")
@@ -331,7 +334,6 @@ def test_a_compile_state_test_answering_as_traced_is_reported_apart() -> None:
     ``claims.captured_sizes_decide_no_break``), so the mended text given here makes the
     capture unconditionally, as graphmend did before."""
     from graphmend.rewrite.pipeline import mend_module_source
-
     from tools.fuzz.grammar import generate
     from tools.fuzz.observe import with_backend
 

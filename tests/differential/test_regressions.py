@@ -17,8 +17,13 @@ import pytest
 import torch
 
 from graphmend.runtime import claims
-
-from tools.fuzz.harness import build_variants, call_counting, call_observed, compile_counting, unload
+from tools.fuzz.harness import (
+    build_variants,
+    call_counting,
+    call_observed,
+    compile_counting,
+    unload,
+)
 
 _numbers = itertools.count()
 
@@ -1042,7 +1047,6 @@ def test_an_op_failing_past_torchdynamos_assembly_bug_counts_as_the_original_wit
     (``observe.ASSEMBLY_AS_FOR_REWRITTEN_CODE``) raises that same error; a mended run that
     also writes an argument still differs."""
     from graphmend.rewrite.pipeline import mend_module_source
-
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare, with_backend
 

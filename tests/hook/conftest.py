@@ -7,10 +7,10 @@ import os
 import sys
 
 import pytest
-from hook.hook_helpers import FakeRewriter, GeneratedPackage
 
 import graphmend.hook
 import graphmend.hook.loader
+from hook.hook_helpers import FakeRewriter, GeneratedPackage
 
 _package_numbers = itertools.count()
 

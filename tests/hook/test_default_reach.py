@@ -15,7 +15,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 from hook.hook_helpers import subprocess_environment
 
 # The model lives in one file; nothing there names torch.compile.

@@ -11,11 +11,11 @@ import sys
 import time
 
 import pytest
-from hook.hook_helpers import SUBPROCESS_DRIVER, run_driver, subprocess_environment
 
 import graphmend
 import graphmend.hook
 from graphmend.hook import cache
+from hook.hook_helpers import SUBPROCESS_DRIVER, run_driver, subprocess_environment
 
 
 def cache_files(folder) -> list:

@@ -13,11 +13,11 @@ import types
 import warnings
 
 import pytest
-from hook.hook_helpers import MENDED_MARKER
 
 import graphmend.hook
 from graphmend.hook import GraphmendWarning, HookStats, MendingFinder, MendingLoader
 from graphmend.hook.loader import MendOptions
+from hook.hook_helpers import MENDED_MARKER
 
 
 def make_finder(*packages: str) -> MendingFinder:

@@ -9,10 +9,10 @@ import sys
 import textwrap
 
 import pytest
-from hook.hook_helpers import subprocess_environment
 
 from graphmend.cli.run import run_command, split_script_arguments
 from graphmend.hook import MendingFinder
+from hook.hook_helpers import subprocess_environment
 
 REPORTING_SCRIPT = textwrap.dedent(
     """

@@ -19,6 +19,7 @@ from graphmend.counting import count_breaks
 from graphmend.runtime import claims
 from helpers import assert_equivalent, finding_reasons, observe, original_and_mended
 
+
 class Expert(nn.Module):
     """Mixtral's expert in small; a class of this file, whose source tracing reads."""
 

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from graphmend.runtime import checks, claims
-from tools.fuzz import fuzz_check_helper
 from helpers import assert_equivalent, breaks, finding_reasons, observe, original_and_mended
+from tools.fuzz import fuzz_check_helper
 
 
 def _not_a_known_helper(cond, msg, error_type=ValueError):

@@ -16,8 +16,14 @@ import types
 import pytest
 import torch
 
-from helpers import breaks, finding_reasons, graphs_and_outcomes_over_calls, mend, original_and_mended
 from graphmend.runtime import traps
+from helpers import (
+    breaks,
+    finding_reasons,
+    graphs_and_outcomes_over_calls,
+    mend,
+    original_and_mended,
+)
 
 PRELUDE = """
 import contextlib

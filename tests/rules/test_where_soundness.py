@@ -10,7 +10,13 @@ import textwrap
 import pytest
 import torch
 
-from helpers import breaks, finding_reasons, graphs_and_outcomes_over_calls, mend, original_and_mended
+from helpers import (
+    breaks,
+    finding_reasons,
+    graphs_and_outcomes_over_calls,
+    mend,
+    original_and_mended,
+)
 
 PRELUDE = "import torch\nimport torch.nn.functional as F\n"
 

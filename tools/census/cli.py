@@ -17,7 +17,16 @@ import sys
 import time
 
 from tools.census import models as census_models
-from tools.census.runner import BACKENDS, MODES, RAY_MISSING, ResultsFile, Task, pending, run_local, run_ray
+from tools.census.runner import (
+    BACKENDS,
+    MODES,
+    RAY_MISSING,
+    ResultsFile,
+    Task,
+    pending,
+    run_local,
+    run_ray,
+)
 from tools.census.summary import summarise, text_report
 
 USAGE_ERROR = 2

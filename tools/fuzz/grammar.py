@@ -495,7 +495,7 @@ class _Generator:
         elif kind == "raise-arm":
             body += [
                 f"if {self.condition(['t', 'u'])}:",
-                f"    return t * (1.0 / len(u.shape[1:]))" if self.chance(0.5) else "    return t + torch.ones(5)",
+                "    return t * (1.0 / len(u.shape[1:]))" if self.chance(0.5) else "    return t + torch.ones(5)",
             ]
             self.feature("raising-expression")
         elif kind == "inplace":
@@ -1262,7 +1262,7 @@ class _Generator:
         if kind == "attribute":
             return [self.pick([f"box.t = {name}", "box.n = box.n + 1", f"box.t = {name} * 2.0"])]
         if kind == "dict-state":
-            return [self.pick([f'table["k"] = {name}', f'table["n"] = table.get("n", 0) + 1'])]
+            return [self.pick([f'table["k"] = {name}', 'table["n"] = table.get("n", 0) + 1'])]
         self.globals_written.add("COUNT")
         return [self.pick(["COUNT += 1", f"TOTAL.add_({name})", f"HISTORY.append({name})"])]
 

@@ -52,8 +52,10 @@ import graphmend.runtime  # wraps torch.compile: flushes deferred effects, resto
 from graphmend.rewrite.pipeline import mend_module_source
 from graphmend.runtime import claims, conversion_failures
 
-from . import compile_state
-from . import fuzz_check_helper  # noqa: F401 - the validation helper programs call, registered
+from . import (
+    compile_state,
+    fuzz_check_helper,  # noqa: F401 - the validation helper programs call, registered
+)
 from .grammar import BACKEND_LINE, STATE_NAMES, Program, other_module_source
 
 TORCH_DIRECTORY = os.path.dirname(torch.__file__)

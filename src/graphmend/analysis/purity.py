@@ -46,7 +46,7 @@ PURE_METHODS = frozenset(
         "log", "sqrt", "rsqrt", "pow", "neg", "sin", "cos", "tanh", "sigmoid", "relu",
         "softmax", "flatten", "matmul", "masked_fill", "split", "chunk", "repeat",
         "all", "any", "startswith", "endswith", "format", "join", "lower", "upper",
-        "strip", "split", "replace",
+        "strip", "replace",
     }
 )
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from graphmend.analysis.bindings import ModuleBindings
 from graphmend.analysis.entry_points import ProjectEntryPoints
+from graphmend.cli.check_output import OUTPUT_FORMATS, plural
 from graphmend.cli.config import (
     USAGE_ERROR_EXIT_CODE,
     ConfigError,
@@ -45,7 +46,6 @@ from graphmend.cli.config import (
     print_warnings,
     usage_error,
 )
-from graphmend.cli.check_output import OUTPUT_FORMATS, plural
 from graphmend.rewrite.findings import Finding
 from graphmend.rewrite.pipeline import ALL_RULES, MendResult, mend_module_source
 

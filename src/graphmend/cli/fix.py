@@ -44,8 +44,8 @@ from graphmend.cli.config import (
     print_warnings,
     usage_error,
 )
-from graphmend.rewrite.findings import Finding
 from graphmend.rewrite.edits import CalleeEdit
+from graphmend.rewrite.findings import Finding
 from graphmend.rewrite.pipeline import Edit, MendResult
 
 PROGRAM = "graphmend fix"

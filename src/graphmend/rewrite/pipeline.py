@@ -42,7 +42,16 @@ from graphmend.rewrite.templates import (
     is_original,
     statements,
 )
-from graphmend.rules import capture, capture_loops, capture_merges, defer, trap, trap_checks, trap_items, where
+from graphmend.rules import (
+    capture,
+    capture_loops,
+    capture_merges,
+    defer,
+    trap,
+    trap_checks,
+    trap_items,
+    where,
+)
 from graphmend.rules.base import FunctionContext, ModuleContext
 
 ALL_RULES = ("trap", "where", "defer", "capture")

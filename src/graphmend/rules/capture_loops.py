@@ -60,7 +60,7 @@ import copy
 
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place
-from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
+from graphmend.rules.base import FunctionContext, rewrite_statements
 from graphmend.rules.capture import RULE
 from graphmend.rules.safety import ExpressionSafety
 

@@ -69,7 +69,14 @@ import copy
 
 from graphmend.analysis.reaching import statement_bindings
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
-from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, is_guard, place, statements
+from graphmend.rewrite.templates import (
+    RUNTIME_NAME,
+    compiled_or_original,
+    expression,
+    is_guard,
+    place,
+    statements,
+)
 from graphmend.rules.base import FunctionContext, rewrite_statements
 from graphmend.rules.capture import RULE
 from graphmend.rules.safety import ExpressionSafety

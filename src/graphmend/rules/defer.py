@@ -41,11 +41,16 @@ import copy
 
 from graphmend.analysis.reaching import ASSIGNED
 from graphmend.analysis.tensor_values import STATIC_ATTRIBUTES, STATIC_METHODS
+from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS
 from graphmend.rewrite.edits import CalleeEdit
 from graphmend.rewrite.findings import LOGGER_CALL
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
-from graphmend.rules.base import FunctionContext, enclosing_statements, first_failure, rewrite_statements
-from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS
+from graphmend.rules.base import (
+    FunctionContext,
+    enclosing_statements,
+    first_failure,
+    rewrite_statements,
+)
 
 RULE = "Defer"
 STANDARD_LOG_LEVELS = LOGGER_METHOD_LEVELS

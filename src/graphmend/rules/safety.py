@@ -66,11 +66,12 @@ POINTWISE_TORCH: dict[str, tuple[str, tuple[int, int], frozenset]] = {
 # the receiver needs. ``to``, ``type_as`` and reductions with arguments are not here:
 # their arguments can make them raise.
 SAFE_METHODS: dict[str, str] = {
-    **{name: TENSOR for name in ("float", "double", "half", "bfloat16", "clone", "detach",
-                                 "contiguous", "exp", "sigmoid", "tanh", "sin", "cos",
-                                 "square", "sign", "any", "all", "sum", "isinf", "isnan",
-                                 "isfinite")},
-    **{name: NOT_BOOL for name in ("abs", "relu", "neg")},
+    **dict.fromkeys(
+        ("float", "double", "half", "bfloat16", "clone", "detach", "contiguous", "exp", "sigmoid",
+         "tanh", "sin", "cos", "square", "sign", "any", "all", "sum", "isinf", "isnan", "isfinite"),
+        TENSOR,
+    ),
+    **dict.fromkeys(("abs", "relu", "neg"), NOT_BOOL),
 }
 # Calls whose value is a floating-point tensor whatever their operands' dtype.
 FLOAT_RESULT = frozenset(_UNARY_FLOAT_RESULT) | frozenset(

@@ -47,7 +47,12 @@ from graphmend.rewrite.templates import (
     place,
     statements,
 )
-from graphmend.rules.base import FunctionContext, enclosing_statements, first_failure, rewrite_statements
+from graphmend.rules.base import (
+    FunctionContext,
+    enclosing_statements,
+    first_failure,
+    rewrite_statements,
+)
 from graphmend.rules.conditions import (
     conjunction,
     holds_expression,

@@ -46,11 +46,18 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.tensor_values import ITEM_METHODS, STATIC_METHODS, VALUE_METHODS
+from graphmend.core.runtime_names import KNOWN_CHECK_NAMES
 from graphmend.rewrite.findings import VALIDATION_GUARD
-from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place, statements
+from graphmend.rewrite.templates import (
+    RUNTIME_NAME,
+    compiled_or_original,
+    expression,
+    place,
+    statements,
+)
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
 from graphmend.rules.conditions import why_not_tensorizable
-from graphmend.analysis.tensor_values import ITEM_METHODS, STATIC_METHODS, VALUE_METHODS
 from graphmend.rules.trap import (
     MESSAGE_SAFE_METHODS,
     RULE,
@@ -62,7 +69,6 @@ from graphmend.rules.trap import (
     not_caught_in_function,
     raised_name_may_be_a_class,
 )
-from graphmend.core.runtime_names import KNOWN_CHECK_NAMES
 
 _PARAMETERS = ("cond", "msg", "error_type")
 _KEPT_AS_A_CALL = "; kept as a call, made eagerly under torch.compile so that it raises its own error type"

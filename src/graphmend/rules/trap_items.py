@@ -48,7 +48,7 @@ from graphmend.analysis.tensor_values import LIFTED_ITEM_LINE
 from graphmend.rewrite.findings import TENSOR_ITEM
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
-from graphmend.rules.trap_checks import check_call_of, bound_arguments
+from graphmend.rules.trap_checks import bound_arguments, check_call_of
 
 RULE = "Trap"
 _SIZE_METHODS = frozenset({"size", "numel", "dim", "ndimension", "nelement"})

@@ -76,7 +76,14 @@ import ast
 import copy
 
 from graphmend.rewrite.findings import DATA_DEPENDENT_CONTROL_FLOW
-from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, is_guard, is_original, place, statements
+from graphmend.rewrite.templates import (
+    RUNTIME_NAME,
+    compiled_or_original,
+    is_guard,
+    is_original,
+    place,
+    statements,
+)
 from graphmend.rules.base import (
     FunctionContext,
     enclosing_statements,
@@ -308,7 +315,7 @@ class WhereRewrite:
         )
         return True
 
-    def memoized_initialization_exists_already(self, statement: ast.stmt) -> str | None | bool:
+    def memoized_initialization_exists_already(self, statement: ast.stmt) -> str | bool | None:
         """``if not hasattr(self, "a"): self.a = f(...)``: licensed when ``self.a`` exists
         while tracing, so the initialization does nothing on either path. Creating it on
         the untaken path would change the object's state (and ``hasattr`` afterwards).

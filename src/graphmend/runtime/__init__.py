@@ -16,8 +16,20 @@ import types
 
 import torch
 
+from graphmend import torch_adapter
 from graphmend.rewrite.templates import RUNTIME_NAME
-
+from graphmend.runtime import (
+    checks,  # noqa: F401 - ``__graphmend__.checks`` in rewritten code
+    conversion_failures,  # noqa: F401 - a hook of graphmend.torch_adapter
+    dynamic_shapes,  # noqa: F401 - ``__graphmend__.dynamic_shapes`` in rewritten code
+    resumable_states,  # noqa: F401 - a hook of graphmend.torch_adapter
+)
+from graphmend.runtime.attribute_access import is_the_method, reads_plainly, writes_plainly
+from graphmend.runtime.compiled_calls import (
+    install_compile_wrappers,
+    run_compiled,
+    wrap_compiled,
+)
 from graphmend.runtime.deferred import (
     defer_log,
     defer_print,
@@ -28,16 +40,10 @@ from graphmend.runtime.deferred import (
     print_in_graph,
     warn_in_graph,
 )
-from graphmend.runtime.compiled_calls import (
-    install_compile_wrappers,
-    run_compiled,
-    wrap_compiled,
-)
-from graphmend.runtime import checks  # noqa: F401 - ``__graphmend__.checks`` in rewritten code
-from graphmend.runtime import dynamic_shapes  # noqa: F401 - ``__graphmend__.dynamic_shapes`` in rewritten code
-from graphmend.runtime import conversion_failures  # noqa: F401 - a hook of graphmend.torch_adapter
-from graphmend.runtime import resumable_states  # noqa: F401 - a hook of graphmend.torch_adapter
-from graphmend.runtime.attribute_access import is_the_method, reads_plainly, writes_plainly
+
+# What ``graphmend fix`` writes in place of an output call's callee. ``print`` here is
+# that wrapper: this module itself never prints.
+from graphmend.runtime.fixed_calls import log, print, warn  # noqa: A004
 from graphmend.runtime.selection import moves_nothing, operands_combine, select
 from graphmend.runtime.traps import (
     TRAP_MARKER,
@@ -50,12 +56,6 @@ from graphmend.runtime.traps import (
     raise_original_for_trap_failure,
     trap_message,
 )
-
-# What ``graphmend fix`` writes in place of an output call's callee. ``print`` here is
-# that wrapper: this module itself never prints.
-from graphmend.runtime.fixed_calls import log, print, warn  # noqa: A004
-
-from graphmend import torch_adapter
 
 
 def _never_compiling() -> bool:
@@ -74,31 +74,31 @@ __all__ = [
     "all_of",
     "any_of",
     "assert_guard",
-    "guard_holds",
-    "register_pure_functions",
     "defer_log",
     "defer_print",
     "defer_warning",
-    "log_in_graph",
-    "print_in_graph",
-    "warn_in_graph",
     "equal_as_tensor",
     "flush_pending_effects",
+    "guard_holds",
     "install_compile_wrappers",
-    "log",
-    "print",
-    "warn",
     "is_compiling",
     "is_the_method",
+    "log",
+    "log_in_graph",
     "moves_nothing",
     "operands_combine",
     "pending_effect_count",
+    "print",
+    "print_in_graph",
     "raise_original_for_trap_failure",
     "reads_plainly",
+    "register_pure_functions",
     "run_compiled",
     "select",
     "torch",
     "trap_message",
+    "warn",
+    "warn_in_graph",
     "wrap_compiled",
     "writes_plainly",
 ]

@@ -50,8 +50,6 @@ from dataclasses import dataclass
 
 import torch
 
-from graphmend.rewrite.templates import RUNTIME_NAME
-
 _RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 _CLAIMS_ATTRIBUTE = "_graphmend_claims"
 

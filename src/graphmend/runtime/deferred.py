@@ -48,7 +48,6 @@ from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS  # noqa: F401 - re
 from graphmend.runtime import claims, operators, traps
 from graphmend.runtime import output_call_arguments as arguments
 
-
 _PRINT = "print"
 _LOG_RECORD = "log"
 _LOG_METHOD = "log method"

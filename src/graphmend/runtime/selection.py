@@ -13,7 +13,6 @@ from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims
 
-
 # Tensors whose operations run none of the program's Python code: a subclass's
 # ``__torch_function__`` (or dispatch) would see the untaken arm's operations and the
 # selection's ``torch.where``, which the original never calls.

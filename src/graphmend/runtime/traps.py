@@ -39,8 +39,6 @@ from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims, operators
 from graphmend.runtime.claims import (
-    claim_break_at_user_site,
-    current_translator,
     frame_was_not_given_up_while_tracing,
     no_later_op_failed_while_tracing,
     original_break_keeps_frame_compiled,
