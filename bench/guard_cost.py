@@ -63,7 +63,7 @@ def with_logger_call(x):
 
 def with_warning(x):
     y = x * 2
-    warnings.warn("careful")
+    warnings.warn("careful")  # noqa: B028 - the benchmark's program warns as user code does
     return y + 1
 
 

@@ -36,7 +36,7 @@ def transformers_root(given: str | None) -> pathlib.Path:
     spec = importlib.util.find_spec("transformers")
     if spec is None or not spec.submodule_search_locations:
         sys.exit("transformers is not installed here: pass --transformers-root or pip install transformers==4.52.4")
-    return pathlib.Path(list(spec.submodule_search_locations)[0])
+    return pathlib.Path(next(iter(spec.submodule_search_locations)))
 
 
 def main() -> int:

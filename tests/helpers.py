@@ -26,7 +26,7 @@ def load_module(source, stem: str = "fixture", filename: str | None = None) -> t
     module = types.ModuleType(name)
     module.__file__ = filename or f"<{name}>"
     sys.modules[name] = module
-    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - the program under test
     return module
 
 
@@ -121,7 +121,7 @@ def observe(function, *args, compiled: bool = False, backend: str = "eager") -> 
             warnings.showwarning = record_warning
             try:
                 value = target(*args)
-            except Exception as exception:  # the observation is the exception itself
+            except Exception as exception:  # noqa: BLE001 - the observation is the exception itself
                 error = exception
     finally:
         root.removeHandler(handler)

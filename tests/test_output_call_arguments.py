@@ -51,7 +51,7 @@ def test_a_named_conversion_fails_with_a_tuple_of_arguments():
     # mapping, which Defer's runtime never performs in a graph. (``%*d`` is refused
     # only so that conversions and operands stay in step.)
     with pytest.raises(TypeError):
-        "%(name)s" % (1,)
+        "%(name)s" % (1,)  # noqa: B018, F502, UP031 - the TypeError under test
 
 
 def test_print_separators_are_strings():

@@ -61,7 +61,7 @@ def test_the_program_constructs_leave_the_seeds_of_earlier_runs_as_they_were() -
 
 
 def test_the_moe_construct_routes_through_the_loop_capture_rewrites() -> None:
-    program = next(p for p in map(lambda s: generate(s, programs=True), range(200)) if p.features.get("program-moe"))
+    program = next(p for p in (generate(s, programs=True) for s in range(200)) if p.features.get("program-moe"))
     mended = mend_module_source(program.source, filename="/fuzz/moe.py", module_name="moe", scope="all").source
     assert "for expert_idx in range(self.num_experts):" in mended  # the every-expert loop
 

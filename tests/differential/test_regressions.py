@@ -240,7 +240,7 @@ def test_an_input_the_loss_does_not_use_keeps_no_gradient_under_aot_autograd():
         filename = "/graphmend-differential/unused_input_gradient.py"
         result = mend_module_source(source, filename=filename) if mended else None
         module = types.ModuleType(f"gm_regression_unused_{mended}")
-        exec(compile(result.tree if result is not None else source, filename, "exec"), module.__dict__)
+        exec(compile(result.tree if result is not None else source, filename, "exec"), module.__dict__)  # noqa: S102
         x = torch.tensor([[3.0, 0.6, 2.7], [0.3, 6.0, -3.0]], requires_grad=True)
         y = torch.full((2, 3), 0.5, requires_grad=True)
         torch.compile(module.f, backend="aot_eager")(x, y).sum().backward()

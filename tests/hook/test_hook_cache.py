@@ -320,7 +320,7 @@ def test_two_processes_filling_a_cold_cache_at_once(make_package):
     for process in processes:
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 0, stderr.decode()
-    assert not [p for p in package.directory.rglob("*.tmp")]  # no temp files left behind
+    assert not list(package.directory.rglob("*.tmp"))  # no temp files left behind
     warm = run_driver(package, *names)
     assert warm["transform_calls"] == 0 and warm["cache_hits"] == 41
     assert warm["mended"] == [True] * 40

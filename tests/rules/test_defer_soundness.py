@@ -60,7 +60,7 @@ def observe(function, args, backend, warning_filter="always"):
             try:
                 value = target(*args)
                 outcome = ("value", _plain(value))
-            except Exception as error:  # the observation is the exception itself
+            except Exception as error:  # noqa: BLE001 - the observation is the exception itself
                 outcome = ("raised", type(error).__name__, str(error))
     finally:
         logger.handlers, logger.propagate = saved[0], saved[1]
@@ -759,7 +759,7 @@ def _calls_with_a_change_between(module, entry, backend, change, make_args):
                 arguments = make_args()
                 try:
                     outcome = ("value", _plain(function(*arguments)))
-                except Exception as error:  # the observation is the exception itself
+                except Exception as error:  # noqa: BLE001 - the observation is the exception itself
                     outcome = ("raised", type(error).__name__, str(error))
                 outcomes.append((
                     outcome, [_plain(argument) for argument in arguments], list(module.HISTORY),

@@ -142,7 +142,7 @@ def test_failing_check_raises_the_helpers_error_under_fullgraph():
     original, mended, _ = original_and_mended(program(MUST_REWRITE["error_type_keyword"]))
     x = torch.arange(4.0) - 2
     torch._dynamo.reset()
-    with pytest.raises(IndexError, match="^negative entries$"):
+    with pytest.raises(IndexError, match=r"^negative entries$"):
         torch.compile(mended.main, backend="aot_eager", fullgraph=True)(x, 1.0)
     torch._dynamo.reset()
     with pytest.raises(Exception) as raised:
@@ -289,7 +289,7 @@ def test_must_not_rewrite(name):
     assert_kept_call_raises_as_eagerly(original, mended, torch.arange(4.0) - 1, 1.0)
 
 
-def assert_kept_call_raises_as_eagerly(original, mended, *arguments, passing=(torch.arange(4.0) + 1, 1.0)):
+def assert_kept_call_raises_as_eagerly(original, mended, *arguments, passing=(torch.arange(4.0) + 1, 1.0)):  # noqa: B008 - one tensor for every call, as always
     """A known helper's call Trap does not lower keeps a break, and is made outside
     TorchDynamo (``checks.call_eagerly``): compiled, it raises the helper's own
     ``error_type`` and message as the original does eagerly, where the original compiled

@@ -424,7 +424,7 @@ def _run(module, entry, make_args, backend=None, grad=False):
     try:
         value = function(*args)
         error = None
-    except Exception as exception:  # the exception is part of the behaviour compared
+    except Exception as exception:  # noqa: BLE001 - the exception is part of the behaviour compared
         value, error = None, (type(exception).__name__, str(exception).splitlines()[0])
     if grad and error is None:
         value.sum().backward()
@@ -1261,7 +1261,7 @@ def test_plain_attributes_and_the_class_own_method_stay_whole():
         """
     )
     for sign in (1.0, -1.0):
-        make_args = lambda module: (sign * torch.ones(3), module.Holder())  # noqa: E731
+        make_args = lambda module, sign=sign: (sign * torch.ones(3), module.Holder())  # noqa: E731
         original, mended = assert_same_behaviour(source, make_args, expect_fixed=True)
         assert breaks(mended.f, *make_args(mended)) == 0
         assert breaks(original.f, *make_args(original)) >= 1

@@ -114,7 +114,7 @@ def ddmin_lines(lines: list[str], test: Callable[[str], bool], deadline: float) 
 
 def minimise(program: Program, difference: Difference, budget_s: float = 120.0, **comparison) -> Program:
     """The smallest program found within the budget that still shows ``difference``'s kind."""
-    lines = [line for line in program.source.split("\n")]
+    lines = program.source.split("\n")
     while lines and not lines[-1].strip():
         lines.pop()
     # blank lines and comments never matter: drop them first

@@ -32,7 +32,8 @@ _CHECK_HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_c
 def check_helper_without_graphmend() -> str:
     """The fuzz programs' check helper, without its registration with graphmend: its
     imports of the standard library and torch, its constants and its functions."""
-    tree = ast.parse(open(_CHECK_HELPER).read())
+    with open(_CHECK_HELPER) as file:
+        tree = ast.parse(file.read())
     kept = [
         node for node in tree.body
         if (isinstance(node, (ast.Import, ast.ImportFrom)) and not (getattr(node, "module", "") or "").startswith("graphmend"))
@@ -79,7 +80,8 @@ def run_alone(directory: str, name: str) -> int:
     import torch
 
     sys.path.insert(0, directory)
-    settings = json.load(open(os.path.join(directory, name + ".json")))
+    with open(os.path.join(directory, name + ".json")) as file:
+        settings = json.load(file)
     module = importlib.import_module(name)
     if settings["site"] == "other-module":
         target = importlib.import_module(name + "_main").compiled_f

@@ -151,7 +151,7 @@ def normalize_rules(rules: Sequence[str] | str, known: Sequence[str]) -> tuple[s
     ``("defer", "trap")`` and ``("trap", "defer")`` on the same cache entry.
     """
     if isinstance(rules, str):
-        rules = [part for part in rules.split(",")]
+        rules = rules.split(",")
     requested = [rule.strip() for rule in rules if rule.strip()]
     unknown = sorted(set(requested) - set(known))
     if unknown:

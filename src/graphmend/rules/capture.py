@@ -185,6 +185,14 @@ class _ReplaceCalls(ast.NodeTransformer):
     visit_Subscript = visit_Call
 
 
+def _refusal(context: FunctionContext, statement: ast.stmt, call: ast.Call, helper: str) -> str | None:
+    return first_failure(
+        lambda: None if helper == CAPTURED_MASK_INDEX else arguments_bind_plainly(call, helper),
+        lambda: statement_is_simple(statement),
+        lambda: positions_stay_tensors(context, statement, call),
+    )
+
+
 def apply(context: FunctionContext) -> None:
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
         if getattr(statement, "_graphmend_loop_reported", False):
@@ -195,11 +203,7 @@ def apply(context: FunctionContext) -> None:
         captured = []
         for call, helper in candidates:
             masked = helper == CAPTURED_MASK_INDEX
-            reason = first_failure(
-                lambda: None if masked else arguments_bind_plainly(call, helper),
-                lambda: statement_is_simple(statement),
-                lambda: positions_stay_tensors(context, statement, call),
-            )
+            reason = _refusal(context, statement, call, helper)
             shown = (
                 f"`{ast.unparse(call)}` selects by a boolean mask, with a data-dependent output shape" if masked
                 else f"`{ast.unparse(call.func)}` has a data-dependent output shape"

@@ -379,26 +379,28 @@ def _output_calls(context: FunctionContext) -> list[tuple[ast.Expr, str, str]]:
     return calls
 
 
+def _refusal(context: FunctionContext, statement: ast.Expr, kind: str) -> str | None:
+    call = statement.value
+    node = context.facts.node_for(statement)
+    return first_failure(
+        lambda: callee_is_real(context, call, kind),
+        lambda: keywords_supported(call, kind),
+        lambda: not_deprecated_logger_warn(call, kind),
+        lambda: callee_on_one_line(call, kind),
+        lambda: not_inside_with(context, statement),
+        lambda: warning_not_caught_here(context, statement, kind),
+        lambda: arguments_do_not_format_tensor_values(context, call, node),
+        lambda: no_trap_after(context, statement),
+    )
+
+
 def apply(context: FunctionContext) -> None:
     candidates = _output_calls(context)
     if not candidates:
         return
     # Output that stays eager needs no condition here: the deferred output happens
     # inside the graph, which runs before the eager code after a graph break.
-    reasons: dict[int, str | None] = {}
-    for statement, kind, _ in candidates:
-        call = statement.value
-        node = context.facts.node_for(statement)
-        reasons[id(statement)] = first_failure(
-            lambda: callee_is_real(context, call, kind),
-            lambda: keywords_supported(call, kind),
-            lambda: not_deprecated_logger_warn(call, kind),
-            lambda: callee_on_one_line(call, kind),
-            lambda: not_inside_with(context, statement),
-            lambda: warning_not_caught_here(context, statement, kind),
-            lambda: arguments_do_not_format_tensor_values(context, call, node),
-            lambda: no_trap_after(context, statement),
-        )
+    reasons = {id(statement): _refusal(context, statement, kind) for statement, kind, _ in candidates}
     details = {id(statement): (kind, detail) for statement, kind, detail in candidates}
 
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:

@@ -794,7 +794,7 @@ class WhereRewrite:
             if reason is None:
                 reason = first_failure(
                     *[
-                        lambda arm=arm: self.selected_value_is_fresh(
+                        lambda arm=arm, name=name: self.selected_value_is_fresh(
                             arm, ast.Name(id=name, ctx=ast.Load()), carried_into=name
                         )
                         for arm in arms
@@ -823,8 +823,8 @@ class WhereRewrite:
                     merged.args.append(copy.deepcopy(true_argument))
                     continue
                 reason = first_failure(
-                    lambda: self.selected_value_is_fresh(self.true_arm, true_argument),
-                    lambda: self.selected_value_is_fresh(self.false_arm, false_argument),
+                    lambda argument=true_argument: self.selected_value_is_fresh(self.true_arm, argument),
+                    lambda argument=false_argument: self.selected_value_is_fresh(self.false_arm, argument),
                 )
                 if reason:
                     raise Decline(f"an argument of the shared call: {reason}")

@@ -79,7 +79,7 @@ def why_reading_runs_code(owner, name: str) -> str | None:
             return f"a `{kind.__name__}` may define its attributes in Python"
         return None if hasattr(kind, name) else f"a `{kind.__name__}` has no attribute `{name}`"
     cls = type(owner)
-    if isinstance(owner, type) or isinstance(owner, types.ModuleType):
+    if isinstance(owner, (type, types.ModuleType)):
         return "an attribute of a class or module"
     getattribute = _class_lookup(cls, "__getattribute__")
     if not isinstance(getattribute, types.WrapperDescriptorType):  # the interpreter's own lookup, in C

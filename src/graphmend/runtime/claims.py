@@ -954,7 +954,7 @@ def returns_its_graph_unchanged(backend) -> bool:
     if inspect.ismethod(backend):
         function, skipped = backend.__func__, 1
     elif not isinstance(backend, types.FunctionType):
-        function, skipped = getattr(type(backend), "__call__", None), 1
+        function, skipped = getattr(type(backend), "__call__", None), 1  # noqa: B004 - reads the method, not whether it is callable
     code = getattr(function, "__code__", None) if isinstance(function, types.FunctionType) else None
     if code is None or code.co_argcount <= skipped or "locals" in code.co_names:
         return False

@@ -496,7 +496,7 @@ def _why_not_exact_warning(detail: tuple, template: tuple, kwargs: dict) -> str 
         return "the message is not a string"
     if set(kwargs) - {"message", "category", "stacklevel"} or kwargs.get("stacklevel", 1) != 1:
         return "a keyword other than `message=`, `category=` and `stacklevel=1`"
-    for action, text, filter_category, module, filter_lineno in warnings.filters:
+    for action, text, filter_category, module, filter_lineno in warnings.filters:  # noqa: B007 - read after the loop
         if (
             (text is None or text.match(message))
             and issubclass(category, filter_category)
