@@ -21,6 +21,7 @@ def program_output(completed: subprocess.CompletedProcess) -> list[str]:
     return [line for line in completed.stdout.splitlines() if not line.startswith("graphs:")]
 
 
+@pytest.mark.slow  # runs the README's example in two fresh interpreters
 def test_paper_figures_lose_every_break_under_graphmend_run_with_the_same_output():
     plain = run(str(EXAMPLES / "paper_figures.py"))
     mended = run("-m", "graphmend", "run", str(EXAMPLES / "paper_figures.py"))
@@ -46,6 +47,7 @@ MODELS = [
 ]
 
 
+@pytest.mark.slow  # runs the model example scripts in fresh interpreters; they need transformers
 @pytest.mark.parametrize("model", MODELS)
 def test_model_examples_compile_to_one_graph_under_graphmend_run(model):
     pytest.importorskip("transformers")

@@ -42,6 +42,7 @@ def figures():
         ("figure_5", (torch.ones(2, 3), torch.zeros(2, 3))),
     ],
 )
+@pytest.mark.slow  # compiles with TorchInductor
 def test_figures_compile_to_one_graph_and_behave_the_same(figures, name, arguments):
     original, mended = figures
     rejects = name == "figure_5" and not torch.equal(*arguments)
@@ -51,6 +52,7 @@ def test_figures_compile_to_one_graph_and_behave_the_same(figures, name, argumen
     assert_equivalent(getattr(original, name), getattr(mended, name), *arguments, backends=("eager", "inductor"))
 
 
+@pytest.mark.slow  # compiles with TorchInductor
 @pytest.mark.parametrize("first_position", [0, 20])
 def test_figure_3_longrope_under_inductor(first_position):
     original, mended, _ = original_and_mended(rotary_source())

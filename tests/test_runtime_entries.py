@@ -204,6 +204,7 @@ for _ in range(3):
 """
 
 
+@pytest.mark.slow  # fresh interpreters
 @pytest.mark.parametrize("entry", ["early_compile", "dynamo_optimize"])
 def test_output_is_complete_at_interpreter_exit(entry, tmp_path):
     script = tmp_path / "serve.py"

@@ -81,6 +81,7 @@ def test_each_worker_gets_its_own_empty_inductor_cache(tmp_path):
     assert first["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "0" and first["OMP_NUM_THREADS"] == "1"
 
 
+@pytest.mark.slow  # fresh interpreter
 def test_a_worker_that_fails_still_writes_a_result(tmp_path):
     broken = tmp_path / "broken_model.py"
     broken.write_text("def build():\n    raise RuntimeError('no model today')\n")

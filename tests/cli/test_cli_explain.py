@@ -139,6 +139,7 @@ sys.exit(3 if sys.argv[1:] == ["--flag", "x"] else 4)
 """
 
 
+@pytest.mark.slow  # runs a script in two fresh interpreters
 def test_explain_runs_the_script_both_ways(cli, write):
     """One real run (two interpreters, one after the other): breaks before the first graph count too."""
     write("script.py", RUN_SCRIPT)

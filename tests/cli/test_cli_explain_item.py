@@ -63,6 +63,7 @@ def test_an_item_in_a_condition_is_the_item_break_not_a_fixable_branch(tmp_path)
     assert lines[4] == NOT_FIXABLE
 
 
+@pytest.mark.slow  # runs a script in two fresh interpreters
 def test_the_example_script_end_to_end(cli, monkeypatch):
     """The real thing: two interpreters, Dynamo's own log (a few seconds, CPU only)."""
     pytest.importorskip("torch")

@@ -11,6 +11,8 @@ import pytest
 
 import graphmend
 
+pytestmark = pytest.mark.slow  # runs scripts in fresh interpreters
+
 SCRIPT = """\
 import os
 import sys

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 import graphmend
 from graphmend.cli import bench_harness
 
@@ -62,6 +64,7 @@ def test_bench_is_delegated_to_the_harness(cli, monkeypatch):
     assert calls == [["--quick"]]
 
 
+@pytest.mark.slow  # fresh interpreter
 def test_python_dash_m_graphmend():
     completed = subprocess.run(
         [sys.executable, "-m", "graphmend", "--version"],

@@ -123,6 +123,7 @@ def _parameters():
         yield pytest.param(seed, id=f"seed{seed}", marks=marks)
 
 
+@pytest.mark.default_tier_stride(4)
 @pytest.mark.parametrize("seed", list(_parameters()))
 def test_grammar_program_behaves_the_same_once_mended(seed: int) -> None:
     program = generate(seed)

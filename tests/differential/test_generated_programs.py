@@ -40,6 +40,8 @@ from tools.fuzz.harness import (
 from tools.fuzz.program_generator import generate
 
 SEEDS = range(200)
+# The default tier runs the first seeds; the full tier runs them all.
+DEFAULT_TIER_SEEDS = 4
 FILENAME = "/graphmend-differential/program_{seed}.py"
 
 # Seeds whose programs hit a known behavioural difference (each with its minimal
@@ -108,7 +110,7 @@ def assert_same(program, variants, name, label, expected, actual) -> None:
 
 def _parameters():
     for seed in SEEDS:
-        marks = []
+        marks = [pytest.mark.slow] if seed >= DEFAULT_TIER_SEEDS else []
         if seed in KNOWN_DIFFERENCES:
             marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[seed]))
         yield pytest.param(seed, id=f"seed{seed}", marks=marks)

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from hook.hook_helpers import subprocess_environment
 
 # The model lives in one file; nothing there names torch.compile.
@@ -199,6 +201,7 @@ def run_spellings(tmp_path: Path, spellings: list[str], exact_counts: bool = Tru
     return original_lines, mended_lines, mended_counts
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_two_file_layout_every_spelling_one_graph_no_break_same_output(tmp_path):
     spellings = ["call", "alias", "module_compile", "helper_in_another_module",
                  "decorator_in_another_module"]
@@ -206,6 +209,7 @@ def test_two_file_layout_every_spelling_one_graph_no_break_same_output(tmp_path)
     assert mended_lines == original_lines
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_torch_dynamo_optimize_reaches_the_model_module(tmp_path):
     original_lines, mended_lines, counts = run_spellings(tmp_path, ["dynamo_optimize"], exact_counts=False)
     # Output is performed inside the graph, so every entry prints exactly and compiles once.
@@ -237,6 +241,7 @@ print("COUNT", json.dumps({"spelling": "m", "graphs": backend.graphs,
 """
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_dash_m_runs_a_package_as_python_dash_m_does(tmp_path):
     project = tmp_path / "project"
     write_project(project, {"app/__init__.py": "", "app/model.py": MODEL, "app/__main__.py": PACKAGE_MAIN})
@@ -250,6 +255,7 @@ def test_dash_m_runs_a_package_as_python_dash_m_does(tmp_path):
     assert mended_counts["m"] == {"graphs": 1, "breaks": 0}
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_dash_m_with_a_module_that_is_not_there_exits_1_in_one_line(tmp_path):
     completed = subprocess.run(
         [*GRAPHMEND_RUN, "-m", "no_such_module_here"],
@@ -278,6 +284,7 @@ print(json.dumps({"graphs": backend.graphs, "breaks": break_count_so_far(backend
 """
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_install_with_no_arguments_mends_the_users_own_modules(tmp_path):
     project = tmp_path / "project"
     write_project(project, {"model.py": MODEL, "main.py": INSTALLING_MAIN})

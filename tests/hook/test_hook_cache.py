@@ -89,6 +89,7 @@ def test_second_import_is_a_cache_hit(make_package, fake_rewriter, hook_handles)
     assert mod.__file__ == str(package.directory / "mod.py")
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_cache_hit_in_a_fresh_interpreter(make_package):
     package = make_package({"mod.py": "X = 1\n"})
     cold = run_driver(package, f"{package.name}.mod")
@@ -307,6 +308,7 @@ def test_no_cache_tag_means_no_cache(make_package, fake_rewriter, hook_handles, 
 # --- concurrency ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_two_processes_filling_a_cold_cache_at_once(make_package):
     modules = {f"m{index}.py": f"VALUE = {index}\n" * 200 for index in range(40)}
     package = make_package(modules)

@@ -67,6 +67,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # builds a transformers remote-code model
 def test_remote_code_module_is_mended(tmp_path):
     pytest.importorskip("transformers")
 

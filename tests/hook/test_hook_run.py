@@ -174,6 +174,7 @@ def test_everything_after_the_script_belongs_to_the_script(argv, ours, theirs):
     assert split_script_arguments(argv) == (ours, theirs)
 
 
+@pytest.mark.slow  # fresh interpreter
 def test_end_to_end_in_a_fresh_interpreter(script, make_package, tmp_path):
     package = make_package({"mod.py": "X = 41\n"})
     path = script(
@@ -200,6 +201,7 @@ def test_end_to_end_in_a_fresh_interpreter(script, make_package, tmp_path):
     assert list((path.parent / "__pycache__").glob("__main__.*.graphmend-*.all.*.pyc"))
 
 
+@pytest.mark.slow  # fresh interpreter
 def test_end_to_end_uncaught_exception(script, tmp_path):
     path = script("raise ValueError('bad value')\n")
     completed = subprocess.run(
@@ -258,6 +260,7 @@ SELF_DESCRIBING_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # fresh interpreter
 def test_the_scripts_main_is_the_one_python_gives_it(script, tmp_path):
     path = script(SELF_DESCRIBING_SCRIPT)
     reports = []

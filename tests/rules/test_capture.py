@@ -103,6 +103,7 @@ def test_must_rewrite(name):
     assert counts(mended.main, X, W) == (1, 0)
 
 
+@pytest.mark.default_tier_stride(5)
 @pytest.mark.parametrize("name", sorted(MUST_REWRITE))
 @pytest.mark.parametrize("inputs", sorted(INPUTS))
 def test_differential(name, inputs):

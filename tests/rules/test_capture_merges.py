@@ -132,6 +132,7 @@ def test_one_graph_over_calls_with_and_without_rows(name):
     assert backend.graphs == 1
 
 
+@pytest.mark.default_tier_stride(3)
 @pytest.mark.parametrize("name", sorted(MUST_REWRITE))
 @pytest.mark.parametrize("rows", sorted(FLAGS))
 def test_differential(name, rows):

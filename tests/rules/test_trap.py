@@ -164,6 +164,7 @@ def test_a_guard_on_an_item_value_is_not_a_candidate():
     assert [finding.category for finding in result.findings] == ["TI"] and not result.changed
 
 
+@pytest.mark.slow  # compiles with TorchInductor
 def test_a_lowered_guard_fires_under_inductor():
     """Inductor keeps the guard's operator (an ordered effect that returns nothing) and
     the user's exception leaves the compiled call as itself."""

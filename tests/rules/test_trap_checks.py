@@ -124,6 +124,7 @@ def test_must_rewrite(name):
     assert declined_while_tracing() == []
 
 
+@pytest.mark.default_tier_stride(3)
 @pytest.mark.parametrize("name", sorted(MUST_REWRITE))
 @pytest.mark.parametrize("case", ["passing", "failing"])
 def test_differential(name, case):

@@ -464,6 +464,7 @@ def _arguments_for(name):
     return make_args
 
 
+@pytest.mark.default_tier_stride(3)
 @pytest.mark.parametrize("name", sorted(MUST_NOT_REWRITE))
 def test_differential_for_declined_classes(name):
     body, _, _ = MUST_NOT_REWRITE[name]
@@ -914,6 +915,7 @@ RANDOM_DRAW_BEFORE_THE_BRANCH = {
 }
 
 
+@pytest.mark.default_tier_stride(2)
 @pytest.mark.parametrize("name", sorted(RANDOM_DRAW_BEFORE_THE_BRANCH))
 def test_random_draw_traced_before_the_branch_keeps_the_original(name):
     """6: the rewrite is made, and checked while tracing: when the graph captured up to
