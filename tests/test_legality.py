@@ -10,6 +10,7 @@ import inspect
 import json
 import re
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,20 @@ def test_a_decline_over_the_whole_trace_carries_its_condition_id(fresh_declines)
     make = lambda: (torch.linspace(-1.0, 1.0, 7, requires_grad=True),)
     assert breaks(mended.f, *make()) == breaks(original.f, *make()) == 1
     assert {condition_id(reason) for reason in fresh_declines.values()} == {"G303"}
+
+
+def test_a_decline_of_an_output_while_tracing_carries_its_condition_id(fresh_declines):
+    original, mended, _ = original_and_mended(textwrap.dedent("""
+        import warnings
+
+        import torch
+
+        def f(x, total):
+            total.add_(1.0)
+            warnings.warn("after the write")
+            return x * 2
+    """))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert breaks(mended.f, torch.ones(2), torch.zeros(2)) == breaks(original.f, torch.ones(2), torch.zeros(2)) == 1
+    assert {condition_id(reason) for reason in fresh_declines.values()} == {"D205"}
