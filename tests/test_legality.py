@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import json
 import re
@@ -293,6 +294,39 @@ def test_a_static_decline_carries_its_condition_id(expected):
     assert [f.condition for f in declined_findings] == [expected], [(f.condition, f.reason) for f in declined_findings]
     finding = declined_findings[0]
     assert f"{rule} declined [{expected} {CONDITIONS[expected].name}]: " in finding.outcome()
+
+
+def _sources_in_the_rule_tests():
+    """(file, row, source) for each program in the upper-case tables of tests/rules."""
+    for path in sorted((Path(__file__).parent / "rules").glob("test_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_legality_sweep_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for table_name, table in vars(module).items():
+            if not (table_name.isupper() and isinstance(table, dict)):
+                continue
+            for row, value in table.items():
+                body = value[0] if isinstance(value, tuple) and value else value
+                if isinstance(body, str):
+                    yield path.name, row, textwrap.dedent(body)
+
+
+def test_every_decline_of_the_rule_tests_programs_carries_an_id():
+    """The rule tests hold one must-not-rewrite row per condition: each decline they
+    produce names its condition (a condition added without an id shows here)."""
+    declines, without_id = 0, []
+    for file, row, source in _sources_in_the_rule_tests():
+        try:
+            result = mend(source if "import torch" in source else "import torch\n" + source)
+        except SyntaxError:
+            continue  # a fragment the test completes itself
+        for finding in result.findings:
+            if finding.rule and not finding.fixed:
+                declines += 1
+                if finding.condition is None:
+                    without_id.append((file, row, finding.reason))
+    assert declines >= 100
+    assert without_id == []
 
 
 # --- declines made while tracing and over the whole trace --------------------------------------
