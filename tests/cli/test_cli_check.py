@@ -44,7 +44,7 @@ def test_a_declined_rewrite_says_why(cli, write):
     result = cli("check", "model.py")
     assert result.code == 1
     assert (
-        "model.py:7:5: DC data-dependent branch `if x.sum() > 0:` (Where declined: " in result.out
+        "model.py:7:5: DC data-dependent branch `if x.sum() > 0:` (Where declined [W106 setup_statement_runs_on_both_paths]: line 8: " in result.out
     )
     assert "(0 fixable, 1 declined, 0 not fixable)" in result.out
 
@@ -91,6 +91,7 @@ def test_json_document(cli, write, compiled_module):
         "rule": "Defer",
         "fixed": True,
         "reason": None,
+        "condition": None,
         "outcome": "fixed by Defer",
         "follows": None,
     }

@@ -89,12 +89,12 @@ def test_each_original_break_is_explained(tmp_path):
     assert f"  {name}:8: DC data-dependent control flow\n" in text
     assert "    graphmend: rewritten by Where, but the mended run still breaks here\n" in text
     assert f"  {name}:12: DC data-dependent control flow (x2)\n" in text
-    assert "    graphmend: Where declined: line 13: the call `items.append` is not known to be free" in text
+    assert "    graphmend: Where declined [W106 setup_statement_runs_on_both_paths]: line 13: the call `items.append` is not known to be free" in text
     assert f"  {name}:14: TI tensor.item() call\n" in text
     assert "    graphmend: not fixable: the value leaves the graph" in text
     # helper() is outside the compiled scope, and Where would decline it anyway (it
     # rebinds its parameter, which the caller may still hold).
-    assert "    graphmend: Where declined: `x` holds an object that existed before the branch" in text
+    assert "    graphmend: Where declined [W110 selected_value_is_fresh]: `x` holds an object that existed before the branch" in text
     assert f"  {name}:20: other unclassified\n      return x\n" in text
     assert "    graphmend: no graphmend rule covers this line" in text
     assert lines[-3:] == [
@@ -209,4 +209,4 @@ def test_a_break_new_where_a_call_is_kept_names_the_decline(tmp_path):
     mended = [GraphBreak(path, 8, "Skip calling `torch.compiler.disable()`d function")]
     text = "\n".join(explain_breaks(original, mended, StaticView(Settings(), path)))
     assert f"  {os.path.relpath(path)}:8: Skip calling" in text
-    assert "    graphmend: Trap declined: the raise may be caught by an enclosing `try`; kept as a call" in text
+    assert "    graphmend: Trap declined [T106 not_caught_in_function]: the raise may be caught by an enclosing `try`; kept as a call" in text

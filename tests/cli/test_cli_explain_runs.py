@@ -120,5 +120,8 @@ def test_a_rewrite_kept_while_tracing_is_explained(tmp_path):
         capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=600,
     )
     assert result.returncode == 0, result.stderr
-    assert "rewritten by Defer; kept its break while tracing: the joined graph records autograd" in result.stdout
+    assert (
+        "rewritten by Defer; kept its break while tracing [G303 joined_graph_records_no_autograd]: "
+        "the joined graph records autograd"
+    ) in result.stdout
     assert "breaks: 1 -> 1" in result.stdout

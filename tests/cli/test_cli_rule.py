@@ -1,13 +1,12 @@
-"""``graphmend rule``: the categories, and one explained with its rule's conditions."""
+"""``graphmend rule``: the categories and conditions, a category explained with its rule's
+conditions from the registry, and one condition explained by id or name."""
 
-import ast
-import inspect
 import re
 
 import pytest
 
+from graphmend.core.legality import CONDITIONS, EVERY_RULE, conditions_of
 from graphmend.rewrite.findings import CATEGORY_TITLES
-from graphmend.runtime import claims
 
 
 def test_without_a_code_the_categories_are_listed(cli):
@@ -31,36 +30,38 @@ def test_a_rewritten_category_shows_its_rule_and_legality_conditions(cli, code, 
     assert "graphmend.runtime.claims" in outcome.out
 
 
-def _checks_the_refusals_call() -> set[str]:
-    """Public functions of claims that _refusals and _claim_refusals call: the checks."""
-    tree = ast.parse(inspect.getsource(claims))
-    called = set()
-    for function in tree.body:
-        if isinstance(function, ast.FunctionDef) and function.name in ("_refusals", "_claim_refusals"):
-            called |= {
-                node.func.id
-                for node in ast.walk(function)
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.func.id.startswith("_")
-            }
-    return {name for name in called if callable(getattr(claims, name, None))}
+def test_a_rewritten_category_lists_every_condition_of_its_rule_and_those_every_rule_passes(cli):
+    outcome = cli("rule", "DC")
+    for condition in conditions_of("Where") + conditions_of(EVERY_RULE):
+        assert f"  {condition.id}  {condition.name}: {condition.doc}" in outcome.out, condition.id
+    assert "W1" in outcome.out and "G3" in outcome.out and "T1" not in outcome.out
 
 
-def test_the_whole_trace_checks_it_names_exist():
-    from graphmend.cli.rule import _WHOLE_TRACE_CHECKS
-
-    names = re.findall(r"\((\w+)\)", _WHOLE_TRACE_CHECKS)
-    assert len(names) == len(set(names))
-    for name in names:
-        assert callable(getattr(claims, name)), name
+def test_the_listing_names_every_condition(cli):
+    outcome = cli("rule")
+    for condition in CONDITIONS.values():
+        assert re.search(rf"^  {condition.id}  .* {condition.name}$", outcome.out, re.MULTILINE), condition.id
 
 
-def test_the_whole_trace_checks_name_every_check_the_refusals_make():
-    from graphmend.cli.rule import _WHOLE_TRACE_CHECKS
+@pytest.mark.parametrize("code", ["G303", "w103", "destination_is_unseen"])
+def test_one_condition_is_explained_by_id_or_name(cli, code):
+    outcome = cli("rule", code)
+    assert outcome.code == 0
+    condition = CONDITIONS.get(code.upper()) or next(c for c in CONDITIONS.values() if c.name == code)
+    assert outcome.out.startswith(f"{condition.id} {condition.name}\nrule: {condition.rule}\nphase: {condition.phase}\n")
+    assert f"check: {condition.check}" in outcome.out
 
-    named = set(re.findall(r"\((\w+)\)", _WHOLE_TRACE_CHECKS))
-    checks = _checks_the_refusals_call()
-    assert len(checks) >= 10
-    assert checks - named == set()
+
+def test_a_condition_explained_shows_its_checks_documentation(cli):
+    outcome = cli("rule", "G303")
+    assert "phase: whole trace" in outcome.out
+    assert "sums them in its own order" in outcome.out  # the check's docstring, read from its source
+
+
+def test_a_name_two_rules_share_explains_both(cli):
+    outcome = cli("rule", "condition_is_tensorizable")
+    assert outcome.code == 0
+    assert "T101 condition_is_tensorizable" in outcome.out and "W101 condition_is_tensorizable" in outcome.out
 
 
 def test_a_category_no_rule_rewrites_says_so(cli):

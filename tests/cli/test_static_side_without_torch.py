@@ -59,6 +59,8 @@ def test_static_commands_leave_torch_unimported():
         ["fix", "--diff", str(EXAMPLE)],
         ["rule"],
         *(["rule", code] for code in ("DC", "LC", "VG", "TI", "DS", "DO")),
+        # a condition checked in the runtime: its documentation is read from the source
+        ["rule", "G303"],
         ["check", "--help"],
         ["fix", "--help"],
         ["run", "--help"],
@@ -69,6 +71,7 @@ def test_static_commands_leave_torch_unimported():
         assert not result["torch"], f"graphmend {' '.join(argv)} imported torch"
     assert "VG validation guard" in results[f"check {EXAMPLE}"]["out"]
     assert "+++ " in results[f"fix --diff {EXAMPLE}"]["out"]
+    assert "sums them in its own order" in results["rule G303"]["out"]
     assert not results["mend_source"]["torch"]
 
 

@@ -48,6 +48,7 @@ def finding_as_json(finding: Finding) -> dict:
         "rule": finding.rule,
         "fixed": finding.fixed,
         "reason": finding.reason,
+        "condition": finding.condition,
         "outcome": finding.outcome(),
         "follows": finding.follows,
     }
@@ -161,7 +162,8 @@ class SarifOutput:
                 "logicalLocations": [{"name": finding.function, "kind": "function"}],
             }],
             "properties": {
-                "rule": finding.rule, "fixed": finding.fixed, "reason": finding.reason, "follows": finding.follows,
+                "rule": finding.rule, "fixed": finding.fixed, "reason": finding.reason, "condition": finding.condition,
+                "follows": finding.follows,
             },
         })
 

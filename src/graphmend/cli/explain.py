@@ -42,6 +42,7 @@ from graphmend.cli.config import (
     print_warnings,
     usage_error,
 )
+from graphmend.core.legality import Reason, condition_id, declined, label_of
 from graphmend.dynamo_records import (
     GraphBreakRecord,
     Recompilation,
@@ -117,7 +118,7 @@ def _record_trace_time_declines(records: _RecordFile) -> None:
 
     for (file, line), reason in list(claims.trace_time_declines.items()):
         try:
-            records.file.write(json.dumps({"declined": [file, line, reason]}) + "\n")
+            records.file.write(json.dumps({"declined": [file, line, reason, condition_id(reason)]}) + "\n")
             records.file.flush()
         except Exception:  # noqa: BLE001 - recording must never break the user's script
             pass
@@ -204,8 +205,8 @@ def read_records(path: str) -> tuple[list[GraphBreak], list[Recompilation], dict
                     elif "recompilation" in item:
                         recompilations.append(Recompilation.from_json(item["recompilation"]))
                     elif "declined" in item:
-                        file, line, reason = item["declined"]
-                        declines[(file, int(line))] = str(reason)
+                        file, line, reason, *condition = item["declined"]
+                        declines[(file, int(line))] = Reason(str(reason), (condition or [""])[0] or "")
                 except (ValueError, KeyError, TypeError):
                     continue  # a line cut short by a crash
     except OSError:
@@ -284,18 +285,20 @@ def what_graphmend_did(
                 f"({wider.rule} would fix it with --all, or as a --package)"
             )
         if wider is not None and wider.rule and wider.reason:
-            return f"{wider.rule} declined: {wider.reason}"
+            return declined(wider.rule, wider.reason)
         if graph_break.location in remaining:
             return "no graphmend rule covers this break"
         return "no graphmend rule covers this line, yet the mended run does not break here"
     if finding.fixed:
         if graph_break.location in remaining and declined_while_tracing:
-            return f"rewritten by {finding.rule}; kept its break while tracing: {declined_while_tracing}"
+            label = label_of(declined_while_tracing)
+            kept = f" [{label}]" if label else ""
+            return f"rewritten by {finding.rule}; kept its break while tracing{kept}: {declined_while_tracing}"
         if graph_break.location in remaining:
             return f"rewritten by {finding.rule}, but the mended run still breaks here"
         return f"fixed by {finding.rule}"
     if finding.rule:
-        return f"{finding.rule} declined: {finding.reason}"
+        return declined(finding.rule, finding.reason)
     return f"not fixable: {finding.reason}" if finding.reason else "not fixable"
 
 
@@ -362,7 +365,7 @@ def explain_breaks(
             if kept is not None and kept.rule and not kept.fixed:
                 # A call kept with its break where the original broke inside the callee
                 # (a validation helper made outside TorchDynamo): the same break, moved.
-                lines.append(f"    graphmend: {kept.rule} declined: {kept.reason}")
+                lines.append(f"    graphmend: {declined(kept.rule, kept.reason)}")
     for mode, found in (recompilations or {}).items():
         if found:
             lines.append(f"recompilations in the {mode} run: {len(found)}")

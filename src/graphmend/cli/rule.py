@@ -1,20 +1,34 @@
-"""``graphmend rule``: what a break category means and what graphmend does about it.
+"""``graphmend rule``: what a break category means, what graphmend does about it, and
+the legality conditions of its rewrite.
 
-    graphmend rule          list the categories
-    graphmend rule CODE     explain one (DC, LC, VG, TI, DS, DO), as ``ruff rule`` does
+    graphmend rule          list the categories and every legality condition
+    graphmend rule CODE     explain a category (DC, LC, VG, TI, DS, DO), as ``ruff rule``
+                            does, or one condition by id (W103) or name
 
-For a category a rule rewrites, the text is the rule's own documentation (its rewrite
-and its legality conditions, each a named predicate in the rule's file), then the
-checks every rule's rewrite passes while TorchDynamo traces.
+For a category a rule rewrites, the text is the rule's own documentation, then its
+legality conditions by phase and those every rule passes, all from the registry
+(``graphmend.core.legality``). None of it imports torch: a condition's check is
+described from its source.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
+import os
 import sys
 
+import graphmend
 from graphmend.cli.config import ConfigError, OneLineErrorParser, usage_error
+from graphmend.core.legality import (
+    CONDITIONS,
+    EVERY_RULE,
+    PHASES,
+    WHOLE_TRACE,
+    Condition,
+    conditions_of,
+)
 from graphmend.rewrite.findings import (
     CATEGORY_TITLES,
     DATA_DEPENDENT_CONTROL_FLOW,
@@ -65,37 +79,95 @@ _NOT_REWRITTEN_BY_THE_RULE = {
     ),
 }
 
-_WHOLE_TRACE_CHECKS = """\
-Checked over the whole trace, for every rule (graphmend.runtime.claims): before
-TorchDynamo compiles a graph in which a statement lost its break, the break is kept
-and the frame traced again where
-  - an op after it fails while TorchDynamo traces it (no_later_op_failed_while_tracing);
-  - TorchDynamo gives up on the frame after it and would run it all eagerly
-    (frame_was_not_given_up_while_tracing);
-  - the joined graph records autograd (joined_graph_records_no_autograd) or enters
-    torch.inference_mode() (joined_graph_enters_no_inference_mode), or writes in place an
-    inference tensor it is given (joined_graph_writes_no_inference_tensor_in_place);
-  - the joined graph writes through out=, under a backend that does not run the graph
-    as written (joined_graph_writes_through_no_out_keyword);
-  - random draws sit on both sides of it (random_draws_stay_on_their_side);
-  - a batch norm reads a tensor that is not contiguous, under a backend that plans
-    views by the traced strides (batch_norms_read_contiguous_tensors);
-  - TorchDynamo broke the graph at a merged branch's torch.cond (merged_branches_were_traced);
-  - output shares the graph with a lowered guard (outputs_share_no_graph_with_a_lowered_guard)
-    or, under a backend that may reorder, with an input written in place
-    (outputs_share_no_graph_with_an_input_written_in_place);
-  - an ordered operator (output, lowered guard) shares the graph with an input written
-    in place that shares its memory with another input, under a backend that does
-    not run the graph as written (ordered_operators_share_no_graph_with_aliased_inputs_written_in_place);
-  - the rest of the original frame ran eagerly and the mended frame still breaks later
-    (rest_of_eager_frame_compiles_whole);
-  - for Trap's kept .item(): no check that reads the value is lowered in the same
-    graph (items_stay_with_lowered_checks);
-  - for Capture: the graph breaks on the size the capture made, or tracing needs that
-    size on the host, in the frame or in a function it calls (captured_sizes_decide_no_break):
-    the capture would remove no break.
-`graphmend explain` names the check for a break kept this way. No statement loses its
-break inside torch.inference_mode() (not_inside_inference_mode)."""
+_PHASE_TITLES = {
+    "static": "Static, when the source is rewritten (a failure leaves the source as it was)",
+    "while tracing": "While tracing, at the statement (a failure runs the original statement)",
+    WHOLE_TRACE: (
+        "Whole trace, before the graph is compiled (graphmend.runtime.claims: a failure\n"
+        "traces the frame again with the statement's break kept)"
+    ),
+}
+
+
+def _condition_lines(conditions: list[Condition]) -> list[str]:
+    return [f"  {condition.id}  {condition.name}: {condition.doc}" for condition in conditions]
+
+
+def conditions_text(rule: str) -> str:
+    """The legality conditions of ``rule`` by phase, then those every rule passes."""
+    parts = [f"Legality conditions of {rule} (`graphmend rule ID` explains one):"]
+    for phase in PHASES:
+        own = conditions_of(rule, phase)
+        if own:
+            parts.append(f"{_PHASE_TITLES[phase]}:")
+            parts.extend(_condition_lines(own))
+    parts.append("Passed by every rule's rewrite:")
+    for phase in PHASES:
+        shared = conditions_of(EVERY_RULE, phase)
+        if shared:
+            parts.append(f"{_PHASE_TITLES[phase]}:")
+            parts.extend(_condition_lines(shared))
+    parts.append(
+        "`graphmend check` and `graphmend explain` print the id of the condition a rewrite failed."
+    )
+    return "\n".join(parts)
+
+
+def _check_documentation(check: str) -> str:
+    """The docstring of ``module:qualified.name``, read from the source (no import)."""
+    module_name, _, qualified_name = check.partition(":")
+    # Found by path: importlib.util.find_spec would import the parent package, and
+    # graphmend.runtime imports torch.
+    package, *parts = module_name.split(".")
+    path = os.path.join(os.path.dirname(graphmend.__file__), *parts) + ".py"
+    if package != "graphmend":
+        return ""
+    try:
+        with open(path, encoding="utf-8") as file:
+            node: ast.AST = ast.parse(file.read())
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    for part in qualified_name.split("."):
+        node = next(
+            (
+                child
+                for child in getattr(node, "body", [])
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and child.name == part
+            ),
+            None,
+        )
+        if node is None:
+            return ""
+    return ast.get_docstring(node) or ""  # type: ignore[arg-type]
+
+
+def explain_condition(condition: Condition) -> str:
+    """The text ``graphmend rule ID`` prints."""
+    lines = [
+        f"{condition.id} {condition.name}",
+        f"rule: {condition.rule}",
+        f"phase: {condition.phase}",
+        f"holds when: {condition.doc}",
+        f"check: {condition.check}",
+    ]
+    documentation = _check_documentation(condition.check)
+    if documentation:
+        lines += ["", documentation]
+    return "\n".join(lines)
+
+
+def _conditions_named(code: str) -> list[Condition]:
+    found = CONDITIONS.get(code.upper())
+    if found is not None:
+        return [found]
+    return [condition for condition in CONDITIONS.values() if condition.name == code]
+
+
+def _condition_list() -> str:
+    return "\n".join(
+        f"  {condition.id}  {condition.rule:<10} {condition.phase:<13} {condition.name}"
+        for condition in CONDITIONS.values()
+    )
 
 
 def _category_list() -> str:
@@ -125,15 +197,18 @@ def explain_category(code: str) -> str:
     documentation = "\n\n".join(parts)
     others = _NOT_REWRITTEN_BY_THE_RULE.get(code)
     documentation += f"\n\n{others}" if others else ""
-    return f"{code}: {title}, rewritten by {rule_name}\n\n{documentation}\n\n{_WHOLE_TRACE_CHECKS}"
+    return f"{code}: {title}, rewritten by {rule_name}\n\n{documentation}\n\n{conditions_text(rule_name)}"
 
 
 def build_parser() -> OneLineErrorParser:
     parser = OneLineErrorParser(
         prog=PROGRAM,
-        description="Explain a graph-break category and what graphmend does about it.",
+        description="Explain a graph-break category and what graphmend does about it, or one legality condition.",
     )
-    parser.add_argument("code", nargs="?", help=f"one of {', '.join(CATEGORY_TITLES)}; none to list them")
+    parser.add_argument(
+        "code", nargs="?",
+        help=f"one of {', '.join(CATEGORY_TITLES)}, or a condition's id or name; none to list them",
+    )
     return parser
 
 
@@ -145,9 +220,20 @@ def rule_command(argv: list[str]) -> int:
     if arguments.code is None:
         print("graph-break categories (graphmend rule CODE explains one):")
         print(_category_list())
+        print()
+        print("legality conditions (graphmend rule ID explains one):")
+        print(_condition_list())
         return 0
     code = arguments.code.upper()
-    if code not in CATEGORY_TITLES:
-        return usage_error(PROGRAM, f"unknown category {arguments.code!r}; choose from {', '.join(CATEGORY_TITLES)}")
-    sys.stdout.write(explain_category(code) + "\n")
+    if code in CATEGORY_TITLES:
+        sys.stdout.write(explain_category(code) + "\n")
+        return 0
+    conditions = _conditions_named(arguments.code)
+    if not conditions:
+        return usage_error(
+            PROGRAM,
+            f"unknown category {arguments.code!r}; choose from {', '.join(CATEGORY_TITLES)}, "
+            "or a condition's id or name (graphmend rule lists them)",
+        )
+    sys.stdout.write("\n\n".join(explain_condition(condition) for condition in conditions) + "\n")
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from graphmend.core.legality import condition_id, declined
+
 # Break categories, as in the GraphMend paper's Table 2.
 DATA_DEPENDENT_CONTROL_FLOW = "DC"
 LOGGER_CALL = "LC"
@@ -27,7 +29,8 @@ class Finding:
     """One graph-break candidate at a source location.
 
     ``rule`` names the rule that fixed it (``fixed`` is then true) or that declined;
-    ``reason`` is the legality condition that failed, in words a user can act on.
+    ``reason`` is the legality condition that failed, in words a user can act on, and
+    ``condition`` its id in the registry (``graphmend.core.legality``), where it has one.
     """
 
     line: int
@@ -47,6 +50,11 @@ class Finding:
     # what that value is, in words. In the original program the break is at that value
     # (reported there); this site is rewritten with it and is no candidate of its own.
     follows: str | None = None
+    condition: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.condition is None and not self.fixed:
+            self.condition = condition_id(self.reason)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -56,7 +64,7 @@ class Finding:
         if self.fixed:
             return f"fixed by {self.rule}"
         if self.rule:
-            return f"{self.rule} declined: {self.reason}"
+            return declined(self.rule, self.reason)
         return f"not fixable: {self.reason}" if self.reason else "not fixable"
 
     def describe(self) -> str:

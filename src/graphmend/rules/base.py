@@ -16,6 +16,7 @@ from graphmend.analysis.compile_state import decided_while_compiling, never_comp
 from graphmend.analysis.purity import PurityAnalysis
 from graphmend.analysis.scopes import FunctionFacts
 from graphmend.analysis.tensor_values import DataDependence
+from graphmend.core.legality import failed
 from graphmend.rewrite.findings import Finding
 from graphmend.rewrite.suppressions import is_suppressed
 from graphmend.rewrite.templates import is_guard, is_original
@@ -60,7 +61,7 @@ class ModuleContext:
             )
         suppressed = is_suppressed(self.suppressions, node, category)
         if suppressed and rule is not None and reason is None:
-            reason = "suppressed by a `# graphmend: ignore` comment"
+            reason = failed("G101", "suppressed by a `# graphmend: ignore` comment")
         finding = Finding(
             line=node.lineno,
             col=node.col_offset + 1,

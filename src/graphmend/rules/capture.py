@@ -40,6 +40,7 @@ import ast
 import copy
 
 from graphmend.analysis.reaching import statement_bindings
+from graphmend.core.legality import failed
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
@@ -187,9 +188,9 @@ class _ReplaceCalls(ast.NodeTransformer):
 
 def _refusal(context: FunctionContext, statement: ast.stmt, call: ast.Call, helper: str) -> str | None:
     return first_failure(
-        lambda: None if helper == CAPTURED_MASK_INDEX else arguments_bind_plainly(call, helper),
-        lambda: statement_is_simple(statement),
-        lambda: positions_stay_tensors(context, statement, call),
+        lambda: None if helper == CAPTURED_MASK_INDEX else failed("C101", arguments_bind_plainly(call, helper)),
+        lambda: failed("C102", statement_is_simple(statement)),
+        lambda: failed("C103", positions_stay_tensors(context, statement, call)),
     )
 
 

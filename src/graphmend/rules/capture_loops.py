@@ -58,6 +58,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.core.legality import failed
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place
 from graphmend.rules.base import FunctionContext, rewrite_statements
@@ -339,21 +340,23 @@ def apply(context: FunctionContext) -> None:
             context.module.report(
                 context.facts, before, DYNAMIC_SHAPE_OPERATOR,
                 f"chosen classes `{assignment[0]}` (`.nonzero()`, `.tolist()`)", RULE,
-                "the list is not iterated by the statement right after it",
+                failed("C104", "the list is not iterated by the statement right after it"),
             )
             before._graphmend_loop_reported = True
             return None
         reason, parts = hits_are_classes_in_order(context, before, statement)
+        reason = failed("C104", reason)
         body = None
         if reason is None:
             hits, mask, classes = parts
-            reason = hits_read_only_by_the_loop(context, hits, statement)
+            reason = failed("C105", hits_read_only_by_the_loop(context, hits, statement))
             if reason is None:
                 reason, body = body_does_nothing_for_an_unchosen_expert(statement, mask)
+                reason = failed("C106", reason)
             if reason is None:
-                reason = loop_names_stay_in_the_loop(context, statement, body)
+                reason = failed("C107", loop_names_stay_in_the_loop(context, statement, body))
             if reason is None:
-                reason = destination_is_bound_at_the_loop(context, statement, body)
+                reason = failed("C108", destination_is_bound_at_the_loop(context, statement, body))
         finding = context.module.report(
             context.facts, before, DYNAMIC_SHAPE_OPERATOR,
             f"loop over the chosen classes `{ast.unparse(statement.iter)}` (`.nonzero()`, `.tolist()`)", RULE, reason,

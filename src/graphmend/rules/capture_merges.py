@@ -68,6 +68,7 @@ import ast
 import copy
 
 from graphmend.analysis.reaching import statement_bindings
+from graphmend.core.legality import failed
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import (
     RUNTIME_NAME,
@@ -301,6 +302,7 @@ def apply(context: FunctionContext) -> None:
         if not isinstance(branch, ast.If):
             return None
         reason, positions = tests_whether_positions_are_empty(context, branch)
+        reason = failed("C109", reason)
         if positions is None:
             return None  # not a candidate: nothing to report
         write_reason, write = ends_by_writing_rows_at_the_positions(branch, positions)
@@ -311,17 +313,18 @@ def apply(context: FunctionContext) -> None:
         destination = None
         if reason is None:
             destination = write.targets[0].value.id
-            reason = body_only_binds_names(branch, write)
+            reason = failed("C111", body_only_binds_names(branch, write))
         bound: set[str] = set()
         if reason is None:
             reason, bound = body_reads_its_names_after_binding_them(context, branch, positions, destination)
+            reason = failed("C112", reason)
         if reason is None:
-            reason = body_names_stay_in_the_body(context, branch, bound)
+            reason = failed("C113", body_names_stay_in_the_body(context, branch, bound))
         enclosing = _enclosing_names_read(context, branch, positions, bound) if reason is None else []
         if reason is None:
-            reason = body_reads_only_bound_names(context, branch, enclosing)
+            reason = failed("C114", body_reads_only_bound_names(context, branch, enclosing))
         if reason is None:
-            reason = destination_is_bound_at_the_branch(context, branch, destination)
+            reason = failed("C115", destination_is_bound_at_the_branch(context, branch, destination))
         finding = context.module.report(
             context.facts, branch, DYNAMIC_SHAPE_OPERATOR,
             f"branch on whether positions `{positions}` are empty (a data-dependent size)", RULE, reason,

@@ -41,6 +41,7 @@ import copy
 
 from graphmend.analysis.reaching import ASSIGNED
 from graphmend.analysis.tensor_values import STATIC_ATTRIBUTES, STATIC_METHODS
+from graphmend.core.legality import failed
 from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS
 from graphmend.rewrite.edits import CalleeEdit
 from graphmend.rewrite.findings import LOGGER_CALL
@@ -383,14 +384,14 @@ def _refusal(context: FunctionContext, statement: ast.Expr, kind: str) -> str | 
     call = statement.value
     node = context.facts.node_for(statement)
     return first_failure(
-        lambda: callee_is_real(context, call, kind),
-        lambda: keywords_supported(call, kind),
-        lambda: not_deprecated_logger_warn(call, kind),
-        lambda: callee_on_one_line(call, kind),
-        lambda: not_inside_with(context, statement),
-        lambda: warning_not_caught_here(context, statement, kind),
-        lambda: arguments_do_not_format_tensor_values(context, call, node),
-        lambda: no_trap_after(context, statement),
+        lambda: failed("D101", callee_is_real(context, call, kind)),
+        lambda: failed("D102", keywords_supported(call, kind)),
+        lambda: failed("D103", not_deprecated_logger_warn(call, kind)),
+        lambda: failed("D104", callee_on_one_line(call, kind)),
+        lambda: failed("D105", not_inside_with(context, statement)),
+        lambda: failed("D106", warning_not_caught_here(context, statement, kind)),
+        lambda: failed("D107", arguments_do_not_format_tensor_values(context, call, node)),
+        lambda: failed("D108", no_trap_after(context, statement)),
     )
 
 

@@ -39,6 +39,7 @@ import ast
 import builtins
 import copy
 
+from graphmend.core.legality import failed
 from graphmend.rewrite.findings import VALIDATION_GUARD
 from graphmend.rewrite.templates import (
     RUNTIME_NAME,
@@ -369,14 +370,14 @@ def apply(context: FunctionContext) -> None:
         raise_statement = guard.body[0]
         static_prefix, dynamic = split_static_prefix(context, guard.test, node)
         reason = first_failure(
-            lambda: why_not_tensorizable(context, dynamic, node),
-            lambda: exception_restorable(context, raise_statement),
-            lambda: raised_name_may_be_a_class(context, raise_statement),
-            lambda: message_restorable(context, raise_statement, node),
-            lambda: message_free_of_effects(context, raise_statement),
-            lambda: not_caught_in_function(context, statement),
-            lambda: not_called_inside_a_handler_in_this_module(context),
-            lambda: no_in_place_write_before_guard(context, statement),
+            lambda: failed("T101", why_not_tensorizable(context, dynamic, node)),
+            lambda: failed("T102", exception_restorable(context, raise_statement)),
+            lambda: failed("T103", raised_name_may_be_a_class(context, raise_statement)),
+            lambda: failed("T104", message_restorable(context, raise_statement, node)),
+            lambda: failed("T105", message_free_of_effects(context, raise_statement)),
+            lambda: failed("T106", not_caught_in_function(context, statement)),
+            lambda: failed("T107", not_called_inside_a_handler_in_this_module(context)),
+            lambda: failed("T108", no_in_place_write_before_guard(context, statement)),
         )
         shown = f"assert {ast.unparse(statement.test)}" if isinstance(statement, ast.Assert) else (
             f"if {ast.unparse(statement.test)}: raise"

@@ -47,6 +47,7 @@ import ast
 import copy
 
 from graphmend.analysis.tensor_values import ITEM_METHODS, STATIC_METHODS, VALUE_METHODS
+from graphmend.core.legality import failed
 from graphmend.core.runtime_names import KNOWN_CHECK_NAMES
 from graphmend.rewrite.findings import VALIDATION_GUARD
 from graphmend.rewrite.templates import (
@@ -214,7 +215,7 @@ def apply(context: FunctionContext) -> None:
             if any(context.data.is_data_dependent(a, node) for a in ast.walk(call) if isinstance(a, ast.expr)):
                 context.module.report(
                     context.facts, statement, VALIDATION_GUARD,
-                    f"validation check `{ast.unparse(call.func)}(...)`", RULE, arguments_bind(call) + _KEPT_AS_A_CALL,
+                    f"validation check `{ast.unparse(call.func)}(...)`", RULE, failed("T109", arguments_bind(call)) + _KEPT_AS_A_CALL,
                 )
                 return _kept_as_a_call(context, statement, call)
             return None
@@ -235,18 +236,18 @@ def apply(context: FunctionContext) -> None:
         message = arguments["msg"]
         rendered = context.data.is_data_dependent(message, node)
         reason = first_failure(
-            lambda: message_is_text(message),
-            lambda: why_not_tensorizable(context, condition, node),
-            lambda: exception_restorable(context, raise_statement),
-            lambda: raised_name_may_be_a_class(context, raise_statement),
+            lambda: failed("T110", message_is_text(message)),
+            lambda: failed("T101", why_not_tensorizable(context, condition, node)),
+            lambda: failed("T102", exception_restorable(context, raise_statement)),
+            lambda: failed("T103", raised_name_may_be_a_class(context, raise_statement)),
             lambda: (
-                message_holes_formattable(context, message, node) if rendered
-                else message_restorable(context, raise_statement, node)
+                failed("T111", message_holes_formattable(context, message, node)) if rendered
+                else failed("T104", message_restorable(context, raise_statement, node))
             ),
-            lambda: message_calls_are_pure(context, message),
-            lambda: not_caught_in_function(context, statement),
-            lambda: not_called_inside_a_handler_in_this_module(context),
-            lambda: no_in_place_write_before_guard(context, statement),
+            lambda: failed("T112", message_calls_are_pure(context, message)),
+            lambda: failed("T106", not_caught_in_function(context, statement)),
+            lambda: failed("T107", not_called_inside_a_handler_in_this_module(context)),
+            lambda: failed("T108", no_in_place_write_before_guard(context, statement)),
         )
         if reason is not None:
             reason += _KEPT_AS_A_CALL

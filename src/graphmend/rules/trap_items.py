@@ -45,6 +45,7 @@ from __future__ import annotations
 import ast
 
 from graphmend.analysis.tensor_values import LIFTED_ITEM_LINE
+from graphmend.core.legality import failed
 from graphmend.rewrite.findings import TENSOR_ITEM
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
@@ -251,10 +252,10 @@ def apply(context: FunctionContext) -> None:
         if not is_lifted_item(context.facts, call):
             return None  # not this rule's: the ``.item()`` is reported as it stands
         reason = first_failure(
-            lambda: assigns_one_local(context, name),
-            lambda: read_only_by_checks(context, statement, name),
-            lambda: reads_see_only_this_value(context, statement, name),
-            lambda: compared_with_integers(context, statement, name),
+            lambda: failed("T113", assigns_one_local(context, name)),
+            lambda: failed("T114", read_only_by_checks(context, statement, name)),
+            lambda: failed("T115", reads_see_only_this_value(context, statement, name)),
+            lambda: failed("T116", compared_with_integers(context, statement, name)),
         )
         finding = context.module.report(
             context.facts, call, TENSOR_ITEM,

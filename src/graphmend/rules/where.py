@@ -75,6 +75,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.core.legality import condition_id, failed, restated
 from graphmend.rewrite.findings import DATA_DEPENDENT_CONTROL_FLOW
 from graphmend.rewrite.templates import (
     RUNTIME_NAME,
@@ -352,7 +353,7 @@ class WhereRewrite:
         body = list(arm.original)
         if ends_with == "return":
             last = body.pop()
-            reason = returned_value_is_not_none(last.value)
+            reason = failed("W105", returned_value_is_not_none(last.value))
             if reason:
                 raise Decline(reason)
             arm.result = last.value
@@ -365,20 +366,20 @@ class WhereRewrite:
         if arm.result is not None:
             reason = self.expression_is_safe(arm.result)
             if reason:
-                raise Decline(f"the returned value: {reason}")
+                raise Decline(failed("W107", f"the returned value: {reason}"))
             arm.unrenamed_result = arm.result
             arm.result = arm.load(arm.result)
         if arm.call is not None:
             for argument in arm.call.args:
                 reason = self.expression_is_safe(argument)
                 if reason:
-                    raise Decline(f"an argument of the shared call: {reason}")
+                    raise Decline(failed("W107", f"an argument of the shared call: {reason}"))
             reason = first_failure(
                 lambda: self.expression_is_safe(arm.call.func),
                 *[lambda k=k: self.expression_is_safe(k.value) for k in arm.call.keywords],
             )
             if reason:
-                raise Decline(f"the shared call: {reason}")
+                raise Decline(failed("W107", f"the shared call: {reason}"))
 
     def setup_statement_runs_on_both_paths(self, arm: _Arm, statement: ast.stmt) -> None:
         """Raises Decline with the reason when ``statement`` is observable on the untaken path."""
@@ -396,7 +397,7 @@ class WhereRewrite:
         ):
             reason = self.expression_is_safe(statement.value)
             if reason:
-                raise Decline(f"line {line}: {reason}")
+                raise Decline(failed("W106", f"line {line}: {reason}"))
             value = arm.load(statement.value)
             targets = []
             for target in statement.targets:
@@ -409,7 +410,7 @@ class WhereRewrite:
                     if not isinstance(statement.value, (ast.Tuple, ast.List)) or len(
                         statement.value.elts
                     ) != len(target.elts):
-                        raise Decline(f"line {line}: unpacking may raise")
+                        raise Decline(failed("W106", f"line {line}: unpacking may raise"))
                     for element, element_value in zip(target.elts, statement.value.elts):
                         self.safety.define(element.id, element_value)
                         arm.not_fresh[element.id] = self.value_is_fresh(arm, element_value, carried_into=element.id)
@@ -424,17 +425,17 @@ class WhereRewrite:
             return
         if isinstance(statement, ast.AugAssign):
             # ``x += 1`` calls ``__iadd__``: on a tensor it mutates the caller's object.
-            raise Decline(f"line {line}: `{ast.unparse(statement)}` may update a tensor in place")
+            raise Decline(failed("W106", f"line {line}: `{ast.unparse(statement)}` may update a tensor in place"))
         if isinstance(statement, ast.Expr):
             call = statement.value
             if isinstance(call, ast.Call):
                 reason = self.call_is_safe(call)
                 if reason:
-                    raise Decline(f"line {line}: {reason}")
+                    raise Decline(failed("W106", f"line {line}: {reason}"))
                 return  # a safe call whose value is unused does nothing
         if isinstance(statement, (ast.Assign, ast.AnnAssign)):
-            raise Decline(f"line {line}: the write to `{ast.unparse(statement).split('=')[0].strip()}` escapes the branch")
-        raise Decline(f"line {line}: a `{type(statement).__name__}` statement cannot run on both paths")
+            raise Decline(failed("W106", f"line {line}: the write to `{ast.unparse(statement).split('=')[0].strip()}` escapes the branch"))
+        raise Decline(failed("W106", f"line {line}: a `{type(statement).__name__}` statement cannot run on both paths"))
 
     def _object_bound(self, arm: _Arm, value: ast.expr) -> int:
         if isinstance(value, ast.Name) and value.id in arm.object_of:
@@ -553,7 +554,7 @@ class WhereRewrite:
         object in the original).
         """
         if name in arm.carried and (carried_into is None or arm.carried[name] != carried_into):
-            return f"the arm passes `{name}`'s earlier value on twice; each copy would be a new tensor"
+            return failed("W111", f"the arm passes `{name}`'s earlier value on twice; each copy would be a new tensor")
         facts = self.context.facts
         inside = {id(n) for arm_ in (self.true_arm.original, self.false_arm.original) for s in arm_ for n in ast.walk(s)}
         after = reachable_from(self.node)
@@ -561,14 +562,14 @@ class WhereRewrite:
             if id(read) in inside:
                 continue
             if cfg_node is None:
-                return f"`{name}` is read where the analysis cannot place it, and shares the selected object"
+                return failed("W111", f"`{name}` is read where the analysis cannot place it, and shares the selected object")
             if id(cfg_node) in after and any(
                 d is e for d in facts.reaching.reaching(cfg_node, name) for e in definitions
             ):
-                return (
+                return failed("W111", (
                     f"`{name}` is still read after the branch (line {read.lineno}) and would no longer share "
                     f"its object with the selected value"
-                )
+                ))
         arm.carried[name] = carried_into
         return None
 
@@ -646,7 +647,7 @@ class WhereRewrite:
         """``torch.where`` returns a new tensor: the value selected must be new too."""
         reason = self.value_is_fresh(arm, expression, carried_into=carried_into)
         if reason:
-            return f"{reason}; `torch.where` would return a new tensor in its place"
+            return failed(condition_id(reason) or "W110", f"{reason}; `torch.where` would return a new tensor in its place")
         return None
 
     # planning -------------------------------------------------------------------------
@@ -655,8 +656,8 @@ class WhereRewrite:
         true_last = self.true_arm.original[-1] if self.true_arm.original else None
         false_last = self.false_arm.original[-1] if self.false_arm.original else None
         reason = first_failure(
-            lambda: arms_leave_only_at_their_end([self.true_arm.original, self.false_arm.original]),
-            lambda: arms_end_alike(true_last, false_last),
+            lambda: failed("W103", arms_leave_only_at_their_end([self.true_arm.original, self.false_arm.original])),
+            lambda: failed("W104", arms_end_alike(true_last, false_last)),
         )
         if reason:
             raise Decline(reason)
@@ -760,7 +761,7 @@ class WhereRewrite:
         self.analyse_arm(self.false_arm, shape)
         arms = (self.true_arm, self.false_arm)
         arm_bound = set(self.true_arm.renamed) | set(self.false_arm.renamed)
-        reason = writes_no_outer_name(self.context, arm_bound)
+        reason = failed("W108", writes_no_outer_name(self.context, arm_bound))
         if reason:
             raise Decline(reason)
         taken = f"_gm_taken_{self.number}"
@@ -772,7 +773,7 @@ class WhereRewrite:
                 *[lambda arm=arm: self.selected_value_is_fresh(arm, arm.unrenamed_result) for arm in arms]
             )
             if reason:
-                raise Decline(f"the returned value: {reason}")
+                raise Decline(restated(reason, f"the returned value: {reason}"))
             planned += statements(
                 "return SELECTED",
                 SELECTED=self._select(taken_name, self.true_arm.result, self.false_arm.result),
@@ -786,11 +787,11 @@ class WhereRewrite:
         if shape == "call":
             for index, arm in enumerate(arms):
                 held[index] += [a.id for a in arm.call.args if isinstance(a, ast.Name) and a.id in arm.renamed]
-        reason = selected_names_hold_distinct_objects(arms, held)
+        reason = failed("W113", selected_names_hold_distinct_objects(arms, held))
         if reason:
             raise Decline(reason)
         for name in selected:
-            reason = bound_on_both_paths(self.context, self.node, name, arms)
+            reason = failed("W109", bound_on_both_paths(self.context, self.node, name, arms))
             if reason is None:
                 reason = first_failure(
                     *[
@@ -802,7 +803,7 @@ class WhereRewrite:
                 )
                 if reason and self.selected_name_is_only_consumed(name) is None:
                     # Exact when the arm's object keeps its value while the selected name is read.
-                    reason = self.nothing_updated_in_place_while_selected_is_read(name)
+                    reason = failed("W112", self.nothing_updated_in_place_while_selected_is_read(name))
             if reason:
                 raise Decline(reason)
             planned += statements(
@@ -811,7 +812,7 @@ class WhereRewrite:
             )
         if shape == "call":
             true_call, false_call = self.true_arm.call, self.false_arm.call
-            reason = merged_call_means_one_callee(true_call, false_call, arm_bound)
+            reason = failed("W114", merged_call_means_one_callee(true_call, false_call, arm_bound))
             if reason:
                 raise Decline(reason)
             merged = copy.deepcopy(true_call)
@@ -827,7 +828,7 @@ class WhereRewrite:
                     lambda argument=false_argument: self.selected_value_is_fresh(self.false_arm, argument),
                 )
                 if reason:
-                    raise Decline(f"an argument of the shared call: {reason}")
+                    raise Decline(restated(reason, f"an argument of the shared call: {reason}"))
                 merged.args.append(
                     self._select(taken_name, self.true_arm.load(true_argument), self.false_arm.load(false_argument))
                 )
@@ -907,15 +908,15 @@ def apply(context: FunctionContext) -> None:
         false_arm, consumed_next = false_arm_of(statement, enclosing)
         static_prefix, dynamic = split_static_prefix(context, statement.test, node)
         condition_safety = ExpressionSafety(context, node)
-        reason = why_not_tensorizable(context, dynamic, node, condition_safety)
+        reason = failed("W101", why_not_tensorizable(context, dynamic, node, condition_safety))
         if reason is None and static_prefix and (false_arm or consumed_next):
-            reason = "a static `and` part guards a branch with an else arm"
+            reason = failed("W102", "a static `and` part guards a branch with an else arm")
         if reason is None:
             rewrite_plan = WhereRewrite(context, statement, false_arm, consumed_next, test=dynamic)
             try:
                 planned = rewrite_plan.plan()
             except Decline as decline:
-                reason = str(decline)
+                reason = decline.args[0]
         message = f"data-dependent branch `if {ast.unparse(statement.test)}:`"
         if static_prefix:
             # ``if x.dtype == torch.float16 and (...).any():`` breaks only in half precision.

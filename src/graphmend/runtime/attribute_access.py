@@ -22,6 +22,7 @@ import types
 import torch
 from torch._dynamo.comptime import comptime
 
+from graphmend.core.legality import failed
 from graphmend.runtime import claims
 from graphmend.runtime.selection import PLAIN_TENSOR_TYPES
 
@@ -175,13 +176,14 @@ def reads_plainly(owner, name) -> bool:
     return plain
 
 
-def _decided(reason_for, what: str):
-    """A ``decide`` for ``claims.decide_in_trace`` that records why it answers False."""
+def _decided(reason_for, what: str, condition: str):
+    """A ``decide`` for ``claims.decide_in_trace`` that records why it answers False
+    (``condition``: the id of the condition it decides)."""
 
     def decide(translator, *arguments) -> bool:
         reason = reason_for(*arguments)
         if reason is not None:
-            claims.decline_at_user_site(translator, f"{what}: {reason}")
+            claims.decline_at_user_site(translator, failed(condition, f"{what}: {reason}"))
         return reason is None
 
     return decide
@@ -189,7 +191,7 @@ def _decided(reason_for, what: str):
 
 def _decide_read(context) -> None:
     claims.decide_in_trace(
-        context, "plain", ("owner", "name"), _decided(why_reading_runs_code, "reading an attribute runs code"),
+        context, "plain", ("owner", "name"), _decided(why_reading_runs_code, "reading an attribute runs code", "W203"),
         read=_traced_object,
     )
 
@@ -203,7 +205,7 @@ def writes_plainly(owner, name) -> bool:
 
 def _decide_write(context) -> None:
     claims.decide_in_trace(
-        context, "plain", ("owner", "name"), _decided(why_writing_runs_code, "a write left out would run code"),
+        context, "plain", ("owner", "name"), _decided(why_writing_runs_code, "a write left out would run code", "W204"),
         read=_traced_object,
     )
 
@@ -219,6 +221,6 @@ def is_the_method(owner, name, qualified_name, module) -> bool:
 def _decide_method(context) -> None:
     claims.decide_in_trace(
         context, "same", ("owner", "name", "qualified_name", "module"),
-        _decided(why_not_the_method, "the method called is not the one analysed"),
+        _decided(why_not_the_method, "the method called is not the one analysed", "W205"),
         read=_traced_object,
     )

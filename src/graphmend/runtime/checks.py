@@ -22,6 +22,7 @@ import sys
 import torch
 from torch._dynamo.comptime import comptime
 
+from graphmend.core.legality import failed
 from graphmend.core.runtime_names import KNOWN_CHECK_FUNCTIONS, KNOWN_CHECK_NAMES, CheckFunction  # noqa: F401
 from graphmend.runtime import claims, operators, traps
 
@@ -55,14 +56,14 @@ def callee_is_known_check(callee, check: CheckFunction | None) -> str | None:
     (``check``, from ``known_check_function(callee)``)."""
     if check is None:
         name = getattr(callee, "__qualname__", type(callee).__name__)
-        return f"`{name}` is not a validation helper graphmend knows the contract of"
+        return failed("T206", f"`{name}` is not a validation helper graphmend knows the contract of")
     return None
 
 
 def checks_enabled(check: CheckFunction) -> str | None:
     """A disabled helper checks nothing (transformers: TRANSFORMERS_DISABLE_TORCH_CHECK=1)."""
     if check.disabled():
-        return "the helper's checks are disabled in this process"
+        return failed("T207", "the helper's checks are disabled in this process")
     return None
 
 
@@ -72,7 +73,7 @@ def error_type_raisable(error_type) -> str | None:
     if not (isinstance(error_type, type) and issubclass(error_type, Exception)) or issubclass(
         error_type, Warning
     ):
-        return f"`{error_type!r}` is not an Exception class the helper can raise"
+        return failed("T209", f"`{error_type!r}` is not an Exception class the helper can raise")
     return None
 
 
@@ -114,12 +115,12 @@ def holes_renderable(holes) -> str | None:
         if isinstance(item, TensorVariable):
             example = item.as_proxy().node.meta.get("example_value")
             if item.python_type() is not torch.Tensor or example is None or example.dim() != 0:
-                return "a tensor in the message is not a 0-d plain tensor, whose text is its number"
+                return failed("T208", "a tensor in the message is not a 0-d plain tensor, whose text is its number")
         elif isinstance(item, SymNodeVariable) and item.python_type() is int:
             continue  # a size known only while running (a captured count): rendered as a 0-d tensor
         elif not item.is_python_constant():
             # A symbolic size (dynamic shapes) among them: not rendered yet.
-            return "a value in the message is neither a 0-d tensor nor a constant of the trace"
+            return failed("T208", "a value in the message is neither a 0-d tensor nor a constant of the trace")
     return None
 
 

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 
 import torch
 
+from graphmend.core.legality import failed
+
 _RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 _CLAIMS_ATTRIBUTE = "_graphmend_claims"
 
@@ -263,7 +265,7 @@ def trace_checks_unavailable() -> str | None:
     without the functions they wrap gets no rewrite that needs them."""
     missing = [name for name, installed in _hooks_installed.items() if not installed]
     if missing:
-        return f"this torch lacks what graphmend checks the whole trace with ({', '.join(missing)})"
+        return failed("G201", f"this torch lacks what graphmend checks the whole trace with ({', '.join(missing)})")
     return None
 
 
@@ -284,7 +286,7 @@ def not_inside_inference_mode(translator) -> str | None:
         elif name == "_exit_inference_mode" and modes:
             modes.pop()
     if modes and modes[-1]:
-        return "inside `torch.inference_mode()`, whose graph's outputs are inference tensors"
+        return failed("G202", "inside `torch.inference_mode()`, whose graph's outputs are inference tensors")
     return None
 
 
@@ -468,7 +470,8 @@ def joined_graph_records_no_autograd(output) -> str | None:
     graph that records autograd; under ``torch.no_grad`` nothing is recorded."""
     for node in computed_nodes(output):
         if records_autograd(node):
-            return (
+            return failed(
+                "G303",
                 "the joined graph records autograd: its backward would sum gradients in "
                 "another order than the original's separate graphs"
             )
@@ -544,10 +547,10 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     if not positions:
         return None
     if any(claim.rest_ran_eagerly for claim in claims.values()):
-        return "the original ran these random draws eagerly; compiled they would not advance the generator as eagerly"
+        return failed("G307", "the original ran these random draws eagerly; compiled they would not advance the generator as eagerly")
     for claim in claims.values():
         if positions[0] < claim.position <= positions[-1]:
-            return "random draws on both sides of it would share one graph's seeds, where the original's graphs drew apart"
+            return failed("G307", "random draws on both sides of it would share one graph's seeds, where the original's graphs drew apart")
     return None
 
 
@@ -630,7 +633,8 @@ def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
     traced where the original raised the user's error eagerly, or whose random draws
     are dropped."""
     if graph_break:
-        return (
+        return failed(
+            "G310",
             "the rest of the original frame ran eagerly, and the mended frame still breaks "
             "later, so the rest would run compiled"
         )
@@ -647,7 +651,7 @@ def outputs_share_no_graph_with_a_lowered_guard(output, claims) -> str | None:
     ``eager`` and ``aot_eager``, or one marked ``keeps_graph_order``)."""
     kinds = {claim.kind for claim in claims.values()}
     if GUARD in kinds and OUTPUT in kinds and not backend_keeps_graph_order(output):
-        return "a lowered guard shares the graph, and the backend may not keep output and guards in order"
+        return failed("D301", "a lowered guard shares the graph, and the backend may not keep output and guards in order")
     return None
 
 
@@ -661,7 +665,7 @@ def outputs_share_no_graph_with_an_input_written_in_place(output, claims) -> str
     if not any(claim.kind == OUTPUT for claim in claims.values()) or backend_keeps_graph_order(output):
         return None
     for node in inputs_written_in_place(output):
-        return f"the graph writes its input `{node.name}` in place, and the backend may free it early"
+        return failed("D302", f"the graph writes its input `{node.name}` in place, and the backend may free it early")
     return None
 
 
@@ -688,7 +692,8 @@ def ordered_operators_share_no_graph_with_aliased_inputs_written_in_place(output
     for sharing in inputs_by_memory.values():
         written = [node.name for node, example in sharing if example._version > 0]
         if len(sharing) > 1 and written:
-            return (
+            return failed(
+                "G309",
                 f"the graph writes its input `{written[0]}` in place, which shares its memory with another"
                 " input, and the backend fails on such a graph holding an ordered operator"
             )
@@ -722,7 +727,8 @@ def batch_norms_read_contiguous_tensors(output) -> str | None:
         read = node.args[0] if node.args else node.kwargs.get("input")
         value = read.meta.get("example_value") if isinstance(read, torch.fx.Node) else None
         if not _known_contiguous(value):
-            return (
+            return failed(
+                "G308",
                 "a batch norm in the joined graph reads a tensor that is not contiguous, whose "
                 "output strides torch traces unlike the kernel's; the backend plans views by them"
             )
@@ -763,7 +769,7 @@ def joined_graph_writes_no_inference_tensor_in_place(output) -> str | None:
         except Exception:  # noqa: BLE001 - no real tensor recorded: not known to be ordinary
             given = None
         if not isinstance(given, torch.Tensor) or given.is_inference():
-            return f"the joined graph writes its input `{node.name}` in place, an inference tensor, which fails"
+            return failed("G305", f"the joined graph writes its input `{node.name}` in place, an inference tensor, which fails")
     return None
 
 
@@ -779,7 +785,7 @@ def joined_graph_writes_through_no_out_keyword(output) -> str | None:
         return None
     for node in computed_nodes(output):
         if node.kwargs.get("out") is not None:
-            return "the joined graph writes through `out=`, whose layout the backend may not keep"
+            return failed("G306", "the joined graph writes through `out=`, whose layout the backend may not keep")
     return None
 
 
@@ -795,7 +801,7 @@ def joined_graph_enters_no_inference_mode(output) -> str | None:
     block are refused when made (``not_inside_inference_mode``)."""
     for node in computed_nodes(output):
         if getattr(node.target, "__name__", None) == "_enter_inference_mode" and (not node.args or node.args[0]):
-            return "the joined graph enters `torch.inference_mode()`, whose outputs are inference tensors"
+            return failed("G304", "the joined graph enters `torch.inference_mode()`, whose outputs are inference tensors")
     return None
 
 
@@ -829,7 +835,7 @@ def captured_sizes_decide_no_break(output, translator, claims, graph_break: bool
     while frame is not None:
         for variable in getattr(frame, "stack", ()):
             if _unbacked_symbols(getattr(variable, "sym_num", None)) & made:
-                return "the graph breaks on the size the capture made, so the capture removes no break"
+                return failed("C301", "the graph breaks on the size the capture made, so the capture removes no break")
         frame = getattr(frame, "parent", None)
     return None
 
@@ -842,7 +848,7 @@ def _refused_capture_reason(claims) -> str | None:
     return None
 
 
-_SIZE_NEEDED_REASON = "tracing needed the size the capture made on the host, so the capture removes no break"
+_SIZE_NEEDED_REASON = failed("C301", "tracing needed the size the capture made on the host, so the capture removes no break")
 # On the trace's ShapeEnv: the user site of the capture that made each unbacked size
 # (unbacked symbols are numbered per ShapeEnv, so ``u0`` of another trace is another size).
 _CAPTURE_SITES_ATTRIBUTE = "_graphmend_capture_sites"
@@ -1001,7 +1007,7 @@ def items_stay_with_lowered_checks(output, claims, refused_sites) -> list[tuple[
     return unsupported
 
 
-_ITEM_WITHOUT_CHECK_REASON = "no check that reads it stays lowered in the same graph"
+_ITEM_WITHOUT_CHECK_REASON = failed("T301", "no check that reads it stays lowered in the same graph")
 
 
 def _refusals(output, translator, claims, graph_break: bool):
@@ -1018,7 +1024,7 @@ def _refusals(output, translator, claims, graph_break: bool):
 def _claim_refusals(output, translator, claims, graph_break: bool):
     stopped = merged_branches_were_traced(output, claims)
     if stopped:
-        reason = "TorchDynamo broke the graph at the branch's `torch.cond`"
+        reason = failed("C302", "TorchDynamo broke the graph at the branch's `torch.cond`")
         return [(site, _ALWAYS, reason) for site in stopped]
     decided = captured_sizes_decide_no_break(output, translator, claims, graph_break)
     if decided is not None:
@@ -1132,7 +1138,7 @@ def _restart_trace_without_claims(wrap_failure):
         translator = current_translator()
         claims = getattr(translator.output, _CLAIMS_ATTRIBUTE, None) if translator is not None else None
         if claims:
-            reason = f"{_FAILED_OP_REASON}; the original break keeps that apart"
+            reason = failed("G301", f"{_FAILED_OP_REASON}; the original break keeps that apart")
             for site in claims:
                 _refuse(site, _ALWAYS, reason)
             raise _restart(translator.output, reason)
@@ -1169,7 +1175,10 @@ def _restart_given_up_frame_without_claims(run):
             claims = getattr(self.output, _CLAIMS_ATTRIBUTE, None)
             if not claims or getattr(self, "error_on_graph_break", True) or getattr(self, "one_graph", True):
                 raise
-            reason = f"{_GIVEN_UP_REASON} ({error_headline(error)}); the original break keeps the part before it compiled"
+            reason = failed(
+                "G302",
+                f"{_GIVEN_UP_REASON} ({error_headline(error)}); the original break keeps the part before it compiled",
+            )
             for site in claims:
                 _refuse(site, _ALWAYS, reason)
             raise _restart(self.output, reason) from error

@@ -44,6 +44,7 @@ import warnings
 import torch
 from torch._dynamo.comptime import comptime
 
+from graphmend.core.legality import failed
 from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS  # noqa: F401 - read by fixed_calls
 from graphmend.runtime import claims, operators, traps
 from graphmend.runtime import output_call_arguments as arguments
@@ -295,7 +296,7 @@ def no_input_written_in_place_before(translator) -> str | None:
         return None
     written = claims.input_written_in_place_so_far(translator)
     if written is not None:
-        return f"the input `{written}` is written in place before the output"
+        return failed("D201", f"the input `{written}` is written in place before the output")
     return None
 
 
@@ -314,7 +315,7 @@ def nothing_lost_if_the_warning_raises(translator) -> str | None:
         or traps.no_pending_side_effect_before_guard(user)
     )
     if reason is not None:
-        return f"{reason.replace('the guard', 'the warning')} (a filter set later may make it raise)"
+        return failed("D205", f"{reason.replace('the guard', 'the warning')} (a filter set later may make it raise)")
     return None
 
 
@@ -330,7 +331,7 @@ def no_earlier_output_in_graph(translator) -> str | None:
         if node.op == "call_function" and node.target in (
             torch.ops.graphmend.emit_effect, torch.ops.graphmend.emit_effect.default
         ):
-            return "an earlier output is in this graph, and the backend may reorder the two"
+            return failed("D204", "an earlier output is in this graph, and the backend may reorder the two")
     return None
 
 
@@ -373,8 +374,8 @@ def no_output_state_changed_in_trace(translator, kind: str, target) -> str | Non
         except Exception:  # noqa: BLE001 - an object Dynamo cannot say about: assume changed
             modified = True
         if modified:
-            return f"the traced code changed {type(thing).__name__} {getattr(thing, '__name__', '')}".rstrip() + \
-                ", which TorchDynamo applies only after the graph"
+            return failed("D202", f"the traced code changed {type(thing).__name__} {getattr(thing, '__name__', '')}".rstrip() + \
+                ", which TorchDynamo applies only after the graph")
     return None
 
 
@@ -395,7 +396,7 @@ def no_print_options_changed_in_trace(translator) -> str | None:
     except Exception:  # noqa: BLE001 - TorchDynamo internals changed: assume changed
         modified = True
     if modified:
-        return "the traced code changed torch's print options, which TorchDynamo applies only after the graph"
+        return failed("D203", "the traced code changed torch's print options, which TorchDynamo applies only after the graph")
     return None
 
 

@@ -31,6 +31,7 @@ import threading
 import torch
 from torch._dynamo.comptime import comptime
 
+from graphmend.core.legality import failed, restated
 from graphmend.runtime import claims, expert_calls
 from graphmend.runtime.selection import is_plain_tensor
 
@@ -164,7 +165,7 @@ def _experts_exact(translator, experts, classes, body_lines, destination) -> boo
         or body_keeps_its_captures(translator, body_lines)
     )
     if reason is not None:
-        claims.decline_at_user_site(translator, f"the loop keeps its chosen experts: {reason}")
+        claims.decline_at_user_site(translator, restated(reason, f"the loop keeps its chosen experts: {reason}"))
     return reason is None
 
 
@@ -177,7 +178,7 @@ def body_keeps_its_captures(translator, body_lines) -> str | None:
     answered otherwise); the original loop breaks at ``.tolist()``, before it."""
     user = claims.user_translator(translator)
     if user is None:
-        return "the loop's frame is not known"
+        return failed("C206", "the loop's frame is not known")
     unavailable = claims.trace_checks_unavailable() or claims.not_inside_inference_mode(user)
     if unavailable is not None:
         return unavailable
@@ -217,22 +218,22 @@ def why_not_run_empty_exactly(experts, classes) -> str | None:
       module it reaches, no instance attribute replacing a method, no hook on it or on a
       module it calls, no tensor of a subclass."""
     if type(classes) is not int or classes < 0:
-        return "experts_are_a_module_list: the number of classes is not an int"
+        return failed("C201", "experts_are_a_module_list: the number of classes is not an int")
     kind = type(experts)
     if kind not in (torch.nn.ModuleList, torch.nn.Sequential) or len(experts) < classes:
-        return "experts_are_a_module_list: the experts are not a module list with an expert for every class"
+        return failed("C201", "experts_are_a_module_list: the experts are not a module list with an expert for every class")
     if inspect.getattr_static(kind, "__getitem__") is not _CONTAINER_ITEMS[kind]:
-        return f"experts_are_a_module_list: `{kind.__name__}.__getitem__` is not torch's"
+        return failed("C201", f"experts_are_a_module_list: `{kind.__name__}.__getitem__` is not torch's")
     hooked = expert_calls.global_hooks()
     if hooked:
-        return f"no_module_hooks: {hooked}"
+        return failed("C202", f"no_module_hooks: {hooked}")
     for index in range(classes):
         expert = experts[index]
         if torch.is_grad_enabled() and any(p.requires_grad for p in expert.parameters()):
-            return f"no_expert_gradients: gradients are recorded for expert {index}'s parameters"
+            return failed("C203", f"no_expert_gradients: gradients are recorded for expert {index}'s parameters")
         reason = expert_calls.why_call_not_known(expert)
         if reason:
-            return f"expert_calls_are_known: expert {index}: {reason}"
+            return failed("C204", f"expert_calls_are_known: expert {index}: {reason}")
     return None
 
 
@@ -258,7 +259,7 @@ def why_destination_may_be_seen(translator, destination) -> str | None:
     a module's parameter or buffer, not a view, sharing its storage with no other value
     of the graph), that nothing in the graph has read yet (only its sizes), and not a
     leaf that requires grad (where the write itself raises). Otherwise, the reason."""
-    prefix = "destination_is_unseen: "
+    prefix = failed("C205", "destination_is_unseen: ")  # ``prefix + text`` keeps the id
     node = destination
     if not isinstance(node, torch.fx.Node):
         return prefix + "the destination is not a plain tensor of the graph"
@@ -391,7 +392,7 @@ def _merge_claimed(translator, positions_node, destination_node) -> bool:
         return False  # a size tracing knows: the original branch does not break
     unseen = why_destination_may_be_seen(translator, destination_node)
     if unseen is not None:
-        claims.decline_at_user_site(translator, f"the branch keeps its break: {unseen}")
+        claims.decline_at_user_site(translator, restated(unseen, f"the branch keeps its break: {unseen}"))
         return False
     if not claims.claim_break_at_user_site(translator, kind=claims.MERGE):
         return False

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch._dynamo.comptime import comptime
 
+from graphmend.core.legality import failed
 from graphmend.runtime import claims, operators
 from graphmend.runtime.claims import (
     frame_was_not_given_up_while_tracing,
@@ -364,7 +365,7 @@ def raised_class_is_exception(exception_class) -> str | None:
     """`raise some_instance` re-raises that very object, and `raise factory(msg)` raises
     whatever the call returns: only an exception class can be rebuilt at the boundary."""
     if not (isinstance(exception_class, type) and issubclass(exception_class, BaseException)):
-        return f"the raised `{type(exception_class).__name__}` is not an exception class"
+        return failed("T201", f"the raised `{type(exception_class).__name__}` is not an exception class")
     return None
 
 
@@ -376,7 +377,7 @@ def no_handler_in_traced_frames(translator) -> str | None:
     while frame is not None:
         instruction = frame.current_instruction
         if instruction is not None and getattr(instruction, "exn_tab_entry", None) is not None:
-            return f"`{frame.f_code.co_name}` calls it inside a `try` or `with` block"
+            return failed("T202", f"`{frame.f_code.co_name}` calls it inside a `try` or `with` block")
         frame = frame.parent
     return None
 
@@ -409,9 +410,9 @@ def no_handler_in_eager_callers() -> str | None:
             return None
         if not filename.startswith(_TORCH_DIRECTORY) and os.path.dirname(filename) != _RUNTIME_DIRECTORY:
             if _has_active_handler(frame):
-                return f"`{frame.f_code.co_name}` calls it eagerly inside a `try` or `with` block"
+                return failed("T203", f"`{frame.f_code.co_name}` calls it eagerly inside a `try` or `with` block")
         frame = frame.f_back
-    return "no compiled-call boundary (a wrapped `torch.compile`) would restore the exception"
+    return failed("T203", "no compiled-call boundary (a wrapped `torch.compile`) would restore the exception")
 
 
 def no_input_mutated_before_guard(translator) -> str | None:
@@ -420,7 +421,7 @@ def no_input_mutated_before_guard(translator) -> str | None:
     the original made before raising."""
     written = claims.input_written_in_place_so_far(translator)
     if written is not None:
-        return f"the input `{written}` is written in place before the guard"
+        return failed("T204", f"the input `{written}` is written in place before the guard")
     return None
 
 
@@ -438,7 +439,7 @@ def no_pending_side_effect_before_guard(translator) -> str | None:
             continue
         if _stores_put_back_what_is_there(side_effects, variable):
             continue
-        return f"`{name}` is changed before the guard"
+        return failed("T205", f"`{name}` is changed before the guard")
     return None
 
 

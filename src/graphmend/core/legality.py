@@ -1,0 +1,384 @@
+"""The registry of legality conditions: every condition a rewrite must pass, by id.
+
+A rewrite is legal only when every one of its conditions holds. A condition is decided
+in one of three phases:
+
+- ``static``: from the source, when a rule plans the rewrite (``graphmend/rules/``); a
+  failure leaves the source as it was and ``graphmend check`` reports it;
+- ``while tracing``: from the values TorchDynamo holds at the statement
+  (``graphmend/runtime/``); a failure runs the original statement, with its break;
+- ``whole trace``: from the graph TorchDynamo is about to compile
+  (``graphmend/runtime/claims.py``); a failure traces the frame again with the
+  statement's break kept.
+
+Ids are ``<rule letter><phase digit><two digits>``: the letter is the rule's initial
+(``T`` Trap, ``W`` Where, ``D`` Defer, ``C`` Capture) or ``G`` for a condition every rule
+passes; the digit is the phase (``1`` static, ``2`` while tracing, ``3`` whole trace).
+An id is never reused or renumbered: a condition that goes away leaves a gap.
+
+A failing check returns its reason marked with the id (``failed(ID, reason)``), so the
+id travels with the reason to findings, ``graphmend check`` and ``graphmend explain``.
+This module must not import torch: the static side runs without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Self
+
+STATIC = "static"
+WHILE_TRACING = "while tracing"
+WHOLE_TRACE = "whole trace"
+PHASES = (STATIC, WHILE_TRACING, WHOLE_TRACE)
+
+EVERY_RULE = "every rule"
+RULES = ("Trap", "Where", "Defer", "Capture", EVERY_RULE)
+
+_RULE_LETTERS = {"Trap": "T", "Where": "W", "Defer": "D", "Capture": "C", EVERY_RULE: "G"}
+_PHASE_DIGITS = {STATIC: "1", WHILE_TRACING: "2", WHOLE_TRACE: "3"}
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One legality condition. ``check`` is ``module:function``, the function that
+    decides it (named as text so that reading the registry imports neither the rules
+    nor the runtime, which needs torch)."""
+
+    id: str
+    rule: str
+    phase: str
+    name: str
+    doc: str
+    check: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.id} {self.name}"
+
+
+class Reason(str):
+    """Why a condition failed, in words a user can act on, marked with its id.
+
+    A ``str``: every place that shows, stores or compares reasons keeps working; the id
+    is lost only where the text is rebuilt, which is why a site that rebuilds it marks
+    the result again."""
+
+    condition: str
+
+    def __new__(cls, text: str, condition: str = "") -> Self:
+        reason = super().__new__(cls, text)
+        reason.condition = condition
+        return reason
+
+    def __reduce__(self):
+        return (Reason, (str(self), self.condition))
+
+    # ``reason + "; kept as a call"`` and ``"line 3: " + reason`` keep the id.
+    def __add__(self, other: str) -> Reason:
+        return Reason(str(self) + other, self.condition)
+
+    def __radd__(self, other: str) -> Reason:
+        return Reason(other + str(self), self.condition)
+
+
+def failed(condition_id: str, reason: str | None) -> Reason | None:
+    """``reason`` marked as the failure of condition ``condition_id``; None (the
+    condition holds) stays None. An id already on ``reason`` is replaced: the outer
+    condition is the one the user sees decline."""
+    if not reason:
+        return None
+    return Reason(str(reason), condition_id)
+
+
+def restated(reason: str, text: str) -> Reason:
+    """``text`` (a sentence that quotes ``reason``) marked with ``reason``'s id."""
+    return Reason(text, condition_id(reason) or "")
+
+
+def condition_id(reason: str | None) -> str | None:
+    """The id ``reason`` is marked with, if any."""
+    return getattr(reason, "condition", None) or None
+
+
+_T = "Trap"
+_W = "Where"
+_D = "Defer"
+_C = "Capture"
+_G = EVERY_RULE
+
+_CONDITIONS = (
+    # Trap, static: guards and asserts (rules/trap.py), validation helper calls
+    # (rules/trap_checks.py), `.item()` only checks read (rules/trap_items.py).
+    (_T, STATIC, "T101", "condition_is_tensorizable", "graphmend.rules.conditions:why_not_tensorizable",
+     "the guard's condition is a tensor value with no `.item()`, and every `and`/`or` operand is safe to evaluate"),
+    (_T, STATIC, "T102", "exception_restorable", "graphmend.rules.trap:exception_restorable",
+     "the raise names a module-level exception class with at most one message argument, no `from`"),
+    (_T, STATIC, "T103", "raised_name_may_be_a_class", "graphmend.rules.trap:raised_name_may_be_a_class",
+     "the raised name may be an exception class (not a value, a function or another class)"),
+    (_T, STATIC, "T104", "message_restorable", "graphmend.rules.trap:message_restorable",
+     "the message is a string expression that does not depend on tensor values"),
+    (_T, STATIC, "T105", "message_free_of_effects", "graphmend.rules.trap:message_free_of_effects",
+     "building the message has no effects, since the lowered guard builds it even when it holds"),
+    (_T, STATIC, "T106", "not_caught_in_function", "graphmend.rules.trap:not_caught_in_function",
+     "no enclosing `try` or `with` in the function may catch or suppress the exception"),
+    (_T, STATIC, "T107", "not_called_inside_a_handler_in_this_module",
+     "graphmend.rules.trap:not_called_inside_a_handler_in_this_module",
+     "no function of the module calls this one inside a `try` or `with` block"),
+    (_T, STATIC, "T108", "no_in_place_write_before_guard", "graphmend.rules.trap:no_in_place_write_before_guard",
+     "nothing the caller can see is written in place before the guard (a failed assertion would lose it)"),
+    (_T, STATIC, "T109", "arguments_bind", "graphmend.rules.trap_checks:arguments_bind",
+     "a validation helper's arguments bind plainly to (cond, msg, error_type)"),
+    (_T, STATIC, "T110", "message_is_text", "graphmend.rules.trap_checks:message_is_text",
+     "a validation helper's message is text, not a function called only on failure"),
+    (_T, STATIC, "T111", "message_holes_formattable", "graphmend.rules.trap_checks:message_holes_formattable",
+     "a message that depends on tensor values is an f-string with plain holes"),
+    (_T, STATIC, "T112", "message_calls_are_pure", "graphmend.rules.trap_checks:message_calls_are_pure",
+     "every call in a validation helper's message is pure"),
+    (_T, STATIC, "T113", "assigns_one_local", "graphmend.rules.trap_items:assigns_one_local",
+     "the `.item()` value is bound to a local that no nested scope reads"),
+    (_T, STATIC, "T114", "read_only_by_checks", "graphmend.rules.trap_items:read_only_by_checks",
+     "the `.item()` value is read only in validation checks' conditions and messages"),
+    (_T, STATIC, "T115", "reads_see_only_this_value", "graphmend.rules.trap_items:reads_see_only_this_value",
+     "every read of the name sees only the `.item()` binding"),
+    (_T, STATIC, "T116", "compared_with_integers", "graphmend.rules.trap_items:compared_with_integers",
+     "the `.item()` value is compared only with integers, which a tensor compares alike"),
+    # Trap, while tracing (runtime/traps.py, runtime/checks.py).
+    (_T, WHILE_TRACING, "T201", "raised_class_is_exception", "graphmend.runtime.traps:raised_class_is_exception",
+     "the raised name holds an exception class while tracing"),
+    (_T, WHILE_TRACING, "T202", "no_handler_in_traced_frames", "graphmend.runtime.traps:no_handler_in_traced_frames",
+     "no handler in the frames TorchDynamo traces would catch the exception"),
+    (_T, WHILE_TRACING, "T203", "no_handler_in_eager_callers", "graphmend.runtime.traps:no_handler_in_eager_callers",
+     "a compiled-call boundary exists, where the exception is restored for eager callers"),
+    (_T, WHILE_TRACING, "T204", "no_input_mutated_before_guard", "graphmend.runtime.traps:no_input_mutated_before_guard",
+     "the traced region writes no input in place before the guard"),
+    (_T, WHILE_TRACING, "T205", "no_pending_side_effect_before_guard",
+     "graphmend.runtime.traps:no_pending_side_effect_before_guard",
+     "the traced region has no pending side effect before the guard"),
+    (_T, WHILE_TRACING, "T206", "callee_is_known_check", "graphmend.runtime.checks:callee_is_known_check",
+     "the called helper is the known validation helper, not a name bound to another function"),
+    (_T, WHILE_TRACING, "T207", "checks_enabled", "graphmend.runtime.checks:checks_enabled",
+     "the validation helper's checks are not disabled"),
+    (_T, WHILE_TRACING, "T208", "holes_renderable", "graphmend.runtime.checks:holes_renderable",
+     "each tensor in the message is a 0-d plain tensor and every other value a constant of the trace"),
+    (_T, WHILE_TRACING, "T209", "error_type_raisable", "graphmend.runtime.checks:error_type_raisable",
+     "the helper's error type is an exception class"),
+    # Trap, whole trace (runtime/claims.py).
+    (_T, WHOLE_TRACE, "T301", "items_stay_with_lowered_checks", "graphmend.runtime.claims:items_stay_with_lowered_checks",
+     "a kept `.item()` shares its graph with a lowered check that reads it"),
+    # Where, static (rules/where.py, with rules/where_aliasing.py and rules/safety.py).
+    (_W, STATIC, "W101", "condition_is_tensorizable", "graphmend.rules.conditions:why_not_tensorizable",
+     "the branch's condition is a tensor value with no `.item()`, and every `and`/`or` operand is safe to evaluate"),
+    (_W, STATIC, "W102", "static_part_guards_no_else_arm", "graphmend.rules.where:apply",
+     "a static `and` part of the condition guards no branch with an else arm"),
+    (_W, STATIC, "W103", "arms_leave_only_at_their_end", "graphmend.rules.where:arms_leave_only_at_their_end",
+     "no `return`, `break`, `continue` or `raise` inside an arm"),
+    (_W, STATIC, "W104", "arms_end_alike", "graphmend.rules.where:arms_end_alike",
+     "both arms return, or neither does"),
+    (_W, STATIC, "W105", "returned_value_is_not_none", "graphmend.rules.where:returned_value_is_not_none",
+     "an arm that returns returns a value, not None"),
+    (_W, STATIC, "W106", "setup_statement_runs_on_both_paths",
+     "graphmend.rules.where:WhereRewrite.setup_statement_runs_on_both_paths",
+     "each statement of an arm binds locals to expressions that cannot raise, write or draw random numbers"),
+    (_W, STATIC, "W107", "arm_results_run_on_both_paths", "graphmend.rules.where:WhereRewrite.analyse_arm",
+     "a returned value or a shared call's callee and arguments cannot raise, write or draw random numbers"),
+    (_W, STATIC, "W108", "writes_no_outer_name", "graphmend.rules.where:writes_no_outer_name",
+     "no name an arm binds is global or nonlocal, and the function reads no locals by name"),
+    (_W, STATIC, "W109", "bound_on_both_paths", "graphmend.rules.where:bound_on_both_paths",
+     "a name read after the branch is bound on both paths"),
+    (_W, STATIC, "W110", "selected_value_is_fresh", "graphmend.rules.where:WhereRewrite.selected_value_is_fresh",
+     "each value the selection picks is a new object the arm computed, not an existing one"),
+    (_W, STATIC, "W111", "carried_value_is_the_only_reference",
+     "graphmend.rules.where:WhereRewrite.carried_value_is_the_only_reference",
+     "an earlier value an arm carries into another name is not read after the branch and is passed on once"),
+    (_W, STATIC, "W112", "nothing_updated_in_place_while_selected_is_read",
+     "graphmend.rules.where:WhereRewrite.nothing_updated_in_place_while_selected_is_read",
+     "a selected existing object is only consumed, and nothing updates a tensor in place before it is read"),
+    (_W, STATIC, "W113", "selected_names_hold_distinct_objects",
+     "graphmend.rules.where:selected_names_hold_distinct_objects",
+     "an arm does not make two selected names one object"),
+    (_W, STATIC, "W114", "merged_call_means_one_callee", "graphmend.rules.where:merged_call_means_one_callee",
+     "the arms' shared call has one callee and the same keywords, reading no name an arm binds"),
+    # Where, while tracing (runtime/selection.py, runtime/attribute_access.py).
+    (_W, WHILE_TRACING, "W201", "operands_combine", "graphmend.runtime.selection:operands_combine",
+     "every outside value the hoisted code combines has the kind it needs, and all broadcast together"),
+    (_W, WHILE_TRACING, "W202", "graph_so_far_may_continue", "graphmend.runtime.selection:graph_so_far_may_continue",
+     "the graph captured up to the branch draws no random numbers and computes nothing that requires grad"),
+    (_W, WHILE_TRACING, "W203", "reads_plainly", "graphmend.runtime.attribute_access:reads_plainly",
+     "an attribute both arms read exists and reading it runs none of the program's code"),
+    (_W, WHILE_TRACING, "W204", "writes_plainly", "graphmend.runtime.attribute_access:writes_plainly",
+     "a licensed write left out would have run no `__setattr__` or setter"),
+    (_W, WHILE_TRACING, "W205", "is_the_method", "graphmend.runtime.attribute_access:is_the_method",
+     "a call `self.m(...)` reaches the method read in the class, no override or wrapper"),
+    (_W, WHILE_TRACING, "W206", "moves_nothing", "graphmend.runtime.selection:moves_nothing",
+     "a licensed device move `self.a = self.a.to(d)` finds the tensor on `d` already"),
+    (_W, WHILE_TRACING, "W207", "values_select_exactly", "graphmend.runtime.selection:select",
+     "both values are plain tensors of one shape, dtype, device and strides with no autograd"),
+    # Defer, static (rules/defer.py).
+    (_D, STATIC, "D101", "callee_is_real", "graphmend.rules.defer:callee_is_real",
+     "the callee is provably `print`, a `logging.Logger` method or `warnings.warn`"),
+    (_D, STATIC, "D102", "keywords_supported", "graphmend.rules.defer:keywords_supported",
+     "no keyword depends on the call stack at the call (`stacklevel=`, `exc_info=`, `**kwargs`)"),
+    (_D, STATIC, "D103", "not_deprecated_logger_warn", "graphmend.rules.defer:not_deprecated_logger_warn",
+     "the call is not `Logger.warn`, which warns from the caller's line"),
+    (_D, STATIC, "D104", "callee_on_one_line", "graphmend.rules.defer:callee_on_one_line",
+     "the callee is spelled on one line, where the record's location points"),
+    (_D, STATIC, "D105", "not_inside_with", "graphmend.rules.defer:not_inside_with",
+     "the call is not inside a `with` block that may redirect or suppress its output"),
+    (_D, STATIC, "D106", "warning_not_caught_here", "graphmend.rules.defer:warning_not_caught_here",
+     "a warning is not inside a `try`, where a filter set to `error` would raise past its handlers"),
+    (_D, STATIC, "D107", "arguments_do_not_format_tensor_values",
+     "graphmend.rules.defer:arguments_do_not_format_tensor_values",
+     "no argument formats or converts a value that may be a tensor at the call"),
+    (_D, STATIC, "D108", "no_trap_after", "graphmend.rules.defer:no_trap_after",
+     "no lowered guard follows the output in the function"),
+    # Defer, while tracing (runtime/deferred.py, runtime/output_call_arguments.py).
+    (_D, WHILE_TRACING, "D201", "no_input_written_in_place_before", "graphmend.runtime.deferred:no_input_written_in_place_before",
+     "the traced region writes no input in place before the output"),
+    (_D, WHILE_TRACING, "D202", "no_output_state_changed_in_trace", "graphmend.runtime.deferred:no_output_state_changed_in_trace",
+     "the trace changes no state the output reads (the logger, its handlers, filters, `sys.stdout`)"),
+    (_D, WHILE_TRACING, "D203", "no_print_options_changed_in_trace", "graphmend.runtime.deferred:no_print_options_changed_in_trace",
+     "the trace does not change torch's print options before the output"),
+    (_D, WHILE_TRACING, "D204", "no_earlier_output_in_graph", "graphmend.runtime.deferred:no_earlier_output_in_graph",
+     "no earlier output in the graph would be shown out of order"),
+    (_D, WHILE_TRACING, "D205", "nothing_lost_if_the_warning_raises", "graphmend.runtime.deferred:nothing_lost_if_the_warning_raises",
+     "a warning that a filter turns into an error loses nothing the graph did before it"),
+    (_D, WHILE_TRACING, "D206", "exact_in_graph", "graphmend.runtime.deferred:why_not_exact_in_graph",
+     "the logger, handlers, filters and warning filters allow the exact text inside the graph"),
+    (_D, WHILE_TRACING, "D207", "call_does_not_fail", "graphmend.runtime.deferred:why_the_call_fails",
+     "the call's arguments are those the callee accepts (separators, level, message, `extra`)"),
+    # Defer, whole trace (runtime/claims.py).
+    (_D, WHOLE_TRACE, "D301", "outputs_share_no_graph_with_a_lowered_guard",
+     "graphmend.runtime.claims:outputs_share_no_graph_with_a_lowered_guard",
+     "output shares no graph with a lowered guard, unless the backend keeps the graph's order"),
+    (_D, WHOLE_TRACE, "D302", "outputs_share_no_graph_with_an_input_written_in_place",
+     "graphmend.runtime.claims:outputs_share_no_graph_with_an_input_written_in_place",
+     "output shares no graph with an input written in place, unless the backend keeps the graph's order"),
+    # Capture, static (rules/capture.py, rules/capture_loops.py, rules/capture_merges.py).
+    (_C, STATIC, "C101", "arguments_bind_plainly", "graphmend.rules.capture:arguments_bind_plainly",
+     "the call passes only the tensor positionally and at most a constant `as_tuple`"),
+    (_C, STATIC, "C102", "statement_is_simple", "graphmend.rules.capture:statement_is_simple",
+     "the positions are not computed in a loop or branch header"),
+    (_C, STATIC, "C103", "positions_stay_tensors", "graphmend.rules.capture:positions_stay_tensors",
+     "the positions are never copied to Python, which needs their count on the host"),
+    (_C, STATIC, "C104", "hits_are_classes_in_order", "graphmend.rules.capture_loops:hits_are_classes_in_order",
+     "the loop iterates the chosen classes, computed just before it from a mask"),
+    (_C, STATIC, "C105", "hits_read_only_by_the_loop", "graphmend.rules.capture_loops:hits_read_only_by_the_loop",
+     "the list of chosen classes is read only by the loop, which has no `else`"),
+    (_C, STATIC, "C106", "body_does_nothing_for_an_unchosen_expert",
+     "graphmend.rules.capture_loops:body_does_nothing_for_an_unchosen_expert",
+     "the body computes from one expert's positions and ends by adding its values there"),
+    (_C, STATIC, "C107", "loop_names_stay_in_the_loop", "graphmend.rules.capture_loops:loop_names_stay_in_the_loop",
+     "no name the loop binds is bound or read outside it"),
+    (_C, STATIC, "C108", "destination_is_bound_at_the_loop", "graphmend.rules.capture_loops:destination_is_bound_at_the_loop",
+     "the tensor the loop adds into is bound before the loop"),
+    (_C, STATIC, "C109", "tests_whether_positions_are_empty",
+     "graphmend.rules.capture_merges:tests_whether_positions_are_empty",
+     "the branch tests whether a name's positions are empty, with no `else`"),
+    (_C, STATIC, "C110", "ends_by_writing_rows_at_the_positions",
+     "graphmend.rules.capture_merges:ends_by_writing_rows_at_the_positions",
+     "the branch's body ends by writing rows at the positions"),
+    (_C, STATIC, "C111", "body_only_binds_names", "graphmend.rules.capture_merges:body_only_binds_names",
+     "the body only binds names, as a `torch.cond` branch can"),
+    (_C, STATIC, "C112", "body_reads_its_names_after_binding_them",
+     "graphmend.rules.capture_merges:body_reads_its_names_after_binding_them",
+     "the body reads the names it binds only after binding them, and none is global"),
+    (_C, STATIC, "C113", "body_names_stay_in_the_body", "graphmend.rules.capture_merges:body_names_stay_in_the_body",
+     "no name the body binds is read or updated after the branch"),
+    (_C, STATIC, "C114", "body_reads_only_bound_names", "graphmend.rules.capture_merges:body_reads_only_bound_names",
+     "every outside name the body reads is bound at the branch"),
+    (_C, STATIC, "C115", "destination_is_bound_at_the_branch",
+     "graphmend.rules.capture_merges:destination_is_bound_at_the_branch",
+     "the tensor the branch writes rows into is bound at the branch"),
+    # Capture, while tracing (runtime/dynamic_shapes.py, runtime/expert_calls.py).
+    (_C, WHILE_TRACING, "C201", "experts_are_a_module_list", "graphmend.runtime.dynamic_shapes:why_not_run_empty_exactly",
+     "the experts are a torch `ModuleList` or `Sequential` with an expert for every class"),
+    (_C, WHILE_TRACING, "C202", "no_module_hooks", "graphmend.runtime.expert_calls:global_hooks",
+     "no global module hook (forward, pre-forward, backward) is set"),
+    (_C, WHILE_TRACING, "C203", "no_expert_gradients", "graphmend.runtime.dynamic_shapes:why_not_run_empty_exactly",
+     "no gradient is recorded for an expert's parameters"),
+    (_C, WHILE_TRACING, "C204", "expert_calls_are_known", "graphmend.runtime.expert_calls:why_call_not_known",
+     "each expert's whole call is known to do nothing on no rows"),
+    (_C, WHILE_TRACING, "C205", "destination_is_unseen", "graphmend.runtime.dynamic_shapes:why_destination_may_be_seen",
+     "the tensor written with no rows is one this graph made, that nothing has read or saved"),
+    (_C, WHILE_TRACING, "C206", "body_keeps_its_captures", "graphmend.runtime.dynamic_shapes:body_keeps_its_captures",
+     "the loop body's capture of positions may be made in this trace"),
+    # Capture, whole trace (runtime/claims.py).
+    (_C, WHOLE_TRACE, "C301", "captured_sizes_decide_no_break", "graphmend.runtime.claims:captured_sizes_decide_no_break",
+     "the graph does not break on a size a capture made, and tracing never needs it on the host"),
+    (_C, WHOLE_TRACE, "C302", "merged_branches_were_traced", "graphmend.runtime.claims:merged_branches_were_traced",
+     "TorchDynamo did not break the graph at a merged branch's `torch.cond`"),
+    # Every rule, static (rewrite/suppressions.py).
+    (_G, STATIC, "G101", "not_suppressed", "graphmend.rewrite.suppressions:is_suppressed",
+     "no `# graphmend: ignore` comment names the statement's category"),
+    # Every rule, while tracing (runtime/claims.py).
+    (_G, WHILE_TRACING, "G201", "trace_checks_available", "graphmend.runtime.claims:trace_checks_unavailable",
+     "this torch has the TorchDynamo functions the whole-trace checks wrap"),
+    (_G, WHILE_TRACING, "G202", "not_inside_inference_mode", "graphmend.runtime.claims:not_inside_inference_mode",
+     "the statement is not traced inside `torch.inference_mode()`"),
+    # Every rule, whole trace (runtime/claims.py).
+    (_G, WHOLE_TRACE, "G301", "no_later_op_failed_while_tracing", "graphmend.runtime.claims:no_later_op_failed_while_tracing",
+     "no op after the statement fails while TorchDynamo traces it"),
+    (_G, WHOLE_TRACE, "G302", "frame_was_not_given_up_while_tracing",
+     "graphmend.runtime.claims:frame_was_not_given_up_while_tracing",
+     "TorchDynamo does not give up on the frame after the statement"),
+    (_G, WHOLE_TRACE, "G303", "joined_graph_records_no_autograd", "graphmend.runtime.claims:joined_graph_records_no_autograd",
+     "the joined graph records no autograd"),
+    (_G, WHOLE_TRACE, "G304", "joined_graph_enters_no_inference_mode",
+     "graphmend.runtime.claims:joined_graph_enters_no_inference_mode",
+     "the joined graph does not enter `torch.inference_mode()`"),
+    (_G, WHOLE_TRACE, "G305", "joined_graph_writes_no_inference_tensor_in_place",
+     "graphmend.runtime.claims:joined_graph_writes_no_inference_tensor_in_place",
+     "the joined graph writes no inference tensor it is given in place"),
+    (_G, WHOLE_TRACE, "G306", "joined_graph_writes_through_no_out_keyword",
+     "graphmend.runtime.claims:joined_graph_writes_through_no_out_keyword",
+     "the joined graph writes through no `out=`, unless the backend runs the graph as written"),
+    (_G, WHOLE_TRACE, "G307", "random_draws_stay_on_their_side", "graphmend.runtime.claims:random_draws_stay_on_their_side",
+     "random draws do not sit on both sides of the statement"),
+    (_G, WHOLE_TRACE, "G308", "batch_norms_read_contiguous_tensors",
+     "graphmend.runtime.claims:batch_norms_read_contiguous_tensors",
+     "every batch norm reads a contiguous tensor, unless the backend runs the graph as written"),
+    (_G, WHOLE_TRACE, "G309", "ordered_operators_share_no_graph_with_aliased_inputs_written_in_place",
+     "graphmend.runtime.claims:ordered_operators_share_no_graph_with_aliased_inputs_written_in_place",
+     "output and lowered guards share no graph with an input written in place that aliases another input"),
+    (_G, WHOLE_TRACE, "G310", "rest_of_eager_frame_compiles_whole",
+     "graphmend.runtime.claims:rest_of_eager_frame_compiles_whole",
+     "where the rest of the original frame ran eagerly, the mended frame compiles to its end in one graph"),
+)
+
+
+def _build(entries) -> dict[str, Condition]:
+    conditions: dict[str, Condition] = {}
+    for rule, phase, id_, name, check, doc in entries:
+        conditions[id_] = Condition(id=id_, rule=rule, phase=phase, name=name, doc=doc, check=check)
+    return conditions
+
+
+CONDITIONS: dict[str, Condition] = _build(_CONDITIONS)
+
+
+def expected_prefix(rule: str, phase: str) -> str:
+    """The two characters every id of ``rule`` in ``phase`` begins with."""
+    return _RULE_LETTERS[rule] + _PHASE_DIGITS[phase]
+
+
+def conditions_of(rule: str | None = None, phase: str | None = None) -> list[Condition]:
+    """The registered conditions of ``rule`` (None: all; ``EVERY_RULE``: those every rule
+    passes) in ``phase`` (None: all), in id order within each phase."""
+    return [
+        condition
+        for condition in CONDITIONS.values()
+        if (rule is None or condition.rule == rule) and (phase is None or condition.phase == phase)
+    ]
+
+
+def label_of(reason: str | None) -> str | None:
+    """``"W103 arms_leave_only_at_their_end"`` for a reason marked with a registered id."""
+    condition = CONDITIONS.get(condition_id(reason) or "")
+    return condition.label if condition is not None else None
+
+
+def declined(rule: str, reason: str | None) -> str:
+    """``Where declined [W103 arms_leave_only_at_their_end]: <reason>`` (no brackets for a
+    reason without an id)."""
+    label = label_of(reason)
+    return f"{rule} declined [{label}]: {reason}" if label else f"{rule} declined: {reason}"
