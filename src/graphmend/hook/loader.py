@@ -135,15 +135,21 @@ class MendingLoader(importlib.machinery.SourceFileLoader):
         self.options = options
         self.stats = stats
 
+    # Set while this loader's own ``exec_module`` runs: its frame then stands between
+    # ``get_code`` and the importing statement, and a warning skips it too.
+    _in_exec_module = False
+
     def exec_module(self, module: types.ModuleType) -> None:
         progress = self.stats.progress
-        if progress is None:
-            return super().exec_module(module)
-        progress.import_started()
+        if progress is not None:
+            progress.import_started()
+        self._in_exec_module = True
         try:
             return super().exec_module(module)
         finally:
-            progress.import_ended()
+            self._in_exec_module = False
+            if progress is not None:
+                progress.import_ended()
 
     def get_code(self, fullname: str) -> types.CodeType:
         path = self.get_filename(fullname)
@@ -154,8 +160,9 @@ class MendingLoader(importlib.machinery.SourceFileLoader):
             fullname,
             self.options,
             self.stats,
-            # this frame, then the importing statement (importlib's frames are skipped)
-            warning_stacklevel=2,
+            # this frame (and exec_module's), then the importing statement (importlib's
+            # frames are skipped)
+            warning_stacklevel=3 if self._in_exec_module else 2,
         )
 
 
