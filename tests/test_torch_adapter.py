@@ -66,9 +66,10 @@ def test_import_changes_nothing_install_patches_uninstall_restores():
     assert completed.returncode == 0, completed.stderr
     state = json.loads(completed.stdout.splitlines()[-1])
     every = sorted(patch.name for patch in torch_adapter.PATCHES)
+    needed = sorted(patch.name for patch in torch_adapter.PATCHES if torch_adapter.needed(patch))
     assert state["runtime_imported"] is False
     assert sorted(state["unchanged_after_import"]) == every
-    assert sorted(state["patched_after_install"]) == every
+    assert sorted(state["patched_after_install"]) == needed
     assert state["patched_twice"] == []  # a second install wraps nothing again
     assert sorted(state["restored_after_uninstall"]) == every
     assert state["finders_left"] == []
@@ -110,6 +111,32 @@ def test_deactivate_restores_the_exact_objects_and_both_are_idempotent(adapter_r
 def test_every_patch_has_its_target_in_this_torch():
     # A feature test per row: a new torch that moves a target shows up here by name.
     assert [patch.name for patch in torch_adapter.PATCHES if not torch_adapter.available(patch)] == []
+
+
+def test_a_patch_for_behaviour_this_torch_lacks_is_not_applied_nor_required(adapter_reactivated, monkeypatch):
+    from graphmend.runtime import claims
+
+    lacking = torch_adapter.Patch(
+        "for_a_feature_this_torch_lacks", "torch", None, "compile", lambda original: original,
+        claims_hook=True, only_where=(("torch", "_no_such_feature_anywhere"),),
+    )
+    monkeypatch.setattr(torch_adapter, "PATCHES", (*torch_adapter.PATCHES, lacking))
+    torch_adapter.deactivate()
+    torch_adapter.activate()
+    assert not torch_adapter.needed(lacking) and torch_adapter.available(lacking)
+    assert "for_a_feature_this_torch_lacks" not in torch_adapter.applied()
+    assert claims.trace_checks_unavailable() is None
+
+
+def test_a_failed_op_is_restarted_from_where_this_torch_reports_it():
+    # Either TorchDynamo wraps the failure into its own error (2.13), or it turns it into
+    # an exception of the traced program (2.14 on), which another row restarts from.
+    from torch._dynamo import exc
+
+    rows = {patch.name: patch for patch in torch_adapter.PATCHES}
+    observed = rows["restart_on_observed_failed_op"]
+    assert torch_adapter.needed(observed) == hasattr(exc, "FakeTensorObservedException")
+    assert torch_adapter.available(rows["restart_on_failed_op"])
 
 
 def test_the_declared_torch_range_is_the_adapters():

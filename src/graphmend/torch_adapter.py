@@ -42,6 +42,9 @@ class Patch:
     attribute: str
     wrapper: Callable[[object], object]
     claims_hook: bool = False
+    # (module, attribute) features of the torch that make this patch needed at all: a
+    # torch without one behaves as the patch would make it (``needed``).
+    only_where: tuple[tuple[str, str], ...] = ()
 
 
 def _runtime(name: str):
@@ -101,6 +104,11 @@ PATCHES: tuple[Patch, ...] = (
           _claims("_restart_given_up_frame_without_claims"), claims_hook=True),
     Patch("restart_on_failed_op", "torch._dynamo.utils", None, "_wrap_graph_break_with_torch_runtime_err",
           _claims("_restart_trace_without_claims"), claims_hook=True),
+    # Where a failed fake-tensor op becomes an exception of the traced program instead
+    # (torch 2.14 on), the same restart from where that exception is handled.
+    Patch("restart_on_observed_failed_op", "torch._dynamo.symbolic_convert", "InstructionTranslatorBase",
+          "exception_handler", _claims("_restart_on_observed_failed_op"), claims_hook=True,
+          only_where=(("torch._dynamo.exc", "FakeTensorObservedException"),)),
     Patch("check_before_compiling", "torch._dynamo.output_graph", "OutputGraph", "compile_subgraph",
           _claims("_check_before_compiling"), claims_hook=True),
     Patch("refuse_captures_whose_sizes_are_needed", "torch.fx.experimental.symbolic_shapes", "ShapeEnv",
@@ -169,18 +177,24 @@ def _owner(patch: Patch):
     return target
 
 
+def _has(module: str, attribute: str) -> bool:
+    try:
+        return getattr(importlib.import_module(module), attribute, None) is not None
+    except ImportError:
+        return False
+
+
+def needed(patch: Patch) -> bool:
+    """Whether this torch has the behaviour ``patch`` is for (``Patch.only_where``)."""
+    return all(_has(module, attribute) for module, attribute in patch.only_where)
+
+
 def available(patch: Patch) -> bool:
     """Whether this torch has what ``patch`` wraps (and what its wrapper needs)."""
     owner = _owner(patch)
     if owner is None or getattr(owner, patch.attribute, None) is None:
         return False
-    for module, attribute in _NEEDS.get(patch.name, ()):
-        try:
-            if getattr(importlib.import_module(module), attribute, None) is None:
-                return False
-        except ImportError:
-            return False
-    return True
+    return all(_has(module, attribute) for module, attribute in _NEEDS.get(patch.name, ()))
 
 
 def _set_claims_hook(patch: Patch, installed: bool) -> None:
@@ -204,7 +218,7 @@ def activate() -> bool:
         if warn_if_unsupported(stacklevel=3):
             return False
         for patch in PATCHES:
-            if patch.name in _applied or not available(patch):
+            if patch.name in _applied or not needed(patch) or not available(patch):
                 continue
             owner = _owner(patch)
             # An attribute a class inherits is given back by deleting the subclass's own.
@@ -238,6 +252,20 @@ def deactivate() -> None:
                 delattr(owner, patch.attribute)
             _set_claims_hook(patch, False)
         _active = False
+
+
+# What the runtime reads of TorchDynamo's state, where torch releases differ.
+
+
+def contents_modified(side_effects, variable) -> bool:
+    """Whether the trace changed what an object of a ``dict``/``tuple``/... subclass
+    holds as that container (not its attributes). torch 2.13 keeps that container in a
+    variable of its own (``is_base_vt_modified``); later torches track it on the
+    object's own variable, as a value mutation (``mutation_type.is_modified``)."""
+    base_modified = getattr(variable, "is_base_vt_modified", None)
+    if base_modified is not None:
+        return bool(base_modified(side_effects))
+    return bool(getattr(getattr(variable, "mutation_type", None), "is_modified", False))
 
 
 def applied() -> dict[str, object]:

@@ -1054,7 +1054,10 @@ def test_an_op_failing_past_torchdynamos_assembly_bug_counts_as_the_original_wit
     program = Program(seed=242676, source=SEED_242676, shape=(2, 3), log_level=20)
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
-    assert len(report.assembly_as_for_rewritten_code) == 1
+    # Where a failed op is an exception of the traced program (torch 2.14 on), the
+    # ``suppress`` catches it while traced, as eagerly: nothing differs to set apart.
+    observed_failures = hasattr(torch._dynamo.exc, "FakeTensorObservedException")
+    assert len(report.assembly_as_for_rewritten_code) == (0 if observed_failures else 1)
     mended = mend_module_source(
         with_backend(SEED_242676, "eager"), filename="/graphmend-fuzz/program_242676.py",
         module_name="gm_fuzz_242676", scope="all",

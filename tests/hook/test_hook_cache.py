@@ -288,13 +288,54 @@ def test_read_only_cache_folder_still_serves_hits(
     assert len(fake_rewriter.calls) == 1
 
 
-def test_dont_write_bytecode_is_honoured(make_package, fake_rewriter, hook_handles, monkeypatch):
+_XDG_PLATFORM = pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="XDG cache folder")
+
+
+@_XDG_PLATFORM
+def test_dont_write_bytecode_writes_nothing_next_to_the_module(
+    make_package, fake_rewriter, hook_handles, monkeypatch, tmp_path
+):
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
     package = make_package()
     handle = hook_handles([package.name])
     assert import_fresh(package.name).__mended_by_test__
-    assert handle.stats.cache_writes == 0
     assert not (package.directory / "__pycache__").exists()
+    assert handle.stats.cache_writes == 1
+    assert len(cache_files(tmp_path / "user-cache" / "graphmend")) == 1
+
+
+def test_user_cache_dir_follows_xdg_cache_home(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.user_cache_dir() == str(tmp_path / "graphmend")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache.user_cache_dir() == str(tmp_path / "home" / ".cache" / "graphmend")
+
+
+@_XDG_PLATFORM
+@pytest.mark.parametrize("where", ["user cache directory", "GRAPHMEND_CACHE_DIR"])
+def test_dont_write_bytecode_still_caches_across_processes(make_package, tmp_path, where):
+    modules = {f"m{index}.py": f"VALUE = {index}\n" for index in range(3)}
+    package = make_package(modules)
+    names = [f"{package.name}.m{index}" for index in range(3)]
+    user_cache = tmp_path / "user-cache"
+    variables = {"PYTHONDONTWRITEBYTECODE": "1", "XDG_CACHE_HOME": str(user_cache)}
+    folder = user_cache / "graphmend"
+    if where == "GRAPHMEND_CACHE_DIR":
+        folder = tmp_path / "explicit"
+        variables[graphmend.hook.CACHE_DIR_ENVIRONMENT_VARIABLE] = str(folder)
+    cold = run_driver(package, *names, **variables)
+    written = {path: path.stat().st_mtime_ns for path in cache_files(folder)}
+    warm = run_driver(package, *names, **variables)
+    assert (cold["transform_calls"], cold["cache_writes"]) == (4, 4)
+    assert (warm["transform_calls"], warm["cache_hits"], warm["cache_writes"]) == (0, 4, 0)
+    assert warm["mended"] == [True, True, True]
+    assert len(written) == 4 and {path: path.stat().st_mtime_ns for path in cache_files(folder)} == written
+    assert cache_files(package.root) == []
+    if where == "GRAPHMEND_CACHE_DIR":
+        assert not user_cache.exists()
 
 
 def test_no_cache_tag_means_no_cache(make_package, fake_rewriter, hook_handles, monkeypatch):

@@ -493,6 +493,22 @@ def test_no_pending_side_effect_before_guard__attribute_left_changed():
     assert any("COLLECTOR" in reason for reason in declined_reasons()), declined_reasons()
 
 
+def test_no_pending_side_effect_before_guard__contents_of_a_dict_subclass_changed():
+    """Attributes put back are no change, but what the object holds as a ``dict`` is:
+    each torch tracks those contents in its own way (``torch_adapter.contents_modified``)."""
+    source = (
+        SET_THEN_RESET.format(tail="")
+        .replace("class Collector:", "class Collector(dict):")
+        .replace("    y = x * 2\n", "    y = x * 2\n    COLLECTOR['seen'] = True\n")
+    )
+    original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(source))
+    traps.trace_time_declines.clear()
+    x = torch.arange(4.0)
+    assert breaks(original.main, x) > 0 and breaks(mended.main, x) > 0
+    assert any("COLLECTOR" in reason for reason in declined_reasons()), declined_reasons()
+    assert_same_everywhere(source, x - 10)
+
+
 CLOSURE_CELL_WRITTEN = """
 def main(x):
     torch._dynamo.graph_break()

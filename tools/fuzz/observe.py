@@ -382,6 +382,44 @@ def _torch_diagnostics_silenced():
         del graph_module.print
 
 
+class _ToTheRealStderr(logging.Filter):
+    """torch's own log records (``E... fake_tensor.py] failed while attempting to run
+    meta``, written when an op fails on fake tensors while traced) are torch's
+    diagnostics, not the program's output. A handler made with a fixed stream wrote them
+    to the stderr of the process whatever the program's ``sys.stderr`` was (torch 2.13);
+    one that follows ``sys.stderr`` (torch 2.15) would write them into the observed
+    output: this sends them where the fixed stream did."""
+
+    def __init__(self, handler: logging.Handler):
+        super().__init__()
+        self.handler = handler
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with contextlib.suppress(Exception):  # a diagnostic that cannot be shown is dropped
+            sys.__stderr__.write(self.handler.format(record) + "\n")
+        return False
+
+
+@contextlib.contextmanager
+def _torch_logs_to_the_real_stderr():
+    redirected = []
+    torch_loggers = [
+        logger for name, logger in list(logging.root.manager.loggerDict.items())
+        if (name == "torch" or name.startswith("torch.")) and isinstance(logger, logging.Logger)
+    ]
+    for handler in {id(h): h for logger in torch_loggers for h in logger.handlers}.values():
+        # A ``stream`` that is a property looks ``sys.stderr`` up when it writes.
+        if isinstance(getattr(type(handler), "stream", None), property):
+            log_filter = _ToTheRealStderr(handler)
+            handler.addFilter(log_filter)
+            redirected.append((handler, log_filter))
+    try:
+        yield
+    finally:
+        for handler, log_filter in redirected:
+            handler.removeFilter(log_filter)
+
+
 @contextlib.contextmanager
 def observing(logger_names: list[str], log_level: int, events: list):
     handlers = []
@@ -402,7 +440,7 @@ def observing(logger_names: list[str], log_level: int, events: list):
     try:
         with contextlib.redirect_stdout(_Stream(events, "stdout")), contextlib.redirect_stderr(
             _Stream(events, "stderr")
-        ), warnings.catch_warnings(), _torch_diagnostics_silenced():
+        ), warnings.catch_warnings(), _torch_diagnostics_silenced(), _torch_logs_to_the_real_stderr():
             warnings.simplefilter("always")
             warnings.showwarning = show_warning
             yield

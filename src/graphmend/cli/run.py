@@ -120,7 +120,7 @@ def run_command(argv: list[str]) -> int:
     use_cache = not arguments.no_cache
     user_code = not arguments.no_user_code
     if arguments.module is not None:
-        handle = install(packages, rules=rules, cache=use_cache, user_code=user_code)
+        handle = install(packages, rules=rules, cache=use_cache, user_code=user_code, progress=True)
         try:
             return _run_module_as_main(arguments.module, program_arguments)
         finally:
@@ -148,7 +148,7 @@ def run_command(argv: list[str]) -> int:
 
     # Installing the hook also puts the boundary of compiled calls in place before the
     # script binds ``torch.compile``.
-    handle = install(packages, rules=rules, cache=use_cache, user_code=user_code)
+    handle = install(packages, rules=rules, cache=use_cache, user_code=user_code, progress=True)
     if not handle.installed:  # a torch graphmend does not support: the script runs unmended
         code = compile(source_bytes, path, "exec", dont_inherit=True)
     try:

@@ -30,7 +30,9 @@ How it behaves (after pytest's assertion rewriting, which is careful and boring)
   real syntax error raises Python's own ``SyntaxError``.
 * Rewritten code objects are cached (see ``graphmend.hook.cache``) in the module's
   ``__pycache__`` (or under ``sys.pycache_prefix``), in ``cache_dir``, or in
-  ``$GRAPHMEND_CACHE_DIR``. ``sys.dont_write_bytecode`` is honoured.
+  ``$GRAPHMEND_CACHE_DIR``. Under ``sys.dont_write_bytecode`` (``PYTHONDONTWRITEBYTECODE``)
+  nothing is written next to a module: without a cache folder the files go to the
+  user's cache directory (``$XDG_CACHE_HOME/graphmend``, ``hook.cache.user_cache_dir``).
 * Module attributes are those of a plain import: ``__file__``, ``__path__``,
   ``__spec__.origin``, ``__cached__`` (where plain Python's ``.pyc`` would be; we never
   write that file); ``importlib.resources`` works; ``__loader__.get_source`` returns
@@ -43,7 +45,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from graphmend.hook.cache import CACHE_DIR_ENVIRONMENT_VARIABLE
+from graphmend.hook.cache import CACHE_DIR_ENVIRONMENT_VARIABLE, cache_enabled, cache_folder
 from graphmend.hook.finder import (
     MendingFinder,
     check_package_name,
@@ -58,6 +60,7 @@ from graphmend.hook.loader import (
     MendOptions,
     normalize_rules,
 )
+from graphmend.hook.progress import Progress, describe_cache
 from graphmend.rewrite.pipeline import ALL_RULES
 
 ALL = ALL_RULES
@@ -95,6 +98,8 @@ class InstallHandle:
         loaded (and mended). Calling it twice is harmless."""
         while self.finder in sys.meta_path:
             sys.meta_path.remove(self.finder)
+        if self.finder.stats.progress is not None:
+            self.finder.stats.progress.finish()
 
     def __enter__(self) -> InstallHandle:  # noqa: PYI034 - typing.Self needs 3.11
         return self
@@ -115,6 +120,7 @@ def install(
     include_main: bool = False,
     cache: bool = True,
     user_code: bool = True,
+    progress: bool = False,
 ) -> InstallHandle:
     """Rewrite the user's own modules and ``packages`` (with their submodules) when
     they are imported from now on.
@@ -127,7 +133,9 @@ def install(
     ``$GRAPHMEND_CACHE_DIR``, else next to each module). ``cache=False`` turns the
     cache off. ``include_main``: also rewrite the top-level modules and packages in
     the folder of the running ``__main__`` script (the user's own helpers), as found
-    when ``install`` is called.
+    when ``install`` is called. ``progress``: on a terminal, show how many modules are
+    rewritten, of which package, and where they are cached (``hook.progress``); the
+    totals are shown when the handle is uninstalled.
     """
     if isinstance(packages, str):
         packages = [packages]
@@ -141,7 +149,11 @@ def install(
         cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
     )
     main_directory, main_names = main_directory_modules() if include_main else (None, [])
-    finder = MendingFinder(packages, options, HookStats(), main_directory, main_names, user_code=user_code)
+    stats = HookStats()
+    if progress:
+        use_cache = options.use_cache and cache_enabled()
+        stats.progress = Progress(describe_cache(use_cache, cache_folder(options.cache_dir)))
+    finder = MendingFinder(packages, options, stats, main_directory, main_names, user_code=user_code)
     from graphmend import torch_adapter
 
     # Under a torch graphmend does not support, one warning, and nothing is mended: a
@@ -165,5 +177,7 @@ def uninstall_all() -> None:
     and run as their original code where they needed a patch."""
     for finder in [finder for finder in sys.meta_path if isinstance(finder, MendingFinder)]:
         sys.meta_path.remove(finder)
+        if finder.stats.progress is not None:
+            finder.stats.progress.finish()
     if "graphmend.torch_adapter" in sys.modules:
         sys.modules["graphmend.torch_adapter"].deactivate()

@@ -129,17 +129,47 @@ def cache_enabled() -> bool:
     return sys.implementation.cache_tag is not None
 
 
+def user_cache_dir() -> str:
+    """graphmend's folder in the user's cache directory: ``$XDG_CACHE_HOME/graphmend``
+    (``~/.cache/graphmend``), ``~/Library/Caches/graphmend`` on macOS,
+    ``%LOCALAPPDATA%\\graphmend\\Cache`` on Windows."""
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser(os.path.join("~", "AppData", "Local"))
+        return os.path.join(base, "graphmend", "Cache")
+    if sys.platform == "darwin":
+        return os.path.expanduser(os.path.join("~", "Library", "Caches", "graphmend"))
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # the XDG specification: a relative value is ignored
+        base = os.path.expanduser(os.path.join("~", ".cache"))
+    return os.path.join(base, "graphmend")
+
+
+def cache_folder(cache_dir: str | None) -> str | None:
+    """The one folder every cache file goes into, or None for "next to each module".
+
+    An explicit ``cache_dir`` (``$GRAPHMEND_CACHE_DIR``) always. Without one, the
+    files sit where Python puts each module's own ``.pyc``, unless Python is told not
+    to write those (``PYTHONDONTWRITEBYTECODE``, common in containers whose source
+    folders are read-only or thrown away): then the user's cache directory, so that a
+    second run does not rewrite every module again.
+    """
+    if cache_dir is not None:
+        return cache_dir
+    if sys.dont_write_bytecode:
+        return user_cache_dir()
+    return None
+
+
 def cache_file_path(key: CacheKey, cache_dir: str | None) -> str:
     """Where the cache file for ``key`` lives.
 
-    With an explicit ``cache_dir`` every file goes into that one folder (the key
-    digest in the name keeps same-named modules from different paths apart).
-    Otherwise it sits where Python puts the module's own ``.pyc``: the module's
-    ``__pycache__`` folder, or the mirror tree under ``sys.pycache_prefix``.
+    In one folder (``cache_folder``) the key digest in the name keeps same-named
+    modules from different paths apart. Otherwise it sits where Python puts the
+    module's own ``.pyc``: the module's ``__pycache__`` folder, or the mirror tree
+    under ``sys.pycache_prefix``.
     """
-    if cache_dir is not None:
-        folder = cache_dir
-    else:
+    folder = cache_folder(cache_dir)
+    if folder is None:
         folder = os.path.dirname(importlib.util.cache_from_source(key.path))
     return os.path.join(folder, key.file_name())
 
@@ -197,9 +227,9 @@ def write_cached_code(cache_path: str, key: CacheKey, code: types.CodeType) -> b
     The temporary file is created in the destination folder (``os.replace`` is only
     atomic within one file system) with mode 0600, so a concurrent reader sees
     either no file or a complete one, and the result passes ``is_trusted``.
+    ``sys.dont_write_bytecode`` is honoured by where the file goes (``cache_folder``):
+    never next to the module.
     """
-    if sys.dont_write_bytecode:
-        return False
     header = _HEADER.pack(FILE_MAGIC, FORMAT_VERSION, importlib.util.MAGIC_NUMBER, key.digest())
     folder = os.path.dirname(cache_path)
     temporary_path = None

@@ -15,7 +15,7 @@ import os
 import types
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from graphmend.hook import cache
 from graphmend.rewrite.pipeline import mend_module_source
@@ -35,6 +35,8 @@ class HookStats:
     cache_hits: int = 0
     cache_writes: int = 0
     fallbacks: int = 0
+    # Shows the modules rewritten on a terminal (``graphmend run``): hook.progress.Progress.
+    progress: object | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,9 @@ def mended_code(
     except Exception as exc:  # noqa: BLE001 - never break the user's program
         failure_reason = f"{type(exc).__name__}: {exc}"
 
+    if stats.progress is not None:
+        stats.progress.rewrote(module_name)
+
     if failure_reason is not None:
         # Outside the except block, so a real SyntaxError propagates with no chained
         # context: the user sees exactly what a plain import would have shown.
@@ -130,6 +135,22 @@ class MendingLoader(importlib.machinery.SourceFileLoader):
         self.options = options
         self.stats = stats
 
+    # Set while this loader's own ``exec_module`` runs: its frame then stands between
+    # ``get_code`` and the importing statement, and a warning skips it too.
+    _in_exec_module = False
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        progress = self.stats.progress
+        if progress is not None:
+            progress.import_started()
+        self._in_exec_module = True
+        try:
+            return super().exec_module(module)
+        finally:
+            self._in_exec_module = False
+            if progress is not None:
+                progress.import_ended()
+
     def get_code(self, fullname: str) -> types.CodeType:
         path = self.get_filename(fullname)
         source_bytes = self.get_data(path)
@@ -139,8 +160,9 @@ class MendingLoader(importlib.machinery.SourceFileLoader):
             fullname,
             self.options,
             self.stats,
-            # this frame, then the importing statement (importlib's frames are skipped)
-            warning_stacklevel=2,
+            # this frame (and exec_module's), then the importing statement (importlib's
+            # frames are skipped)
+            warning_stacklevel=3 if self._in_exec_module else 2,
         )
 
 

@@ -68,6 +68,8 @@ _UNDER_GRAD = "grad"
 # break records of that attempt are not breaks of the program: ``graphmend.dynamo_records``).
 abandoned_trace_listeners: list = []
 
+# Hooks every torch needs; one only some torches need (``restart_on_observed_failed_op``)
+# is added by ``graphmend.torch_adapter`` where this torch has what it wraps.
 _hooks_installed = {
     "restart_on_failed_op": False,
     "restart_on_given_up_frame": False,
@@ -1143,6 +1145,28 @@ def _restart_trace_without_claims(wrap_failure):
                 _refuse(site, _ALWAYS, reason)
             raise _restart(translator.output, reason)
         return wrap_failure(graph_break)
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
+def _restart_on_observed_failed_op(exception_handler):
+    """Wrap ``InstructionTranslatorBase.exception_handler`` of a torch that turns a failed
+    fake-tensor op into an exception of the traced program (``FakeTensorObservedException``),
+    where ``_restart_trace_without_claims`` never sees it: the same refusal and restart,
+    whether or not the traced code would catch the exception (the original traced that op
+    in a frame of its own, after its break)."""
+    from torch._dynamo.exc import FakeTensorObservedException
+
+    def wrapped(self, raised_exception, *args, **kwargs):
+        if isinstance(raised_exception, FakeTensorObservedException):
+            claims = getattr(self.output, _CLAIMS_ATTRIBUTE, None)
+            if claims:
+                reason = f"{_FAILED_OP_REASON}; the original break keeps that apart"
+                for site in claims:
+                    _refuse(site, _ALWAYS, reason)
+                raise _restart(self.output, reason) from None
+        return exception_handler(self, raised_exception, *args, **kwargs)
 
     wrapped._graphmend_wrapped = True
     return wrapped

@@ -459,10 +459,12 @@ def _stores_put_back_what_is_there(side_effects, variable) -> bool:
     from torch._dynamo.source import AttrSource
     from torch._dynamo.variables import UserDefinedObjectVariable
 
+    from graphmend import torch_adapter
+
     if not isinstance(variable, UserDefinedObjectVariable):
         return False
     try:
-        if variable.is_base_vt_modified(side_effects):
+        if torch_adapter.contents_modified(side_effects, variable):
             return False
         stores = side_effects.store_attr_mutations.get(variable)
         if not stores:
