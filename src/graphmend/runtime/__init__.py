@@ -28,11 +28,7 @@ from graphmend.runtime.deferred import (
     print_in_graph,
     warn_in_graph,
 )
-from graphmend.runtime.compiled_calls import (
-    install_compile_wrappers,
-    run_compiled,
-    wrap_compiled,
-)
+from graphmend.runtime.compiled_calls import install_boundary, install_compile_wrappers
 from graphmend.runtime import checks  # noqa: F401 - ``__graphmend__.checks`` in rewritten code
 from graphmend.runtime import dynamic_shapes  # noqa: F401 - ``__graphmend__.dynamic_shapes`` in rewritten code
 from graphmend.runtime import conversion_failures  # noqa: F401 - a hook of graphmend.torch_adapter
@@ -84,6 +80,7 @@ __all__ = [
     "warn_in_graph",
     "equal_as_tensor",
     "flush_pending_effects",
+    "install_boundary",
     "install_compile_wrappers",
     "log",
     "print",
@@ -95,11 +92,9 @@ __all__ = [
     "pending_effect_count",
     "raise_original_for_trap_failure",
     "reads_plainly",
-    "run_compiled",
     "select",
     "torch",
     "trap_message",
-    "wrap_compiled",
     "writes_plainly",
 ]
 

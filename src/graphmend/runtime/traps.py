@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch._dynamo.comptime import comptime
 
-from graphmend.runtime import claims, operators
+from graphmend.runtime import claims, operators, restored_frames
 from graphmend.runtime.claims import (
     claim_break_at_user_site,
     current_translator,
@@ -269,18 +269,19 @@ def any_of(*values):
 SITE_MARKER = "[graphmend-trap-site "
 _TORCH_DIRECTORY = os.path.dirname(torch.__file__) + os.sep
 _RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
-_BOUNDARY_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compiled_calls.py")
 _RAISED_NAME = "__graphmend_restored_exception__"
 
 
 @dataclass(frozen=True)
 class TrapSite:
-    """The ``raise`` a lowered guard stands for."""
+    """The ``raise`` a lowered guard stands for, and the frames it was raised through:
+    ``places``, from the frame TorchDynamo compiles (outermost) to the ``raise``."""
 
     exception_class: type
     filename: str
     line: int
     function_name: str
+    places: tuple[restored_frames.FramePlace, ...] = ()
 
 
 _sites_lock = threading.Lock()
@@ -335,8 +336,8 @@ _raise_code_cache: dict[tuple[str, int, str], types.CodeType] = {}
 
 def _raise_code(site: TrapSite) -> types.CodeType:
     """A code object that raises ``__graphmend_restored_exception__`` from the user's
-    line, in a frame named after the user's function, so the traceback (and
-    ``traceback.extract_tb``, ``linecache``) shows the user's ``raise``."""
+    line, in a frame named after the user's function (a site whose frames were not
+    read while tracing)."""
     key = (site.filename, site.line, site.function_name)
     code = _raise_code_cache.get(key)
     if code is None:
@@ -349,6 +350,8 @@ def _raise_code(site: TrapSite) -> types.CodeType:
 
 def _raise_at_site(exception: BaseException, site: TrapSite, context) -> None:
     try:
+        if site.places:
+            restored_frames.raise_from(exception, site.places)
         exec(_raise_code(site), {"__builtins__": builtins, _RAISED_NAME: exception})  # noqa: S102
     except BaseException as restored:
         # The raise inside the boundary's handler chained the RuntimeError; the
@@ -400,14 +403,16 @@ def _has_active_handler(frame: types.FrameType) -> bool:
 
 def no_handler_in_eager_callers() -> str | None:
     """The traced frame may itself be called from Python running eagerly inside the
-    compiled call (a caller TorchDynamo skipped or broke out of): the RuntimeError of a
-    failed assertion passes through those frames untranslated, so none of them may be
-    inside a `try` or `with`; and a compiled-call boundary must be there to restore
-    the original exception at all."""
+    compiled call (a caller TorchDynamo skipped or broke out of): a failed guard's
+    exception passes through those frames before the boundary gives it the user's
+    frames, so none of them may be inside a `try` or `with`; and a compiled-call
+    boundary must be there (``compiled_calls``)."""
+    from graphmend.runtime.compiled_calls import is_boundary
+
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename == _BOUNDARY_FILE:
+        if is_boundary(frame):
             return None
         if not filename.startswith(_TORCH_DIRECTORY) and os.path.dirname(filename) != _RUNTIME_DIRECTORY:
             if _has_active_handler(frame):
@@ -575,5 +580,7 @@ def site_number_in_trace(tracer, exception_class, line: int, function_name: str)
     """The number of the trap site in the user's frame that called the traced runtime
     function ``tracer``."""
     user = tracer.parent
-    filename = user.f_code.co_filename if user is not None else "<unknown>"
-    return _register_site(TrapSite(exception_class, filename, line, function_name))
+    if user is None:
+        return _register_site(TrapSite(exception_class, "<unknown>", line, function_name))
+    places = restored_frames.callers_while_tracing(user) + (restored_frames.raise_in(user.f_code, line),)
+    return _register_site(TrapSite(exception_class, user.f_code.co_filename, line, function_name, places))
