@@ -323,3 +323,20 @@ def test_an_assertion_compiled_by_an_earlier_version_still_raises_the_users_exce
     with pytest.raises(OverflowError, match="too many"):
         compiled(torch.ones(2))
     assert torch.equal(compiled(-torch.ones(2)), torch.zeros(2))
+
+
+def test_the_frames_of_a_lowered_guard_show_no_names_of_graphmends(tmp_path):
+    """A traceback's locals (``capture_locals``, pytest's ``--showlocals``): the compiled
+    function's frame has its arguments, as the original's; no frame shows graphmend's
+    names (the made frames ran with the runtime's names as their locals)."""
+    original, mended = _original_and_mended(tmp_path, NESTED_GUARD)
+
+    def locals_by_function(error):
+        summary = traceback.TracebackException.from_exception(error, capture_locals=True)
+        return {frame.name: frame.locals or {} for frame in summary.stack if frame.filename == str(tmp_path / "program.py")}
+
+    expected = locals_by_function(_raised(original.main, *FAILING))
+    seen = locals_by_function(_raised(mended.main, *FAILING, backend="eager"))
+    assert list(seen) == list(expected)
+    assert seen["main"] == expected["main"]
+    assert not any(name.startswith("__graphmend") for names in seen.values() for name in names)

@@ -28,7 +28,7 @@ _boundary_codes: dict = {}
 
 def _leave_compiled_call() -> None:
     """Run by torch when a compiled call ends (its compile wrapper's ``finally``)."""
-    error = sys.exception()
+    error = sys.exc_info()[1]
     if error is None:
         return
     entry = error.__traceback__

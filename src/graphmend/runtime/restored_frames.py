@@ -31,6 +31,7 @@ _RAISED = "__graphmend_restored_exception__"
 _CALL = "__graphmend_call__"
 _CODE = "__graphmend_code__"
 _GLOBALS = "__graphmend_globals__"
+_LOCAL_NAMES = "__graphmend_local_names__"
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class FramePlace:
     qualified_name: str
     first_line: int
     positions: tuple[int, int, int | None, int | None]
+    local_names: tuple[str, ...] = ()
 
     @property
     def line(self) -> int:
@@ -57,7 +59,7 @@ def _place(code: types.CodeType, positions, line: int) -> FramePlace:
         positions = (positions.lineno, positions.end_lineno or positions.lineno,
                      positions.col_offset, positions.end_col_offset)
     return FramePlace(code.co_filename, code.co_name, getattr(code, "co_qualname", code.co_name),
-                      code.co_firstlineno, positions)
+                      code.co_firstlineno, positions, code.co_varnames + code.co_cellvars + code.co_freevars)
 
 
 def callers_while_tracing(translator) -> tuple[FramePlace, ...]:
@@ -76,7 +78,7 @@ def raise_in(code: types.CodeType, line: int) -> FramePlace:
     """The place of the ``raise`` at ``line`` of ``code`` (the mended code keeps the
     original's ``raise``, with its positions, in the branch it runs eagerly)."""
     for instruction in dis.get_instructions(code):
-        positions = instruction.positions
+        positions = getattr(instruction, "positions", None)  # Python 3.11 and later
         if instruction.opname == "RAISE_VARARGS" and positions is not None and positions.lineno == line:
             return _place(code, positions, line)
     return _place(code, None, line)
@@ -114,7 +116,8 @@ def _name(identifier: str) -> ast.Name:
 
 
 def _call_statement() -> ast.stmt:
-    return ast.Expr(value=ast.Call(func=_name(_CALL), args=[_name(_CODE), _name(_GLOBALS)], keywords=[]))
+    arguments = [_name(_CODE), _name(_GLOBALS), ast.Dict(keys=[], values=[])]
+    return ast.Expr(value=ast.Call(func=_name(_CALL), args=arguments, keywords=[]))
 
 
 def _raise_statement() -> ast.stmt:
@@ -136,12 +139,17 @@ def _codes_for(places: tuple[FramePlace, ...]) -> tuple[types.CodeType, ...]:
 
 
 def raise_from(exception: BaseException, places: tuple[FramePlace, ...]) -> None:
-    """Raise ``exception`` from one made frame per place, the last place's raising it."""
+    """Raise ``exception`` from one made frame per place, the last place's raising it.
+
+    Each frame runs with locals of its own (empty: the values of an inlined frame
+    live in the graph), so that a traceback's locals (pytest's ``--showlocals``) show
+    none of graphmend's names."""
     codes = _codes_for(places)
     namespace = {"__builtins__": builtins, _MARK: True, _RAISED: exception}
     for code in reversed(codes[1:]):
         namespace = {"__builtins__": builtins, _MARK: True, _CALL: exec, _CODE: code, _GLOBALS: namespace}
-    exec(codes[0], namespace)  # noqa: S102
+    namespace[_LOCAL_NAMES] = places[0].local_names
+    exec(codes[0], namespace, {})  # noqa: S102
 
 
 def _made(entry: types.TracebackType) -> bool:
@@ -169,6 +177,19 @@ def keep_only_user_frames(error: BaseException) -> None:
     first_made.tb_frame.f_globals[_MARK] = "linked"
     code = first_made.tb_frame.f_code
     for index in range(len(entries) - 1, 0, -1):
-        if _same_function(entries[index].tb_frame, code):
+        compiled = entries[index].tb_frame
+        if _same_function(compiled, code):
             entries[index - 1].tb_next = first_made
+            _take_locals(first_made.tb_frame, compiled)
             return
+
+
+def _take_locals(made: types.FrameType, compiled: types.FrameType) -> None:
+    """Give the frame that stands for the compiled frame that frame's locals (those of
+    the original code: not TorchDynamo's temporaries)."""
+    try:
+        names = made.f_globals.get(_LOCAL_NAMES, ())
+        values = compiled.f_locals
+        made.f_locals.update({name: values[name] for name in names if name in values})
+    except Exception:  # noqa: BLE001, S110 - locals are for display only
+        pass

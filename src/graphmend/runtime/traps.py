@@ -221,7 +221,7 @@ def _fail_unless(holds: torch.Tensor, message: int) -> None:
         if not 0 <= message < len(_messages.values):
             raise TrapFailure(f"a lowered guard failed; its message {message} is not known in this process")
         text = _messages.values[message]
-        _raise_for_message(text, sys.exception(), None)
+        _raise_for_message(text, sys.exc_info()[1], None)
         raise RuntimeError(text)
 
 
@@ -343,7 +343,10 @@ def _raise_code(site: TrapSite) -> types.CodeType:
     if code is None:
         source = "\n" * (max(site.line, 1) - 1) + f"raise {_RAISED_NAME}\n"
         code = compile(source, site.filename, "exec", dont_inherit=True)
-        code = code.replace(co_name=site.function_name, co_qualname=site.function_name)
+        names = {"co_name": site.function_name}
+        if hasattr(code, "co_qualname"):  # Python 3.11 and later
+            names["co_qualname"] = site.function_name
+        code = code.replace(**names)
         _raise_code_cache[key] = code
     return code
 
