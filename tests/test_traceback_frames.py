@@ -92,6 +92,41 @@ def main(x, n):
     return model(x, n)
 """
 
+GUARD_AFTER_A_BREAK = """
+import torch
+
+
+def check(x, n):
+    if x.sum() > n:
+        raise ValueError("too large")
+
+
+def main(x, n):
+    y = x + 1
+    torch._dynamo.graph_break()
+    check(y, n)
+    return y * 2
+"""
+
+GUARD_IN_A_COMPILED_CALLEE = """
+import torch
+
+
+def check(x, n):
+    if x.sum() > n:
+        raise ValueError("too large")
+    return x
+
+
+@torch.compile(backend="eager")
+def inner(x, n):
+    return check(x * 2, n) + 1
+
+
+def main(x, n):
+    return inner(x, n) - 1
+"""
+
 PASSING, FAILING = (torch.ones(3), 100.0), (torch.ones(3), 0.0)
 
 
@@ -153,8 +188,10 @@ def test_a_lowered_guard_run_eagerly_keeps_the_original_frames(tmp_path, source)
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-@pytest.mark.parametrize("source", [NESTED_GUARD, GUARD_IN_THE_FUNCTION, GUARD_IN_A_MODULES_METHOD],
-                         ids=["nested_helpers", "in_the_function", "module_method"])
+@pytest.mark.parametrize("source", [NESTED_GUARD, GUARD_IN_THE_FUNCTION, GUARD_IN_A_MODULES_METHOD,
+                                    GUARD_AFTER_A_BREAK, GUARD_IN_A_COMPILED_CALLEE],
+                         ids=["nested_helpers", "in_the_function", "module_method", "after_a_break",
+                              "compiled_callee"])
 def test_a_lowered_guard_keeps_every_user_frame_compiled(tmp_path, source, backend):
     """The helpers the graph inlined were lost, the compiled function's frame named its
     ``def`` line, and the raise came after three frames of graphmend's runtime."""
