@@ -377,3 +377,27 @@ def test_the_frames_of_a_lowered_guard_show_no_names_of_graphmends(tmp_path):
     assert list(seen) == list(expected)
     assert seen["main"] == expected["main"]
     assert not any(name.startswith("__graphmend") for names in seen.values() for name in names)
+
+
+def test_a_lowered_guards_exception_is_freed_when_the_program_lets_go_of_it(tmp_path):
+    """The frame made to raise it held the exception in its globals, and the exception
+    that frame in its traceback: a cycle that only the garbage collector freed, with
+    the frames and their values. The original's is freed at once."""
+    import gc
+    import weakref
+
+    source = NESTED_GUARD.replace('raise ValueError(f"too large: {n}")', 'raise TooLarge(f"too large: {n}")')
+    source += "\n\nclass TooLarge(ValueError):\n    pass\n"
+    original, mended = _original_and_mended(tmp_path, source)
+    for function, backend in ((original.main, None), (original.main, "eager"), (mended.main, "eager"),
+                              (mended.main, "aot_eager")):
+        gc.collect()
+        gc.disable()
+        try:
+            error = _raised(function, *FAILING, backend=backend)
+            assert type(error).__name__ == "TooLarge"
+            freed = weakref.ref(error)
+            del error
+            assert freed() is None, (function.__module__, backend)
+        finally:
+            gc.enable()

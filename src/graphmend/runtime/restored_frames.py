@@ -145,11 +145,18 @@ def raise_from(exception: BaseException, places: tuple[FramePlace, ...]) -> None
     live in the graph), so that a traceback's locals (pytest's ``--showlocals``) show
     none of graphmend's names."""
     codes = _codes_for(places)
-    namespace = {"__builtins__": builtins, _MARK: True, _RAISED: exception}
+    raising = namespace = {"__builtins__": builtins, _MARK: True, _RAISED: exception}
     for code in reversed(codes[1:]):
         namespace = {"__builtins__": builtins, _MARK: True, _CALL: exec, _CODE: code, _GLOBALS: namespace}
     namespace[_LOCAL_NAMES] = places[0].local_names
-    exec(codes[0], namespace, {})  # noqa: S102
+    del exception
+    try:
+        exec(codes[0], namespace, {})  # noqa: S102
+    finally:
+        # The traceback holds the raising frame, and its globals the exception: a
+        # cycle that only the garbage collector would free (the original's is freed
+        # as soon as the program lets go of the exception).
+        del raising[_RAISED]
 
 
 def _made(entry: types.TracebackType) -> bool:

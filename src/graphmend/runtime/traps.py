@@ -139,8 +139,9 @@ def _raise_for_message(text: str, context, error: BaseException | None) -> None:
             _rendered.message = None
             if message is None:
                 raise TrapFailure(text) from error
-        exception = site.exception_class() if message is None else site.exception_class(message)
-        _raise_at_site(exception, site, context)
+        # Made in the call, not held in a local: this frame stays reachable from the
+        # raising frame (its ``f_back``), which the exception's traceback holds.
+        _raise_at_site(site.exception_class() if message is None else site.exception_class(message), site, context)
     parsed = _parse(text)
     if parsed is None:
         return
@@ -352,15 +353,24 @@ def _raise_code(site: TrapSite) -> types.CodeType:
 
 
 def _raise_at_site(exception: BaseException, site: TrapSite, context) -> None:
+    """Raise ``exception`` from the user's frames. No frame on the way keeps it in a
+    variable: the traceback holds the raising frames and, through ``f_back``, this one,
+    and a cycle would keep the exception and every frame's values alive until the
+    garbage collector runs, where the original's are freed as soon as it is dropped."""
     try:
         if site.places:
             restored_frames.raise_from(exception, site.places)
-        exec(_raise_code(site), {"__builtins__": builtins, _RAISED_NAME: exception})  # noqa: S102
+        namespace = {"__builtins__": builtins, _RAISED_NAME: exception}
+        try:
+            exec(_raise_code(site), namespace)  # noqa: S102
+        finally:
+            del namespace[_RAISED_NAME]
     except BaseException as restored:
         # The raise inside the boundary's handler chained the RuntimeError; the
         # user's raise chained only what was being handled around the call.
         restored.__context__ = context
         restored.__suppress_context__ = False
+        del exception
         raise
 
 
