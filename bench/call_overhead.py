@@ -1,10 +1,10 @@
 """What graphmend's compile boundary adds to each call of a compiled model.
 
-graphmend wraps what ``torch.compile`` returns so that a failed lowered guard's
-RuntimeError from a graph compiled without ``graphmend::fail_unless`` (or naming a site
-unknown in the process) is mapped back to the user's exception when a compiled call
-ends (``runtime.compiled_calls``).
-This times one compiled object called directly and through that wrapper, alternating
+graphmend adds a hook to the TorchDynamo context of what ``torch.compile`` returns,
+run when each compiled call ends (``runtime.compiled_calls``): it gives a failed
+lowered guard's exception the user's frames, and maps a RuntimeError of a graph
+compiled without ``graphmend::fail_unless`` back to the user's exception.
+This times two compiled objects of one model, without and with that hook, alternating
 in rounds so that drift hits both, and prints the difference per call.
 
     python bench/call_overhead.py                     # a small MLP, backend="eager"
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from graphmend.runtime.compiled_calls import run_compiled
+from graphmend.runtime.compiled_calls import has_boundary, install_boundary
 
 
 def build(width: int) -> torch.nn.Module:
@@ -47,12 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     model = build(args.width)
-    # torch._dynamo's own torch.compile, not graphmend's wrapped one
+    # torch._dynamo's own torch.compile, not graphmend's patched one
     compiled = torch._dynamo.optimize(args.backend)(model)
+    wrapped = install_boundary(torch._dynamo.optimize(args.backend)(model))
+    assert has_boundary(wrapped) and not has_boundary(compiled)
     argument = torch.randn(4, args.width)
-
-    def wrapped(x):
-        return run_compiled(compiled, x)
 
     with torch.no_grad():
         for call in (compiled, wrapped):

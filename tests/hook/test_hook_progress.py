@@ -9,9 +9,9 @@ import sys
 import textwrap
 
 import pytest
-from hook.hook_helpers import subprocess_environment
 
 from graphmend.hook.progress import Progress, describe_cache
+from hook.hook_helpers import subprocess_environment
 
 
 class _Terminal(io.StringIO):

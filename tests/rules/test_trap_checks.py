@@ -484,8 +484,6 @@ def test_transformers_own_helper_in_a_try_raises_and_is_caught_as_eagerly():
 # Eager code runs the original statement: the frames of its exceptions and the places
 # its warnings name are the original's.
 
-_BOUNDARY_FILE = "compiled_calls.py"  # the compiled-call boundary's own frames are not these tests'
-
 
 def _from_a_file(tmp_path, source: str):
     """Original and mended modules compiled from a real file, so that a traceback's
@@ -521,7 +519,6 @@ def _frames_and_warnings(function, *arguments, backend=None):
             frames = [
                 (frame.filename, frame.name, frame.lineno, frame.line)
                 for frame in traceback.extract_tb(error.__traceback__)[1:]
-                if not frame.filename.endswith(_BOUNDARY_FILE)
             ]
     warned = [(warning.filename, warning.lineno, str(warning.message)) for warning in caught
               if str(warning.message).startswith("checking")]

@@ -25,11 +25,7 @@ from graphmend.runtime import (
     resumable_states,  # noqa: F401 - a hook of graphmend.torch_adapter
 )
 from graphmend.runtime.attribute_access import is_the_method, reads_plainly, writes_plainly
-from graphmend.runtime.compiled_calls import (
-    install_compile_wrappers,
-    run_compiled,
-    wrap_compiled,
-)
+from graphmend.runtime.compiled_calls import install_boundary, install_compile_wrappers
 from graphmend.runtime.deferred import (
     defer_log,
     defer_print,
@@ -80,6 +76,7 @@ __all__ = [
     "equal_as_tensor",
     "flush_pending_effects",
     "guard_holds",
+    "install_boundary",
     "install_compile_wrappers",
     "is_compiling",
     "is_the_method",
@@ -93,13 +90,11 @@ __all__ = [
     "raise_original_for_trap_failure",
     "reads_plainly",
     "register_pure_functions",
-    "run_compiled",
     "select",
     "torch",
     "trap_message",
     "warn",
     "warn_in_graph",
-    "wrap_compiled",
     "writes_plainly",
 ]
 

@@ -1,69 +1,99 @@
-"""The boundary of a compiled region: where exceptions of failed lowered guards are mapped.
+"""The boundary of a compiled region: where the exception of a failed lowered guard
+leaves it with the user's frames.
 
 Every spelling of ``torch.compile`` (decorator with or without arguments, a call on a
-function or a module, ``nn.Module.compile``) goes through ``torch.compile``, so
-wrapping what it returns is enough to see each compiled call end. Deferred output
-needs no boundary: it happens inside the graph at the point of its call
-(``graphmend.runtime.deferred``), so code compiled any other way prints exactly too.
+function or a module, ``nn.Module.compile``) goes through ``torch.compile``, so a hook
+on what it returns sees each compiled call end. The hook is one of TorchDynamo's own
+enter/exit hooks of the compile context, run in the ``finally`` of the function
+``torch.compile`` returned: what ``torch.compile`` returns is torch's own object, and no
+frame of graphmend's is on the path of a call or of an exception out of it (a Python
+wrapper added its frames to every traceback). Deferred output needs no boundary: it
+happens inside the graph at the point of its call (``graphmend.runtime.deferred``), so
+code compiled any other way prints exactly too.
 """
 
 from __future__ import annotations
 
-import functools
+import sys
 
-import torch
-
+from graphmend.runtime import restored_frames
 from graphmend.runtime.traps import raise_original_for_trap_failure
 
-_WRAPPED_MARK = "__graphmend_wrapped__"
 _original_compile = None
+# The code objects of the functions ``torch.compile`` returned (one for all, in
+# practice), by id: how ``is_boundary`` tells the boundary's frame from others. (A code
+# object hashes its constants, and code TorchDynamo generates can hold unhashable ones.)
+_boundary_codes: dict = {}
 
 
-def run_compiled(compiled, *args, **kwargs):
-    """Call a compiled callable; restore the user's exception for a failed lowered guard."""
-    if torch.compiler.is_compiling():
-        return compiled(*args, **kwargs)
-    try:
-        return compiled(*args, **kwargs)
-    except RuntimeError as error:
+def _leave_compiled_call() -> None:
+    """Run by torch when a compiled call ends (its compile wrapper's ``finally``)."""
+    error = sys.exc_info()[1]
+    if error is None:
+        return
+    entry = error.__traceback__
+    # An exception being handled around the call is not one raised through it: the
+    # one raised through it has the compile wrapper's frame, which calls this, first.
+    if entry is None or entry.tb_frame is not sys._getframe(1):
+        return
+    if isinstance(error, RuntimeError):
+        # A failed assertion of a graph compiled before guards failed inside the graph.
         raise_original_for_trap_failure(error)
-        raise
+    restored_frames.keep_only_user_frames(error)
 
 
-def wrap_compiled(compiled):
-    """Route calls of what ``torch.compile`` returned through ``run_compiled``."""
-    if getattr(compiled, _WRAPPED_MARK, False):
-        return compiled
+def _enter_compiled_call():
+    return _leave_compiled_call
+
+
+def _context_of(compiled):
+    """The TorchDynamo context whose hooks run around each call of ``compiled``, and
+    the code of the function that runs them; (None, None) when there is none."""
+    import torch
+
     if isinstance(compiled, torch.nn.Module):
-        # An OptimizedModule calls ``self.forward``; wrapping it there keeps the
-        # module object (its attributes, state_dict, isinstance checks) unchanged.
-        inner_forward = compiled.forward
+        context = getattr(compiled, "dynamo_ctx", None)
+        # A lazy module's ``forward`` checks it first, then calls ``_forward``.
+        forward = getattr(compiled, "_forward", None) or getattr(compiled, "forward", None)
+        return context, getattr(forward, "__code__", None)
+    code = getattr(compiled, "__code__", None)
+    closure = getattr(compiled, "__closure__", None)
+    if code is None or not closure or "self" not in code.co_freevars:
+        return None, None
+    try:
+        context = closure[code.co_freevars.index("self")].cell_contents
+    except ValueError:  # an empty cell
+        return None, None
+    return context, code
 
-        @functools.wraps(inner_forward)
-        def forward(*args, **kwargs):
-            return run_compiled(inner_forward, *args, **kwargs)
 
-        setattr(forward, _WRAPPED_MARK, True)
-        object.__setattr__(compiled, "forward", forward)
-        object.__setattr__(compiled, _WRAPPED_MARK, True)
-        return compiled
-    if not callable(compiled):
-        return compiled
+def install_boundary(compiled):
+    """Make the calls of what ``torch.compile`` returned end at the boundary. Returns
+    ``compiled`` itself."""
+    context, code = _context_of(compiled)
+    hooks = getattr(context, "enter_exit_hooks", None)
+    if isinstance(hooks, list) and code is not None:
+        if _enter_compiled_call not in hooks:
+            # Last: a hook that raises skips the hooks after it.
+            hooks.append(_enter_compiled_call)
+        _boundary_codes[id(code)] = code
+    return compiled
 
-    @functools.wraps(compiled)
-    def call_compiled(*args, **kwargs):
-        return run_compiled(compiled, *args, **kwargs)
 
-    setattr(call_compiled, _WRAPPED_MARK, True)
-    if getattr(compiled, "_torchdynamo_wrapper_id", None) == id(compiled):
-        # ``functools.wraps`` copied TorchDynamo's own attributes, among them the id
-        # that lets ``innermost_fn`` follow ``_torchdynamo_orig_callable`` only from the
-        # wrapper that set it. With the id of this wrapper instead, compiling, disabling
-        # or running what ``torch.compile`` returned reaches the user's function, as it
-        # does without graphmend (compiling it again otherwise failed: "compile_wrapper
-        # already has a get_compiler_config attribute").
-        call_compiled._torchdynamo_wrapper_id = id(call_compiled)
-    return call_compiled
+def has_boundary(compiled) -> bool:
+    context, _ = _context_of(compiled)
+    return _enter_compiled_call in (getattr(context, "enter_exit_hooks", None) or ())
+
+
+def is_boundary(frame) -> bool:
+    """Whether ``frame`` runs a compiled call whose end is the boundary."""
+    if _boundary_codes.get(id(frame.f_code)) is not frame.f_code:
+        return False
+    try:
+        context = frame.f_locals.get("self")
+    except Exception:  # noqa: BLE001 - a frame whose locals cannot be read is no boundary
+        return False
+    return _enter_compiled_call in (getattr(context, "enter_exit_hooks", None) or ())
 
 
 def _compile_with_boundary(model=None, **options):
@@ -71,10 +101,10 @@ def _compile_with_boundary(model=None, **options):
         decorator = _original_compile(**options)
 
         def decorate(fn):
-            return wrap_compiled(decorator(fn))
+            return install_boundary(decorator(fn))
 
         return decorate
-    return wrap_compiled(_original_compile(model, **options))
+    return install_boundary(_original_compile(model, **options))
 
 
 def install_compile_wrappers() -> None:

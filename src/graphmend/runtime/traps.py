@@ -38,7 +38,7 @@ import torch
 from torch._dynamo.comptime import comptime
 
 from graphmend.core.legality import failed
-from graphmend.runtime import claims, operators
+from graphmend.runtime import claims, operators, restored_frames
 from graphmend.runtime.claims import (
     frame_was_not_given_up_while_tracing,
     no_later_op_failed_while_tracing,
@@ -138,8 +138,9 @@ def _raise_for_message(text: str, context, error: BaseException | None) -> None:
             _rendered.message = None
             if message is None:
                 raise TrapFailure(text) from error
-        exception = site.exception_class() if message is None else site.exception_class(message)
-        _raise_at_site(exception, site, context)
+        # Made in the call, not held in a local: this frame stays reachable from the
+        # raising frame (its ``f_back``), which the exception's traceback holds.
+        _raise_at_site(site.exception_class() if message is None else site.exception_class(message), site, context)
     parsed = _parse(text)
     if parsed is None:
         return
@@ -220,7 +221,7 @@ def _fail_unless(holds: torch.Tensor, message: int) -> None:
         if not 0 <= message < len(_messages.values):
             raise TrapFailure(f"a lowered guard failed; its message {message} is not known in this process")
         text = _messages.values[message]
-        _raise_for_message(text, sys.exception(), None)
+        _raise_for_message(text, sys.exc_info()[1], None)
         raise RuntimeError(text)
 
 
@@ -268,18 +269,19 @@ def any_of(*values):
 SITE_MARKER = "[graphmend-trap-site "
 _TORCH_DIRECTORY = os.path.dirname(torch.__file__) + os.sep
 _RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
-_BOUNDARY_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compiled_calls.py")
 _RAISED_NAME = "__graphmend_restored_exception__"
 
 
 @dataclass(frozen=True)
 class TrapSite:
-    """The ``raise`` a lowered guard stands for."""
+    """The ``raise`` a lowered guard stands for, and the frames it was raised through:
+    ``places``, from the frame TorchDynamo compiles (outermost) to the ``raise``."""
 
     exception_class: type
     filename: str
     line: int
     function_name: str
+    places: tuple[restored_frames.FramePlace, ...] = ()
 
 
 _sites_lock = threading.Lock()
@@ -334,26 +336,40 @@ _raise_code_cache: dict[tuple[str, int, str], types.CodeType] = {}
 
 def _raise_code(site: TrapSite) -> types.CodeType:
     """A code object that raises ``__graphmend_restored_exception__`` from the user's
-    line, in a frame named after the user's function, so the traceback (and
-    ``traceback.extract_tb``, ``linecache``) shows the user's ``raise``."""
+    line, in a frame named after the user's function (a site whose frames were not
+    read while tracing)."""
     key = (site.filename, site.line, site.function_name)
     code = _raise_code_cache.get(key)
     if code is None:
         source = "\n" * (max(site.line, 1) - 1) + f"raise {_RAISED_NAME}\n"
         code = compile(source, site.filename, "exec", dont_inherit=True)
-        code = code.replace(co_name=site.function_name, co_qualname=site.function_name)
+        names = {"co_name": site.function_name}
+        if hasattr(code, "co_qualname"):  # Python 3.11 and later
+            names["co_qualname"] = site.function_name
+        code = code.replace(**names)
         _raise_code_cache[key] = code
     return code
 
 
 def _raise_at_site(exception: BaseException, site: TrapSite, context) -> None:
+    """Raise ``exception`` from the user's frames. No frame on the way keeps it in a
+    variable: the traceback holds the raising frames and, through ``f_back``, this one,
+    and a cycle would keep the exception and every frame's values alive until the
+    garbage collector runs, where the original's are freed as soon as it is dropped."""
     try:
-        exec(_raise_code(site), {"__builtins__": builtins, _RAISED_NAME: exception})  # noqa: S102
+        if site.places:
+            restored_frames.raise_from(exception, site.places)
+        namespace = {"__builtins__": builtins, _RAISED_NAME: exception}
+        try:
+            exec(_raise_code(site), namespace)  # noqa: S102
+        finally:
+            del namespace[_RAISED_NAME]
     except BaseException as restored:
         # The raise inside the boundary's handler chained the RuntimeError; the
         # user's raise chained only what was being handled around the call.
         restored.__context__ = context
         restored.__suppress_context__ = False
+        del exception
         raise
 
 
@@ -399,14 +415,16 @@ def _has_active_handler(frame: types.FrameType) -> bool:
 
 def no_handler_in_eager_callers() -> str | None:
     """The traced frame may itself be called from Python running eagerly inside the
-    compiled call (a caller TorchDynamo skipped or broke out of): the RuntimeError of a
-    failed assertion passes through those frames untranslated, so none of them may be
-    inside a `try` or `with`; and a compiled-call boundary must be there to restore
-    the original exception at all."""
+    compiled call (a caller TorchDynamo skipped or broke out of): a failed guard's
+    exception passes through those frames before the boundary gives it the user's
+    frames, so none of them may be inside a `try` or `with`; and a compiled-call
+    boundary must be there (``compiled_calls``)."""
+    from graphmend.runtime.compiled_calls import is_boundary
+
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename == _BOUNDARY_FILE:
+        if is_boundary(frame):
             return None
         if not filename.startswith(_TORCH_DIRECTORY) and os.path.dirname(filename) != _RUNTIME_DIRECTORY:
             if _has_active_handler(frame):
@@ -576,5 +594,7 @@ def site_number_in_trace(tracer, exception_class, line: int, function_name: str)
     """The number of the trap site in the user's frame that called the traced runtime
     function ``tracer``."""
     user = tracer.parent
-    filename = user.f_code.co_filename if user is not None else "<unknown>"
-    return _register_site(TrapSite(exception_class, filename, line, function_name))
+    if user is None:
+        return _register_site(TrapSite(exception_class, "<unknown>", line, function_name))
+    places = restored_frames.callers_while_tracing(user) + (restored_frames.raise_in(user.f_code, line),)
+    return _register_site(TrapSite(exception_class, user.f_code.co_filename, line, function_name, places))
