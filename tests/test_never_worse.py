@@ -1,7 +1,8 @@
 """A mended frame compiles no more graphs and records no more breaks than the original
 (issue 46): a user's backend that runs its graph as given is recognised as keeping the
-graph's order, and a frame in which a claim was refused while tracing is traced again
-with every claim of that frame refused."""
+graph's order; a claim refused while tracing leaves the original's breaks, no more (the
+attempts TorchDynamo abandoned count none, and a kept check call breaks only where the
+original's did)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import io
 
 import pytest
 import torch
+from helpers import assert_equivalent, graphs_and_breaks, original_and_mended
 
 from graphmend.runtime import claims
-from helpers import original_and_mended
+from tests.rules.test_trap_checks import known_test_helper  # noqa: F401 - a fixture
+from tests.rules.test_trap_checks import program as check_program
 
 TWO_PRINTS = """
 import torch
@@ -122,3 +125,50 @@ def test_returning_the_graph_or_its_forward_is_recognised():
     assert claims.returns_its_graph_unchanged(_other)
     assert claims.returns_its_graph_unchanged(lambda gm, example_inputs: gm)
     assert claims.returns_its_graph_unchanged(_CountingObject([0]))
+
+
+# A count kept a tensor for the check that reads it (Trap's ``.item()``), then refused.
+COUNT_CHECKED = """
+    def f(x, w):
+        h = x * w
+        count = (h > 0).sum().item()
+        torch_compilable_check(count == h.shape[0], f"{count} of {h.shape[0]} entries are positive")
+        return h * 2
+"""
+
+COUNT_PRINTED_THEN_CHECKED = """
+    def f(x, w):
+        h = x * w
+        count = (h > 0).sum().item()
+        print("count", h.shape)
+        torch_compilable_check(count == h.shape[0], f"{count} of {h.shape[0]} entries are positive")
+        return h * 2
+"""
+
+
+@pytest.mark.usefixtures("known_test_helper")
+def test_a_check_of_a_count_refused_under_grad_is_the_helper_traced_with_no_break():
+    """Under grad every claim is refused (``joined_graph_records_no_autograd``): the count
+    is a Python int again, which the helper traced checks with no break. Made eagerly
+    (``checks.call_eagerly``), the kept call broke the graph: 1 break, mended 2."""
+    original, mended, _ = original_and_mended(check_program(COUNT_CHECKED))
+    arguments = (torch.arange(4.0) + 1, torch.ones(4, requires_grad=True))
+    assert graphs_and_breaks(original.f, *arguments) == (2, 1)
+    assert graphs_and_breaks(mended.f, *arguments) == (2, 1)
+    assert_equivalent(original.f, mended.f, *arguments, backends=("eager", "aot_eager"))
+
+
+@pytest.mark.usefixtures("known_test_helper")
+def test_a_trace_abandoned_for_a_refused_claim_counts_no_break():
+    """The unchanged ``print`` breaks the graph before the check: the count's claim is
+    refused and the frame traced again. TorchDynamo had counted the print's break in the
+    abandoned attempt (``counters["graph_break"]``) and counted it again: 2 breaks, mended 3."""
+    from torch._dynamo.utils import counters
+
+    original, mended, _ = original_and_mended(check_program(COUNT_PRINTED_THEN_CHECKED))
+    arguments = (torch.arange(4.0) + 1, torch.ones(4))
+    assert graphs_and_breaks(original.f, *arguments) == (2, 2)
+    assert graphs_and_breaks(mended.f, *arguments) == (2, 2)
+    assert sum(counters["graph_break"].values()) == 2
+    assert claims.trace_time_declines  # the count's claim was refused while tracing
+    assert_equivalent(original.f, mended.f, *arguments, backends=("eager", "aot_eager"))
