@@ -50,6 +50,7 @@ def finding_as_json(finding: Finding) -> dict:
         "reason": finding.reason,
         "outcome": finding.outcome(),
         "follows": finding.follows,
+        "caveat": finding.caveat,
     }
 
 
