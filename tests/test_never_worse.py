@@ -172,3 +172,57 @@ def test_a_trace_abandoned_for_a_refused_claim_counts_no_break():
     assert sum(counters["graph_break"].values()) == 2
     assert claims.trace_time_declines  # the count's claim was refused while tracing
     assert_equivalent(original.f, mended.f, *arguments, backends=("eager", "aot_eager"))
+
+
+# A model's forward with a debugging print, a logger.warning and a data-dependent branch,
+# run while autograd records: every claim is refused (``joined_graph_records_no_autograd``).
+TRAINING_FORWARD = """
+import logging
+import torch
+
+logger = logging.getLogger("graphmend_test_training_forward")
+
+def f(x, w):
+    h = torch.tanh(x @ w)
+    print("debug: hidden", h.shape)
+    h = h * 2
+    logger.warning("forward with %d rows", h.shape[0])
+    if h.abs().max() > 100:
+        h = h * 0.5
+    else:
+        h = h * 1.0
+    return h.sum()
+"""
+
+
+def test_claims_refused_under_grad_count_the_original_breaks():
+    """Under a backend that may reorder (inductor; here one that wraps its graph) and
+    with autograd recording, the frame is traced again with every claim refused: the
+    original's 2 counted breaks became 3 in TorchDynamo's counters, the attempts
+    abandoned counting theirs."""
+    from torch._dynamo.utils import counters
+
+    original, mended, _ = original_and_mended(TRAINING_FORWARD)
+    counts = []
+    for module in (original, mended):
+        claims.forget_refusals()
+        graphs, printed = _graphs_and_printed_for(module.f, _wrapping_the_forward)
+        counts.append((graphs, sum(counters["graph_break"].values()), printed))
+    assert counts[0][:2] == (4, 2)
+    assert counts[1] == counts[0]
+    assert set(claims.trace_time_declines.values()) == {
+        ("the joined graph records autograd: its backward would sum gradients in another order than "
+        "the original's separate graphs")
+    }
+
+
+def _graphs_and_printed_for(function, backend_for_counter):
+    from torch._dynamo.utils import counters
+
+    counter = [0]
+    torch._dynamo.reset()
+    counters.clear()
+    x, w = torch.ones(3, 4), torch.ones(4, 2, requires_grad=True)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        torch.compile(function, backend=backend_for_counter(counter))(x, w).backward()
+    return counter[0], printed.getvalue()
