@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import warnings
 
 import pytest
 import torch
@@ -226,3 +227,76 @@ def _graphs_and_printed_for(function, backend_for_counter):
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         torch.compile(function, backend=backend_for_counter(counter))(x, w).backward()
     return counter[0], printed.getvalue()
+
+
+ONE_WARNING = """
+import warnings
+import torch
+
+def f(x):
+    y = x * 2
+    warnings.warn("careful")
+    return y.sin()
+"""
+
+
+def _calls_with_recorders(function, recorders):
+    """Graphs, breaks and recompilations over one call per recorder factory, each call
+    inside its own ``catch_warnings`` with ``showwarning`` set to a new recorder (as a
+    test harness sets one per call); and what the recorders saw."""
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(function, backend=backend)
+    seen = []
+    with recording_graph_breaks() as records:
+        for make_recorder in recorders:
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.showwarning = make_recorder(seen)
+                compiled(torch.ones(3))
+    return backend.graphs, len(records.breaks), len(records.recompilations), seen
+
+
+def _disabled_recorder(seen):
+    @torch._dynamo.disable
+    def record(message, category, filename, lineno, file=None, line=None):
+        seen.append(("disabled", str(message), lineno))
+
+    return record
+
+
+def _python_recorder(seen):
+    def record(message, category, filename, lineno, file=None, line=None):
+        seen.append(("python", str(message), lineno))
+
+    return record
+
+
+def test_a_warning_recorder_made_anew_for_each_call_keeps_the_graph():
+    """The in-graph warning's trace was guarded on ``warnings.showwarning`` itself: a
+    recorder made for each call (``torch._dynamo.disable``d, as tests make them) freed the
+    last one, TorchDynamo dropped the graph, and the frame compiled on every call: 3
+    graphs over 3 calls where the original compiles 2 once."""
+    claims.forget_refusals()
+    original, mended, _ = original_and_mended(ONE_WARNING)
+    recorders = [_disabled_recorder] * 3
+    before = _calls_with_recorders(original.f, recorders)
+    assert before[:3] == (2, 1, 0)
+    after = _calls_with_recorders(mended.f, recorders)
+    assert after == (1, 0, 0, before[3])
+
+
+def test_a_warning_recorder_of_python_code_is_decided_again():
+    """Guarded on the code of ``torch._dynamo.disable``'s wrappers, a recorder that is
+    plain Python code (which the in-graph warning may not call: ``_opaque_to_tracing``)
+    fails the guard: the frame is traced again and the warning made eagerly, to it."""
+    claims.forget_refusals()
+    original, mended, _ = original_and_mended(ONE_WARNING)
+    recorders = [_disabled_recorder, _python_recorder, _disabled_recorder]
+    before = _calls_with_recorders(original.f, recorders)
+    after = _calls_with_recorders(mended.f, recorders)
+    assert [kind for kind, _message, _line in after[3]] == ["disabled", "python", "disabled"]
+    assert after[3] == before[3]
+    assert after[2] >= 1  # the Python recorder made TorchDynamo trace the frame again
