@@ -1,18 +1,22 @@
 """A mended frame compiles no more graphs and records no more breaks than the original
 (issue 46): a user's backend that runs its graph as given is recognised as keeping the
-graph's order, and a frame in which a claim was refused while tracing is traced again
-with every claim of that frame refused."""
+graph's order; a claim refused while tracing leaves the original's breaks, no more (the
+attempts TorchDynamo abandoned count none, and a kept check call breaks only where the
+original's did)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import warnings
 
 import pytest
 import torch
 
 from graphmend.runtime import claims
-from helpers import original_and_mended
+from helpers import assert_equivalent, graphs_and_breaks, original_and_mended
+from tests.rules.test_trap_checks import known_test_helper  # noqa: F401 - a fixture
+from tests.rules.test_trap_checks import program as check_program
 
 TWO_PRINTS = """
 import torch
@@ -122,3 +126,177 @@ def test_returning_the_graph_or_its_forward_is_recognised():
     assert claims.returns_its_graph_unchanged(_other)
     assert claims.returns_its_graph_unchanged(lambda gm, example_inputs: gm)
     assert claims.returns_its_graph_unchanged(_CountingObject([0]))
+
+
+# A count kept a tensor for the check that reads it (Trap's ``.item()``), then refused.
+COUNT_CHECKED = """
+    def f(x, w):
+        h = x * w
+        count = (h > 0).sum().item()
+        torch_compilable_check(count == h.shape[0], f"{count} of {h.shape[0]} entries are positive")
+        return h * 2
+"""
+
+COUNT_PRINTED_THEN_CHECKED = """
+    def f(x, w):
+        h = x * w
+        count = (h > 0).sum().item()
+        print("count", h.shape)
+        torch_compilable_check(count == h.shape[0], f"{count} of {h.shape[0]} entries are positive")
+        return h * 2
+"""
+
+
+@pytest.mark.usefixtures("known_test_helper")
+def test_a_check_of_a_count_refused_under_grad_is_the_helper_traced_with_no_break():
+    """Under grad every claim is refused (``joined_graph_records_no_autograd``): the count
+    is a Python int again, which the helper traced checks with no break. Made eagerly
+    (``checks.call_eagerly``), the kept call broke the graph: 1 break, mended 2."""
+    original, mended, _ = original_and_mended(check_program(COUNT_CHECKED))
+    arguments = (torch.arange(4.0) + 1, torch.ones(4, requires_grad=True))
+    assert graphs_and_breaks(original.f, *arguments) == (2, 1)
+    assert graphs_and_breaks(mended.f, *arguments) == (2, 1)
+    assert_equivalent(original.f, mended.f, *arguments, backends=("eager", "aot_eager"))
+
+
+@pytest.mark.usefixtures("known_test_helper")
+def test_a_trace_abandoned_for_a_refused_claim_counts_no_break():
+    """The unchanged ``print`` breaks the graph before the check: the count's claim is
+    refused and the frame traced again. TorchDynamo had counted the print's break in the
+    abandoned attempt (``counters["graph_break"]``) and counted it again: 2 breaks, mended 3."""
+    from torch._dynamo.utils import counters
+
+    original, mended, _ = original_and_mended(check_program(COUNT_PRINTED_THEN_CHECKED))
+    arguments = (torch.arange(4.0) + 1, torch.ones(4))
+    assert graphs_and_breaks(original.f, *arguments) == (2, 2)
+    assert graphs_and_breaks(mended.f, *arguments) == (2, 2)
+    assert sum(counters["graph_break"].values()) == 2
+    assert claims.trace_time_declines  # the count's claim was refused while tracing
+    assert_equivalent(original.f, mended.f, *arguments, backends=("eager", "aot_eager"))
+
+
+# A model's forward with a debugging print, a logger.warning and a data-dependent branch,
+# run while autograd records: every claim is refused (``joined_graph_records_no_autograd``).
+TRAINING_FORWARD = """
+import logging
+import torch
+
+logger = logging.getLogger("graphmend_test_training_forward")
+
+def f(x, w):
+    h = torch.tanh(x @ w)
+    print("debug: hidden", h.shape)
+    h = h * 2
+    logger.warning("forward with %d rows", h.shape[0])
+    if h.abs().max() > 100:
+        h = h * 0.5
+    else:
+        h = h * 1.0
+    return h.sum()
+"""
+
+
+def test_claims_refused_under_grad_count_the_original_breaks():
+    """Under a backend that may reorder (inductor; here one that wraps its graph) and
+    with autograd recording, the frame is traced again with every claim refused: the
+    original's 2 counted breaks became 3 in TorchDynamo's counters, the attempts
+    abandoned counting theirs."""
+    from torch._dynamo.utils import counters
+
+    original, mended, _ = original_and_mended(TRAINING_FORWARD)
+    counts = []
+    for module in (original, mended):
+        claims.forget_refusals()
+        graphs, printed = _graphs_and_printed_for(module.f, _wrapping_the_forward)
+        counts.append((graphs, sum(counters["graph_break"].values()), printed))
+    assert counts[0][:2] == (4, 2)
+    assert counts[1] == counts[0]
+    assert set(claims.trace_time_declines.values()) == {
+        ("the joined graph records autograd: its backward would sum gradients in another order than "
+        "the original's separate graphs")
+    }
+
+
+def _graphs_and_printed_for(function, backend_for_counter):
+    from torch._dynamo.utils import counters
+
+    counter = [0]
+    torch._dynamo.reset()
+    counters.clear()
+    x, w = torch.ones(3, 4), torch.ones(4, 2, requires_grad=True)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        torch.compile(function, backend=backend_for_counter(counter))(x, w).backward()
+    return counter[0], printed.getvalue()
+
+
+ONE_WARNING = """
+import warnings
+import torch
+
+def f(x):
+    y = x * 2
+    warnings.warn("careful")
+    return y.sin()
+"""
+
+
+def _calls_with_recorders(function, recorders):
+    """Graphs, breaks and recompilations over one call per recorder factory, each call
+    inside its own ``catch_warnings`` with ``showwarning`` set to a new recorder (as a
+    test harness sets one per call); and what the recorders saw."""
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(function, backend=backend)
+    seen = []
+    with recording_graph_breaks() as records:
+        for make_recorder in recorders:
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.showwarning = make_recorder(seen)
+                compiled(torch.ones(3))
+    return backend.graphs, len(records.breaks), len(records.recompilations), seen
+
+
+def _disabled_recorder(seen):
+    @torch._dynamo.disable
+    def record(message, category, filename, lineno, file=None, line=None):
+        seen.append(("disabled", str(message), lineno))
+
+    return record
+
+
+def _python_recorder(seen):
+    def record(message, category, filename, lineno, file=None, line=None):
+        seen.append(("python", str(message), lineno))
+
+    return record
+
+
+def test_a_warning_recorder_made_anew_for_each_call_keeps_the_graph():
+    """The in-graph warning's trace was guarded on ``warnings.showwarning`` itself: a
+    recorder made for each call (``torch._dynamo.disable``d, as tests make them) freed the
+    last one, TorchDynamo dropped the graph, and the frame compiled on every call: 3
+    graphs over 3 calls where the original compiles 2 once."""
+    claims.forget_refusals()
+    original, mended, _ = original_and_mended(ONE_WARNING)
+    recorders = [_disabled_recorder] * 3
+    before = _calls_with_recorders(original.f, recorders)
+    assert before[:3] == (2, 1, 0)
+    after = _calls_with_recorders(mended.f, recorders)
+    assert after == (1, 0, 0, before[3])
+
+
+def test_a_warning_recorder_of_python_code_is_decided_again():
+    """Guarded on the code of ``torch._dynamo.disable``'s wrappers, a recorder that is
+    plain Python code (which the in-graph warning may not call: ``_opaque_to_tracing``)
+    fails the guard: the frame is traced again and the warning made eagerly, to it."""
+    claims.forget_refusals()
+    original, mended, _ = original_and_mended(ONE_WARNING)
+    recorders = [_disabled_recorder, _python_recorder, _disabled_recorder]
+    before = _calls_with_recorders(original.f, recorders)
+    after = _calls_with_recorders(mended.f, recorders)
+    assert [kind for kind, _message, _line in after[3]] == ["disabled", "python", "disabled"]
+    assert after[3] == before[3]
+    assert after[2] >= 1  # the Python recorder made TorchDynamo trace the frame again

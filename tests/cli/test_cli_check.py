@@ -94,6 +94,7 @@ def test_json_document(cli, write, compiled_module):
         "condition": None,
         "outcome": "fixed by Defer",
         "follows": None,
+        "caveat": None,
     }
     assert [f["code"] for f in document["findings"]] == ["LC", "DC", "TI"]
     assert document["errors"] == [
@@ -111,6 +112,7 @@ def test_json_document(cli, write, compiled_module):
         "files_without_compiled_code": 0,
         "suppressed": 0,
         "follow_ons": 0,
+        "fixable_in_order_only": 0,
     }
 
 
@@ -358,3 +360,59 @@ def test_eager_code_that_calls_a_compiled_model_is_not_reported(cli, write):
         "Found 1 break candidate in 1 file (1 fixable, 0 not fixable); 1 file checked.",
     ]
     assert outcome.code == 1
+
+
+TWO_OUTPUTS_MODULE = """\
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+@torch.compile
+def f(x):
+    print("a", x.shape)
+    logger.warning("b %s", x.shape)
+    for step in range(2):
+        print("step", step)
+    return x + 1
+
+
+@torch.compile
+def g(x):
+    if (x < 0).any():
+        raise ValueError("negative")
+    print("c", x.shape)
+    return x * 2
+
+
+@torch.compile
+def h(x):
+    for step in range(2):
+        print("step", step)
+    return x
+"""
+
+
+def test_an_output_the_run_may_keep_under_inductor_is_not_fixed_alone(cli, write):
+    """Under inductor, the default backend, a graph holds one output and none beside a
+    lowered guard (checked while tracing): ``check`` said "fixed" for the second output
+    where the run kept its break (tests/test_never_worse.py shows the break kept under a
+    backend that may reorder)."""
+    write("model.py", TWO_OUTPUTS_MODULE)
+    result = cli("check", "model.py")
+    caveat = "(fixed by Defer under eager or aot_eager; under inductor, the default, it keeps its break where"
+    assert result.out.splitlines() == [
+        "model.py:10:5: LC `print(...)` call (fixed by Defer)",
+        f"model.py:11:5: LC `logger.warning(...)` call {caveat} the output at line 10 shares its graph)",
+        f"model.py:13:9: LC `print(...)` call {caveat} the output at line 11 shares its graph)",
+        "model.py:19:5: VG validation guard `if (x < 0).any(): raise` (fixed by Trap)",
+        f"model.py:21:5: LC `print(...)` call {caveat} the guard lowered at line 19 shares its graph)",
+        f"model.py:28:9: LC `print(...)` call {caveat} an earlier pass of its loop shares its graph)",
+        "Found 6 break candidates in 1 file (6 fixable, 4 of them only under eager or aot_eager, "
+        "0 not fixable); 1 file checked.",
+    ]
+    as_json = json.loads(cli("check", "--format", "json", "model.py").out)
+    findings = as_json["findings"] if isinstance(as_json, dict) else as_json
+    assert [finding["caveat"] is None for finding in findings] == [True, False, False, True, False, False]

@@ -295,6 +295,8 @@ class Summary:
     files_without_compiled_code: int = 0
     suppressed: int = 0
     follow_ons: int = 0
+    # Fixable under eager and aot_eager only (``Finding.caveat``).
+    fixable_in_order_only: int = 0
 
     def add(self, report: FileReport) -> None:
         if report.error is not None:
@@ -311,6 +313,7 @@ class Summary:
             self.break_candidates += 1
             if finding.fixed:
                 self.fixable += 1
+                self.fixable_in_order_only += finding.caveat is not None
             elif finding.rule:
                 self.declined += 1
             else:
@@ -320,6 +323,8 @@ class Summary:
         files = plural(self.files_checked, "file")
         if self.break_candidates:
             parts = [f"{self.fixable} fixable"]
+            if self.fixable_in_order_only:
+                parts[0] += f", {self.fixable_in_order_only} of them only under eager or aot_eager"
             if self.declined:
                 parts.append(f"{self.declined} declined")
             parts.append(f"{self.not_fixable} not fixable")

@@ -51,6 +51,7 @@ def finding_as_json(finding: Finding) -> dict:
         "condition": finding.condition,
         "outcome": finding.outcome(),
         "follows": finding.follows,
+        "caveat": finding.caveat,
     }
 
 

@@ -51,6 +51,12 @@ class Finding:
     # (reported there); this site is rewritten with it and is no candidate of its own.
     follows: str | None = None
     condition: str | None = None
+    # Set on a fix that holds only under a backend that runs the graph's ops in order
+    # (eager, aot_eager): what the run does under the others, in words. Under inductor,
+    # the default, a graph keeps at most one output and no output beside a lowered guard
+    # (``claims.outputs_share_no_graph_with_a_lowered_guard``), so ``check`` must not
+    # say "fixed" alone for a statement the run may keep as a break.
+    caveat: str | None = None
 
     def __post_init__(self) -> None:
         if self.condition is None and not self.fixed:
@@ -62,7 +68,7 @@ class Finding:
     def outcome(self) -> str:
         """What graphmend does about it."""
         if self.fixed:
-            return f"fixed by {self.rule}"
+            return f"fixed by {self.rule}" + (f" {self.caveat}" if self.caveat else "")
         if self.rule:
             return declined(self.rule, self.reason)
         return f"not fixable: {self.reason}" if self.reason else "not fixable"

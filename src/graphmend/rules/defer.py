@@ -394,6 +394,48 @@ def _refusal(context: FunctionContext, statement: ast.Expr, kind: str) -> str | 
         lambda: failed("D108", no_trap_after(context, statement)),
     )
 
+_REORDERING = "under eager or aot_eager; under inductor, the default, it keeps its break where"
+
+
+def kept_under_a_reordering_backend(
+    context: FunctionContext, statement: ast.stmt, earlier_outputs: list[int], in_a_loop: bool
+) -> str | None:
+    """What ``check`` must add to "fixed" for an output the run may keep as a break:
+    under a backend that may reorder a graph's ops (inductor), a graph holds at most one
+    output (``deferred.no_earlier_output_in_graph``) and none beside a lowered guard
+    (``claims.outputs_share_no_graph_with_a_lowered_guard``), checked while tracing.
+    Statically: an earlier output of the function rewritten too, the same statement in a
+    loop (each pass is another output in one graph), or a guard Trap lowered before it
+    may share its graph. None where the output is the only one that may."""
+    if earlier_outputs:
+        return f"{_REORDERING} the output at line {earlier_outputs[-1]} shares its graph"
+    if in_a_loop:
+        return f"{_REORDERING} an earlier pass of its loop shares its graph"
+    for finding in context.module.findings:
+        if (
+            finding.rule == "Trap" and finding.fixed and finding.function == context.facts.qualified_name
+            and finding.line < statement.lineno
+        ):
+            return f"{_REORDERING} the guard lowered at line {finding.line} shares its graph"
+    return None
+
+
+def _statements_in_loops(function: ast.AST) -> set[int]:
+    """ids of the statements inside a ``for`` or ``while`` of ``function`` (not of a
+    function nested in it)."""
+    inside: set[int] = set()
+
+    def visit(node: ast.AST, looped: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if looped and isinstance(child, ast.stmt):
+                inside.add(id(child))
+            visit(child, looped or isinstance(child, (ast.For, ast.AsyncFor, ast.While)))
+
+    visit(function, False)
+    return inside
+
 
 def apply(context: FunctionContext) -> None:
     candidates = _output_calls(context)
@@ -403,6 +445,8 @@ def apply(context: FunctionContext) -> None:
     # inside the graph, which runs before the eager code after a graph break.
     reasons = {id(statement): _refusal(context, statement, kind) for statement, kind, _ in candidates}
     details = {id(statement): (kind, detail) for statement, kind, detail in candidates}
+    in_loops = _statements_in_loops(context.facts.function)
+    fixed_lines: list[int] = []
 
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
         if id(statement) not in details:
@@ -410,10 +454,12 @@ def apply(context: FunctionContext) -> None:
         kind, detail = details[id(statement)]
         reason = reasons[id(statement)]
         finding = context.module.report(
-            context.facts, statement, LOGGER_CALL, f"`{detail}(...)` call", RULE, reason
+            context.facts, statement, LOGGER_CALL, f"`{detail}(...)` call", RULE, reason,
+            caveat=kept_under_a_reordering_backend(context, statement, fixed_lines, id(statement) in in_loops),
         )
         if not finding.fixed:
             return None
+        fixed_lines.append(statement.lineno)
         context.module.uses_runtime = True
         call = statement.value
         if context.module.output_calls_in_place:

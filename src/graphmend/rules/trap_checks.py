@@ -168,21 +168,30 @@ def _as_guard(call: ast.Call, arguments: dict[str, ast.expr], error_type: ast.ex
     return guard
 
 
-def _kept_call(statement: ast.Expr, call: ast.Call) -> list[ast.stmt]:
+def _kept_call(context: FunctionContext, statement: ast.Expr, call: ast.Call) -> list[ast.stmt]:
     """The check call as the helper makes it eagerly:
 
-        if __graphmend__.checks.called_outside_torchdynamo(CALLEE):
+        if __graphmend__.is_compiling():
+            _gm_cond_1 = COND
+            if __graphmend__.checks.runs_eagerly(CALLEE, _gm_cond_1):
+                __graphmend__.checks.call_eagerly(CALLEE, _gm_cond_1, ...)
+            else:
+                CALLEE(_gm_cond_1, ...)
+        elif __graphmend__.checks.called_outside_torchdynamo(CALLEE):
             __graphmend__.checks.call_eagerly(CALLEE, ...)
         else:
             CALLEE(...)
 
-    While tracing, a known helper's call is made outside TorchDynamo, keeping its break,
-    so that a failing check raises what it raises eagerly (the helper traced by
-    TorchDynamo raises RuntimeError instead of its ``error_type``); so is one in a frame
-    TorchDynamo runs eagerly, which would compile the helper's own frame. Anywhere else
-    (not compiled at all, another callee, ``fullgraph=True``) the original statement
-    runs as written: the frames of its exceptions and the place a warning in the helper
-    names (``stacklevel=2``) are the original's."""
+    While tracing, a known helper's call of a tensor condition is made outside
+    TorchDynamo, keeping its break, so that a failing check raises what it raises
+    eagerly (the helper traced by TorchDynamo raises RuntimeError instead of its
+    ``error_type``); a Python condition (a count whose ``.item()`` kept its break) is
+    checked by the helper traced, as in the original, which breaks nowhere. So is a
+    call in a frame TorchDynamo runs eagerly, which would compile the helper's own
+    frame. Anywhere else (not compiled at all, another callee, ``fullgraph=True``)
+    the original statement runs as written: the frames of its exceptions and the
+    place a warning in the helper names (``stacklevel=2``) are the original's. The
+    condition is evaluated once, first among the arguments, as in the call."""
     eager_call = copy.deepcopy(call)
     eager_call.func = expression(f"{RUNTIME_NAME}.checks.call_eagerly")
     eager_call.args = [copy.deepcopy(call.func), *eager_call.args]
@@ -193,12 +202,43 @@ def _kept_call(statement: ast.Expr, call: ast.Call) -> list[ast.stmt]:
         f"{RUNTIME_NAME}.checks.called_outside_torchdynamo(CALLEE)", CALLEE=copy.deepcopy(call.func)
     )
     place(guard.test, statement)
-    return [guard]
+    arguments = bound_arguments(call)
+    if arguments is None:
+        return [guard]
+    temporary = f"_gm_cond_{context.module.fresh_suffix()}"
+    traced_call = _with_condition(call, ast.Name(id=temporary, ctx=ast.Load()))
+    traced_eager_call = copy.deepcopy(traced_call)
+    traced_eager_call.func = expression(f"{RUNTIME_NAME}.checks.call_eagerly")
+    traced_eager_call.args = [copy.deepcopy(call.func), *traced_eager_call.args]
+    traced = statements(
+        f"{temporary} = COND\n"
+        f"if {RUNTIME_NAME}.checks.runs_eagerly(CALLEE, {temporary}):\n    EAGER\nelse:\n    TRACED",
+        COND=copy.deepcopy(arguments["cond"]), CALLEE=copy.deepcopy(call.func),
+        EAGER=[ast.Expr(value=traced_eager_call)], TRACED=[ast.Expr(value=traced_call)],
+    )
+    place(traced, statement)
+    kept = statements(f"if {RUNTIME_NAME}.is_compiling():\n    TRACED\nelse:\n    KEPT", TRACED=traced, KEPT=[guard])[0]
+    place(kept.test, statement)
+    kept.lineno, kept.col_offset = guard.lineno, guard.col_offset
+    kept.end_lineno, kept.end_col_offset = guard.end_lineno, guard.end_col_offset
+    return [kept]
+
+
+def _with_condition(call: ast.Call, condition: ast.expr) -> ast.Call:
+    """``call`` with its ``cond`` argument (bound as ``bound_arguments`` binds it) replaced."""
+    replaced = copy.deepcopy(call)
+    if replaced.args:
+        replaced.args[0] = condition
+    else:
+        for keyword in replaced.keywords:
+            if keyword.arg == "cond":
+                keyword.value = condition
+    return replaced
 
 
 def _kept_as_a_call(context: FunctionContext, statement: ast.Expr, call: ast.Call) -> list[ast.stmt]:
     context.module.uses_runtime = True
-    return _kept_call(statement, call)
+    return _kept_call(context, statement, call)
 
 
 def apply(context: FunctionContext) -> None:
@@ -297,7 +337,7 @@ def apply(context: FunctionContext) -> None:
             HOLES=holes, **site,
         )
         wrapped = compiled_or_original(assertion, [statement], f"{RULE}: original check call", also=lowerable)
-        wrapped.orelse = _kept_call(statement, call)
+        wrapped.orelse = _kept_call(context, statement, call)
         wrapped._graphmend_trap = True
         return [wrapped]
 

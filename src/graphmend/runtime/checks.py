@@ -141,21 +141,36 @@ def _lowerable(translator, callee, error_type, line: int, function_name: str, ho
     return True
 
 
-def runs_eagerly(callee) -> bool:
+def runs_eagerly(callee, *condition) -> bool:
     """While tracing, whether ``call_eagerly`` makes its call outside TorchDynamo:
-    ``callee`` is a known helper, and the trace may break (under ``fullgraph=True`` the
-    original call's own error is kept). A constant of the trace; not tracing, False."""
+    ``callee`` is a known helper, the trace may break (under ``fullgraph=True`` the
+    original call's own error is kept), and the ``condition`` it checks, where the
+    rewritten code passes it, is not a Python value of the trace. A constant of the
+    trace; not tracing, False."""
     eagerly = False
     comptime(_decide_runs_eagerly)
     return eagerly
 
 
 def _decide_runs_eagerly(context) -> None:
+    try:
+        from torch._dynamo.variables import SymNodeVariable
+
+        given = context._ComptimeContext__tx.symbolic_locals["condition"].items
+        python_value = len(given) == 1 and (given[0].is_python_constant() or isinstance(given[0], SymNodeVariable))
+    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: decide by the callee alone
+        python_value = False
+
     def decide(tracer, callee):
         user = claims.user_translator(tracer)
         check = known_check_function(callee)
         if check is None or check.disabled():
             return False  # a disabled helper's traced call checks nothing and keeps the graph whole
+        if python_value:
+            # condition_is_a_tensor: the helper traced checks a Python value while
+            # tracing (``torch._check``), with no break; made eagerly, its call would
+            # add one (a count kept a tensor, then refused, is a Python int again).
+            return False
         if user is None:
             # Only graphmend's runtime is traced: TorchDynamo compiles
             # ``called_outside_torchdynamo`` as a frame of its own, called from a user

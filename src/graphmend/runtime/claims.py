@@ -1071,12 +1071,56 @@ def _refuse(site, kind: str, reason: str) -> None:
 def _restart(output, reason: str):
     from torch._dynamo.exc import UnspecializeRestartAnalysis
 
+    _forget_break_counts_of_the_attempt()
     for listener in list(abandoned_trace_listeners):
         try:
             listener(output)
         except Exception:  # noqa: BLE001 - a listener must never change what TorchDynamo does
             pass
     return UnspecializeRestartAnalysis(restart_reason=f"graphmend: {reason}")
+
+
+# TorchDynamo's graph-break counters (``counters["graph_break"]``, the count tests and
+# users read) as they were when the compilation of the frame being traced began: keyed
+# by its frame and compile ids, the same over the attempts TorchDynamo restarts.
+_break_counts_at_compile_start: dict = {}
+
+
+def _compile_key():
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    return None if compile_id is None else (compile_id.frame_id, compile_id.frame_compile_id)
+
+
+def _note_break_counts_at_compile_start() -> None:
+    try:
+        from torch._dynamo.utils import counters
+
+        key = _compile_key()
+        if key is not None and key not in _break_counts_at_compile_start:
+            _break_counts_at_compile_start.clear()
+            _break_counts_at_compile_start[key] = dict(counters["graph_break"])
+    except Exception:  # noqa: BLE001 - counting must never change what TorchDynamo does
+        return
+
+
+def _forget_break_counts_of_the_attempt() -> None:
+    """A trace graphmend abandons compiled nothing, and the next attempt counts the
+    breaks that remain: TorchDynamo counts a break in the attempt that finds it, so the
+    breaks the abandoned attempts found would count twice, and a mended program whose
+    claim was refused would count more breaks than the original (a count kept a tensor
+    for a check, refused where an unchanged ``print`` broke the graph first: 3 where the
+    original counts 2). The counters go back to what they were when the frame's
+    compilation began, as ``graphmend.dynamo_records`` forgets its records."""
+    try:
+        from torch._dynamo.utils import counters
+
+        saved = _break_counts_at_compile_start.get(_compile_key())
+        if saved is not None:
+            counts = counters["graph_break"]
+            counts.clear()
+            counts.update(saved)
+    except Exception:  # noqa: BLE001 - counting must never change what TorchDynamo does
+        return
 
 
 def _check_before_compiling(compile_subgraph):
@@ -1188,6 +1232,7 @@ def _restart_given_up_frame_without_claims(run):
     from torch._dynamo.exc import SpeculationRestartAnalysis, Unsupported, UserError
 
     def wrapped(self, *args, **kwargs):
+        _note_break_counts_at_compile_start()
         try:
             return run(self, *args, **kwargs)
         except SpeculationRestartAnalysis:

@@ -820,12 +820,45 @@ def _decide_warning_display_guarded(context) -> None:
     claims.decide_in_trace(context, "guarded", (), _guard_on_the_warning_display)
 
 
+@functools.cache
+def _disable_wrapper_code():
+    """The code of every wrapper ``torch._dynamo.disable`` makes (None where this torch
+    makes them otherwise)."""
+    code = getattr(torch._dynamo.disable(_nothing), "__code__", None)
+    return code if code is not getattr(_nothing, "__code__", None) else None
+
+
+def _nothing() -> None:
+    return None
+
+
+def _is_a_disable_wrapper(function) -> bool:
+    code = _disable_wrapper_code()
+    return (
+        code is not None
+        and isinstance(function, types.FunctionType)
+        and function.__code__ is code
+        and getattr(function, "_torchdynamo_disable", False) is True
+    )
+
+
 def _guard_on_the_warning_display(translator) -> bool:
     from torch._dynamo.guards import GuardBuilder, install_guard
     from torch._dynamo.source import AttrSource, ImportSource
 
     module = ImportSource("warnings")
-    install_guard(AttrSource(module, "showwarning").make_guard(GuardBuilder.ID_MATCH))
+    shown = AttrSource(module, "showwarning")
+    if _is_a_disable_wrapper(warnings.showwarning):
+        # Every function with this code is a ``torch._dynamo.disable`` wrapper, of which
+        # the decision reads no more (``_opaque_to_tracing``): guarded on the code, a
+        # recorder made anew for each call (a test's ``catch_warnings`` that sets its own
+        # ``showwarning``) keeps the graph, where a guard on the function dropped it once
+        # the function was freed, and the frame compiled again on every call, recording
+        # its breaks each time (the original compiled once).
+        install_guard(AttrSource(shown, "__code__").make_guard(GuardBuilder.ID_MATCH))
+        install_guard(AttrSource(shown, "_torchdynamo_disable").make_guard(GuardBuilder.CONSTANT_MATCH))
+    else:
+        install_guard(shown.make_guard(GuardBuilder.ID_MATCH))
     install_guard(AttrSource(ImportSource("sys"), "stderr").make_guard(GuardBuilder.TYPE_MATCH))
     display = AttrSource(AttrSource(module, "_showwarnmsg_impl"), "__module__")
     install_guard(display.make_guard(GuardBuilder.CONSTANT_MATCH))
