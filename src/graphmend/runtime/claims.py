@@ -12,7 +12,11 @@ that decide it come only later in the same trace:
 - TorchDynamo gives up on the whole frame after the statement (an error the code
   raises escapes the frame while traced, a construct it cannot resume after), which it
   then runs eagerly (``frame_was_not_given_up_while_tracing``);
-- the joined graph records autograd (``joined_graph_records_no_autograd``);
+- the joined graph records autograd: a selection or a capture is then refused
+  (``joined_graph_records_no_autograd``); output and lowered guards stay joined where the
+  backend runs the graph as written, or traces its backward (``aot_eager``) and no graph
+  input's gradient would be summed in another order (``backend_differentiates_as_written``,
+  ``gradient_sums_keep_their_order``);
 - the joined graph draws random numbers on both sides of the statement
   (``random_draws_stay_on_their_side``);
 - the joined graph holds a batch norm of a tensor that is not contiguous, which torch
@@ -107,6 +111,12 @@ class Claim:
     kind: str = SELECTION
     # For an ITEM: the original lines of the check calls that read the value.
     checks: tuple[int, ...] = ()
+    # The autograd sequence number when the statement was traced: autograd nodes made
+    # for the code before it have smaller ones (``gradient_sums_keep_their_order``).
+    autograd_sequence: int = 0
+    # Whether the statement is in a function TorchDynamo inlined rather than in the frame
+    # it compiles (the original may then have broken the graph at the call).
+    in_inlined_function: bool = False
 
 
 def current_translator():
@@ -294,7 +304,17 @@ def record_claim(
     translator, site: tuple[str, int], rest_ran_eagerly: str | None, kind: str = SELECTION, checks: tuple = ()
 ) -> None:
     position = len(translator.output.graph.nodes)
-    claims_in_trace(translator)[site] = Claim(site, position, rest_ran_eagerly, kind, tuple(checks))
+    claims_in_trace(translator)[site] = Claim(
+        site, position, rest_ran_eagerly, kind, tuple(checks), _autograd_sequence_now(),
+        translator is not getattr(translator.output, "root_tx", None),
+    )
+
+
+def _autograd_sequence_now() -> int:
+    try:
+        return torch.autograd._get_sequence_nr()
+    except Exception:  # noqa: BLE001 - another torch: no boundary known, so every join under grad is refused
+        return -1
 
 
 def claim_item_for_checks(translator, check_lines: tuple[int, ...]) -> bool:
@@ -463,18 +483,158 @@ def records_autograd(node) -> bool:
 
 
 def joined_graph_records_no_autograd(output) -> str | None:
-    """Where the original broke, each graph had its own backward, and the autograd engine
-    summed the gradients that reach a tensor from several graphs. Joined, one backward
-    graph sums them in its own order: floating-point sums of three or more terms then
-    differ in the last bit. So no claim survives in a
-    graph that records autograd; under ``torch.no_grad`` nothing is recorded."""
+    """A selection (Where), a merged branch or a capture (Capture) joins no graph that
+    records autograd: autograd differentiates the untaken arm of a ``torch.where`` too
+    (zero gradients where the original gave none, and zero times an infinite derivative
+    is NaN), and Capture's writes of rows are not proved to differentiate as the
+    original's indexing did. Under ``torch.no_grad`` nothing is recorded. Output and
+    lowered guards are judged by ``backend_differentiates_as_written`` and
+    ``gradient_sums_keep_their_order`` instead."""
     for node in computed_nodes(output):
         if records_autograd(node):
             return (
-                "the joined graph records autograd: its backward would sum gradients in "
-                "another order than the original's separate graphs"
+                "the joined graph records autograd, which would differentiate a selection's "
+                "untaken arm or a capture's writes unlike the original"
             )
     return None
+
+
+# Claims that may join graphs that record autograd: they put no value of their own in
+# the graph's differentiable computation (an ``.item()`` kept for a check only feeds it).
+_JOINS_UNDER_GRAD = frozenset({OUTPUT, GUARD, ITEM})
+
+
+def backend_differentiates_as_written(output) -> str | None:
+    """Under autograd, a joined graph keeps the original's gradients only where the
+    backend's backward is known: one that runs the graph as written on the real tensors
+    (TorchDynamo's ``eager``, a backend that returns its graph unchanged, one marked
+    ``runs_the_graph_as_written``) records the same operators for autograd, one by one,
+    as the original's graphs did; ``aot_eager`` traces one backward graph, which sums
+    gradients in the autograd engine's order (``gradient_sums_keep_their_order``).
+    Inductor compiles the backward into kernels of its own: its gradients are not
+    bit-identical to the original's compiled graphs, and graphmend does not yet check
+    that they are at least as close to a float64 reference, so it joins nothing there
+    under autograd."""
+    if _backend_is(output, ("eager", "aot_eager"), "runs_the_graph_as_written"):
+        return None
+    return "the joined graph records autograd, and the backend compiles its backward in an order graphmend cannot check"
+
+
+def gradient_sums_keep_their_order(output, claims) -> list[tuple[tuple[str, int], str]]:
+    """The CPU autograd engine runs backward nodes from the last made to the first, and a
+    tensor's gradient is the sum of its contributions in that order. Where the original
+    broke, each graph's backward was one node: a graph input used in both graphs got one
+    summed gradient from each, added by the engine (``g_after + (a2 + a1)``); joined,
+    AOTAutograd's single backward adds each contribution in turn (``(g_after + a2) +
+    a1``), which differs in the last bit. A tensor made inside the graph is the same
+    either way: the original's later graph handed the earlier one the sum of its
+    contributions, which the earlier one then started from. So a claim keeps its break,
+    under a backend that traces the backward (``aot_eager``), where some graph input
+    receives two or more gradient contributions before it and one or more after it
+    (counted on the autograd graph TorchDynamo's fake tensors recorded: ``w * w`` and
+    ``F.normalize(w)`` give two). Returns (site, reason) for each such claim."""
+    if _backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return []
+    joined = [claim for claim in claims.values() if claim.kind in _JOINS_UNDER_GRAD]
+    if not joined:
+        return []
+    every_tensor = any(claim.in_inlined_function for claim in joined)
+    contributions = _gradient_contributions(output, every_tensor)
+    if contributions is None:
+        reason = "cannot tell which gradient contributions the graph's tensors receive"
+        return [(claim.site, reason) for claim in joined]
+    refusals = []
+    for claim in joined:
+        for name, sequences in contributions.items():
+            before = sum(1 for sequence in sequences if sequence < claim.autograd_sequence)
+            if claim.autograd_sequence < 0 or (before >= 2 and len(sequences) > before):
+                refusals.append((claim.site, (
+                    f"{name} receives {before} gradient contributions before it and "
+                    f"{len(sequences) - before} after: one backward graph would sum them in another order"
+                )))
+                break
+    return refusals
+
+
+def _gradient_contributions(output, every_tensor: bool) -> dict[str, list[int]] | None:
+    """For each graph input that requires grad (and, with ``every_tensor``, each tensor
+    the graph computes), the sequence numbers of the autograd nodes of the trace that
+    send it a gradient, one per edge (None: not known).
+
+    Only the graph's inputs need counting where every claim is in the frame TorchDynamo
+    compiles: the original's graph before the claim began where the trace began. Where
+    a claim is in an inlined function, the original may have broken the graph at the
+    call, and a tensor made before the call was an input of the function's graphs."""
+    names: dict[tuple[int, int], str] = {}
+    held = []
+    outside = set()
+    for node in output.graph.nodes:
+        for value in _tensors(node.meta.get("example_value")):
+            function = value.grad_fn
+            if function is None:
+                if node.op not in ("placeholder", "get_attr"):
+                    continue
+                held.append(value)
+                names[(id(value), -1)] = f"the graph input `{node.name}`"
+            elif node.op in ("placeholder", "get_attr"):
+                held.append(function)
+                outside.add(id(function))
+                names[(id(function), value.output_nr)] = f"the graph input `{node.name}`"
+            elif every_tensor:
+                held.append(function)
+                names.setdefault((id(function), value.output_nr), f"the tensor `{node.name}`")
+    contributions: dict[tuple[int, int], list[int]] = {}
+    try:
+        pending = [
+            value.grad_fn
+            for node in computed_nodes(output)
+            for value in _tensors(node.meta.get("example_value"))
+            if value.grad_fn is not None and id(value.grad_fn) not in outside
+        ]
+        # Held so that each node's Python object, and so its id, stays the same.
+        seen: dict[int, object] = {}
+        while pending:
+            function = pending.pop()
+            if id(function) in seen:
+                continue
+            seen[id(function)] = function
+            sequence = function._sequence_nr()
+            for child, input_number in function.next_functions:
+                if child is None:
+                    continue
+                variable = getattr(child, "variable", None)
+                key = (id(variable), -1) if variable is not None else (id(child), input_number)
+                name = names.get(key)
+                if name is None and every_tensor and variable is None and id(child) not in outside:
+                    name = f"a tensor made inside the graph by `{type(child).__name__}`"
+                    names[key] = name
+                    held.append(child)
+                if name is not None:
+                    contributions.setdefault(key, []).append(sequence)
+                if variable is None and id(child) not in outside and hasattr(child, "next_functions"):
+                    pending.append(child)
+    except Exception:  # noqa: BLE001 - autograd's Python view changed: not known
+        return None
+    return {names[key]: sequences for key, sequences in contributions.items()}
+
+
+def _tensors(value):
+    values = value if isinstance(value, (tuple, list)) else [value]
+    return [v for v in values if isinstance(v, torch.Tensor) and v.requires_grad]
+
+
+def _autograd_refusals(output, claims) -> list[tuple[tuple[str, int], str]]:
+    """(site, reason) for each claim refused because the joined graph records autograd."""
+    recorded = joined_graph_records_no_autograd(output)
+    if recorded is None:
+        return []
+    selections = [claim.site for claim in claims.values() if claim.kind not in _JOINS_UNDER_GRAD]
+    if selections:
+        return [(site, recorded) for site in selections]
+    backend = backend_differentiates_as_written(output)
+    if backend is not None:
+        return [(site, backend) for site in claims]
+    return gradient_sums_keep_their_order(output, claims)
 
 
 _SEEDED = torch.Tag.nondeterministic_seeded
@@ -1040,11 +1200,11 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
         or joined_graph_writes_no_inference_tensor_in_place(output)
         or joined_graph_writes_through_no_out_keyword(output)
     )
-    kind = _ALWAYS
-    if for_all is None:
-        for_all, kind = joined_graph_records_no_autograd(output), _UNDER_GRAD
     if for_all is not None:
-        return [(site, kind, for_all) for site in claims]
+        return [(site, _ALWAYS, for_all) for site in claims]
+    under_grad = _autograd_refusals(output, claims)
+    if under_grad:
+        return [(site, _UNDER_GRAD, reason) for site, reason in under_grad]
     rest_compiled = rest_of_eager_frame_compiles_whole(graph_break)
     if rest_compiled is None:
         return []
