@@ -72,9 +72,15 @@ and the frame traced again where
   - an op after it fails while TorchDynamo traces it (no_later_op_failed_while_tracing);
   - TorchDynamo gives up on the frame after it and would run it all eagerly
     (frame_was_not_given_up_while_tracing);
-  - the joined graph records autograd (joined_graph_records_no_autograd) or enters
-    torch.inference_mode() (joined_graph_enters_no_inference_mode), or writes in place an
-    inference tensor it is given (joined_graph_writes_no_inference_tensor_in_place);
+  - the joined graph enters torch.inference_mode() (joined_graph_enters_no_inference_mode),
+    or writes in place an inference tensor it is given
+    (joined_graph_writes_no_inference_tensor_in_place);
+  - under autograd: the joined graph holds a selection or a capture
+    (joined_graph_records_no_autograd); the backend neither runs the graph as written
+    nor is aot_eager (backend_differentiates_as_written); under aot_eager, a graph
+    input (or, for a statement in an inlined function, any tensor) receives two or
+    more gradient contributions before it and one or more after
+    (gradient_sums_keep_their_order);
   - the joined graph writes through out=, under a backend that does not run the graph
     as written (joined_graph_writes_through_no_out_keyword);
   - random draws sit on both sides of it (random_draws_stay_on_their_side);
