@@ -115,7 +115,7 @@ def test_gradient_sums_keep_their_order__an_input_used_twice_before_and_once_aft
     original, mended = _pair(INPUT_USED_ON_BOTH_SIDES)
     make_args = lambda: (torch.linspace(-1.0, 1.0, 7, requires_grad=True),)  # noqa: E731
     assert _graphs_under("aot_eager", mended.f, *make_args()) == _graphs_under("aot_eager", original.f, *make_args()) == 2
-    assert any("2 gradient contributions before it and 1 after" in reason for reason in claims.trace_time_declines.values())
+    assert any("contributions in 2 of the original's graphs" in reason for reason in claims.trace_time_declines.values())
     _assert_same_as_original(original, mended, make_args)
 
 

@@ -14,9 +14,11 @@ that decide it come only later in the same trace:
   then runs eagerly (``frame_was_not_given_up_while_tracing``);
 - the joined graph records autograd: a selection or a capture is then refused
   (``joined_graph_records_no_autograd``); output and lowered guards stay joined where the
-  backend runs the graph as written, or traces its backward (``aot_eager``) and no graph
-  input's gradient would be summed in another order (``backend_differentiates_as_written``,
-  ``gradient_sums_keep_their_order``);
+  backend runs the graph as written, or traces its backward (``aot_eager``), no tensor's
+  gradient would be summed in another order, and no tensor made before the statement
+  leaves the graph (``backend_differentiates_as_written``,
+  ``gradient_sums_keep_their_order``, ``earlier_tensors_stay_in_the_graph``, the last
+  checked when the graph, with its outputs, is handed to the backend);
 - the joined graph draws random numbers on both sides of the statement
   (``random_draws_stay_on_their_side``);
 - the joined graph holds a batch norm of a tensor that is not contiguous, which torch
@@ -79,6 +81,7 @@ _hooks_installed = {
     "check_the_compiled_graph": False,
     "refuse_captures_whose_sizes_are_needed": False,
     "note_the_calls_inference_mode": False,
+    "note_inlined_call_spans": False,
 }
 
 # Per thread: whether the call TorchDynamo is converting was made inside
@@ -114,9 +117,9 @@ class Claim:
     # The autograd sequence number when the statement was traced: autograd nodes made
     # for the code before it have smaller ones (``gradient_sums_keep_their_order``).
     autograd_sequence: int = 0
-    # Whether the statement is in a function TorchDynamo inlined rather than in the frame
-    # it compiles (the original may then have broken the graph at the call).
-    in_inlined_function: bool = False
+    # The translators of the inlined calls the statement is in, innermost first: the
+    # original broke the graph at each call and after it returned as well.
+    inlined_calls: tuple = ()
 
 
 def current_translator():
@@ -306,8 +309,15 @@ def record_claim(
     position = len(translator.output.graph.nodes)
     claims_in_trace(translator)[site] = Claim(
         site, position, rest_ran_eagerly, kind, tuple(checks), _autograd_sequence_now(),
-        translator is not getattr(translator.output, "root_tx", None),
+        tuple(_inlined_calls(translator)),
     )
+
+
+def _inlined_calls(translator):
+    root = getattr(translator.output, "root_tx", None)
+    while translator is not None and translator is not root:
+        yield translator
+        translator = getattr(translator, "parent", None)
 
 
 def _autograd_sequence_now() -> int:
@@ -521,51 +531,167 @@ def backend_differentiates_as_written(output) -> str | None:
 
 
 def gradient_sums_keep_their_order(output, claims) -> list[tuple[tuple[str, int], str]]:
-    """The CPU autograd engine runs backward nodes from the last made to the first, and a
-    tensor's gradient is the sum of its contributions in that order. Where the original
-    broke, each graph's backward was one node: a graph input used in both graphs got one
-    summed gradient from each, added by the engine (``g_after + (a2 + a1)``); joined,
-    AOTAutograd's single backward adds each contribution in turn (``(g_after + a2) +
-    a1``), which differs in the last bit. A tensor made inside the graph is the same
-    either way: the original's later graph handed the earlier one the sum of its
-    contributions, which the earlier one then started from. So a claim keeps its break,
-    under a backend that traces the backward (``aot_eager``), where some graph input
-    receives two or more gradient contributions before it and one or more after it
-    (counted on the autograd graph TorchDynamo's fake tensors recorded: ``w * w`` and
-    ``F.normalize(w)`` give two). Returns (site, reason) for each such claim."""
+    """The CPU autograd engine runs backward nodes from the last made to the first, and
+    adds a tensor's gradient contributions in that order, one at a time. Where the
+    original broke, each graph's backward was one node, which handed the engine one
+    summed contribution per tensor; joined under a backend that traces one backward
+    graph (``aot_eager``), the graph's contributions are added one at a time, or handed
+    over as one sum where the original handed several. Floating-point addition is not
+    associative, so the claim keeps its break where, counting contributions on the
+    autograd graph TorchDynamo's fake tensors recorded (``w * w`` and ``F.normalize(w)``
+    give two), and splitting them where the original's graphs met:
+
+    - a graph input (a parameter, a tensor made before the frame) receives
+      contributions in more than one of the original's graphs: their sums reached the
+      engine apart, the joined graph's as one (``e + (b + a)`` where the original added
+      ``(e + b) + a``, ``e`` coming from a later graph or eager code);
+    - a tensor made inside the graph receives two or more contributions in one later
+      graph of the original: that graph handed the one that made the tensor their sum,
+      where the joined graph adds them one at a time after whatever reached the tensor
+      from later code (``(e + b2) + b1`` where the original added ``e + (b2 + b1)``).
+      Contributions in the graph that made it are added one at a time either way.
+
+    The original's graphs met at each claimed statement and, for a statement in a
+    function TorchDynamo inlined, where each enclosing inlined call began and where it
+    returned (TorchDynamo broke the graph at the outermost call and resumed the caller
+    after it). Returns (site, reason) for each claim that keeps its break."""
     if _backend_is(output, ("eager",), "runs_the_graph_as_written"):
         return []
     joined = [claim for claim in claims.values() if claim.kind in _JOINS_UNDER_GRAD]
-    if not joined:
-        return []
-    every_tensor = any(claim.in_inlined_function for claim in joined)
-    contributions = _gradient_contributions(output, every_tensor)
+    boundaries_of = {claim.site: _original_boundaries(claim) for claim in joined}
+    refusals = [(site, _UNKNOWN_BOUNDARY_REASON) for site, owned in boundaries_of.items() if owned is None]
+    if refusals or not joined:
+        return refusals
+    contributions = _gradient_contributions(output)
     if contributions is None:
         reason = "cannot tell which gradient contributions the graph's tensors receive"
         return [(claim.site, reason) for claim in joined]
+    boundaries = sorted({boundary for owned in boundaries_of.values() for boundary in owned})
+    offending = _boundaries_summed_across(boundaries, contributions)
+    for site, owned in boundaries_of.items():
+        reasons = [offending[boundary] for boundary in sorted(owned) if boundary in offending]
+        if reasons:
+            refusals.append((site, reasons[0]))
+    return refusals
+
+
+_UNKNOWN_BOUNDARY_REASON = "cannot tell where the original's graphs began and ended around it"
+_CALL_BEGAN_ATTRIBUTE = "_graphmend_call_began"
+_CALL_ENDED_ATTRIBUTE = "_graphmend_call_ended"
+
+
+def _original_boundaries(claim) -> set[int] | None:
+    """The autograd sequence numbers where the original's graphs met around the claimed
+    statement: at it and, for each inlined call it is in, where the call began and
+    where it returned. None where one is not known."""
+    boundaries = {claim.autograd_sequence}
+    for translator in claim.inlined_calls:
+        began = getattr(translator, _CALL_BEGAN_ATTRIBUTE, None)
+        ended = getattr(translator, _CALL_ENDED_ATTRIBUTE, None)
+        if began is None or ended is None:
+            return None
+        boundaries |= {began, ended}
+    return None if min(boundaries) < 0 else boundaries
+
+
+def _boundaries_summed_across(boundaries: list[int], contributions) -> dict[int, str]:
+    """The boundaries (sorted autograd sequence numbers where the original's graphs
+    met) across which the joined graph would sum some tensor's gradient in another
+    order, each with why."""
+    import bisect
+
+    offending: dict[int, str] = {}
+    for name, (made, sequences) in contributions.items():
+        groups: dict[int, int] = {}
+        for sequence in sequences:
+            group = bisect.bisect_right(boundaries, sequence)
+            groups[group] = groups.get(group, 0) + 1
+        if made is None:
+            if len(groups) > 1:
+                reason = (f"{name} receives gradient contributions in {len(groups)} of the original's graphs: "
+                          "one backward graph would hand the engine their sum where the original handed one each")
+                for boundary in boundaries[min(groups):max(groups)]:
+                    offending.setdefault(boundary, reason)
+            continue
+        home = bisect.bisect_right(boundaries, made)
+        for group, count in groups.items():
+            if group > home and count >= 2:
+                reason = (f"{name} receives {count} gradient contributions in a later graph of the original than "
+                          "the one that made it: one backward graph would add them one at a time where the "
+                          "original added their sum")
+                for boundary in boundaries[home:group]:
+                    offending.setdefault(boundary, reason)
+    return offending
+
+
+def earlier_tensors_stay_in_the_graph(output, graph_module, claims) -> list[tuple[tuple[str, int], str]]:
+    """Under a backend that traces one backward graph (``aot_eager``), a tensor that
+    autograd records, made before a claimed statement (or a view of one), must not
+    leave the joined graph. Where the original broke, such a tensor left an earlier
+    graph: a loss that reads only it ran that graph's backward alone, and the inputs
+    of the later graphs kept no gradient (``None``); joined, its gradient runs the whole
+    backward, which gives them zeros (an optimizer with momentum then moves them).
+    Checked when TorchDynamo hands the graph to the backend, once its outputs are
+    known; a claim refused here is traced again with its break. Returns (site, reason)
+    for each such claim."""
+    if _backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return []
+    joined = [claim for claim in claims.values() if claim.kind in _JOINS_UNDER_GRAD]
+    results = next((node for node in reversed(graph_module.graph.nodes) if node.op == "output"), None)
+    if not joined or results is None:
+        return []
+    made_at = []
+    for node in results.all_input_nodes:
+        if node.op == "placeholder":
+            continue
+        for value in _tensors(node.meta.get("example_value")):
+            sequences = [
+                tensor.grad_fn._sequence_nr()
+                for tensor in (value, value._base if value._is_view() else None)
+                if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None
+            ]
+            if sequences:
+                made_at.append((min(sequences), node.name))
     refusals = []
     for claim in joined:
-        for name, sequences in contributions.items():
-            before = sum(1 for sequence in sequences if sequence < claim.autograd_sequence)
-            if claim.autograd_sequence < 0 or (before >= 2 and len(sequences) > before):
+        boundaries = _original_boundaries(claim)
+        if boundaries is None:
+            refusals.append((claim.site, _UNKNOWN_BOUNDARY_REASON))
+            continue
+        for sequence, name in made_at:
+            if sequence < max(boundaries):
                 refusals.append((claim.site, (
-                    f"{name} receives {before} gradient contributions before it and "
-                    f"{len(sequences) - before} after: one backward graph would sum them in another order"
+                    f"the tensor `{name}`, made before it, leaves the joined graph: a gradient reaching it alone "
+                    "would run the whole joined backward, where the original ran only an earlier graph's"
                 )))
                 break
     return refusals
 
 
-def _gradient_contributions(output, every_tensor: bool) -> dict[str, list[int]] | None:
-    """For each graph input that requires grad (and, with ``every_tensor``, each tensor
-    the graph computes), the sequence numbers of the autograd nodes of the trace that
-    send it a gradient, one per edge (None: not known).
+def _note_inlined_call_spans(inline_call_):
+    """Wrap ``InliningInstructionTranslator.inline_call_``: note on the translator the
+    autograd sequence numbers where the inlined call began and returned, which are
+    where the original's graphs met when it broke the graph inside the call
+    (``gradient_sums_keep_their_order``)."""
 
-    Only the graph's inputs need counting where every claim is in the frame TorchDynamo
-    compiles: the original's graph before the claim began where the trace began. Where
-    a claim is in an inlined function, the original may have broken the graph at the
-    call, and a tensor made before the call was an input of the function's graphs."""
+    def wrapped(self, *args, **kwargs):
+        setattr(self, _CALL_BEGAN_ATTRIBUTE, _autograd_sequence_now())
+        try:
+            return inline_call_(self, *args, **kwargs)
+        finally:
+            setattr(self, _CALL_ENDED_ATTRIBUTE, _autograd_sequence_now())
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
+def _gradient_contributions(output) -> dict[str, tuple[int | None, list[int]]] | None:
+    """For each tensor that receives a gradient from the graph's autograd nodes: the
+    sequence number of the node that made it (None for a graph input or another leaf),
+    and the sequence numbers of the nodes that send it a contribution, one per edge
+    (None: not known)."""
     names: dict[tuple[int, int], str] = {}
+    made: dict[tuple[int, int], int | None] = {}
     held = []
     outside = set()
     for node in output.graph.nodes:
@@ -580,7 +706,7 @@ def _gradient_contributions(output, every_tensor: bool) -> dict[str, list[int]] 
                 held.append(function)
                 outside.add(id(function))
                 names[(id(function), value.output_nr)] = f"the graph input `{node.name}`"
-            elif every_tensor:
+            else:
                 held.append(function)
                 names.setdefault((id(function), value.output_nr), f"the tensor `{node.name}`")
     contributions: dict[tuple[int, int], list[int]] = {}
@@ -604,18 +730,20 @@ def _gradient_contributions(output, every_tensor: bool) -> dict[str, list[int]] 
                     continue
                 variable = getattr(child, "variable", None)
                 key = (id(variable), -1) if variable is not None else (id(child), input_number)
-                name = names.get(key)
-                if name is None and every_tensor and variable is None and id(child) not in outside:
-                    name = f"a tensor made inside the graph by `{type(child).__name__}`"
-                    names[key] = name
-                    held.append(child)
-                if name is not None:
-                    contributions.setdefault(key, []).append(sequence)
+                if key not in made:
+                    inside = variable is None and id(child) not in outside
+                    made[key] = child._sequence_nr() if inside else None
+                    # A leaf the graph reads some other way than as an input (a module's
+                    # parameter kept as an attribute) is an input all the same.
+                    default = f"a tensor made by `{type(child).__name__}`" if inside else "a leaf"
+                    names.setdefault(key, default)
+                    held.append(variable if variable is not None else child)
+                contributions.setdefault(key, []).append(sequence)
                 if variable is None and id(child) not in outside and hasattr(child, "next_functions"):
                     pending.append(child)
     except Exception:  # noqa: BLE001 - autograd's Python view changed: not known
         return None
-    return {names[key]: sequences for key, sequences in contributions.items()}
+    return {names[key]: (made[key], sequences) for key, sequences in contributions.items()}
 
 
 def _tensors(value):
@@ -1266,6 +1394,12 @@ def _check_the_compiled_graph(call_user_compiler):
     draws eagerly."""
 
     def wrapped(self, graph_module, *args, **kwargs):
+        claims = getattr(self, _CLAIMS_ATTRIBUTE, None)
+        refusals = earlier_tensors_stay_in_the_graph(self, graph_module, claims) if claims else []
+        if refusals:
+            for site, why in refusals:
+                _refuse(site, _UNDER_GRAD, why)
+            raise _restart(self, refusals[0][1])
         if _compiled_from_mended_code(self) and _draws_any(graph_module, self):
             import torch._inductor.config as inductor_config
 
