@@ -471,3 +471,31 @@ def test_earlier_tensors_stay_in_the_graph__a_tensor_made_before_the_print_is_re
     if backend == "aot_eager":
         (reason,) = claims.trace_time_declines.values()
         assert "the tensor `h`, made before it, leaves the joined graph" in reason
+
+
+READ_WITHOUT_GRADIENT = {
+    "a comparison": "    m = (h > 0).float()\n    return torch.tanh(x @ w2) * m\n",
+    "a detached tensor": "    return torch.tanh(h.detach() @ w2)\n",
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("read", list(READ_WITHOUT_GRADIENT))
+def test_a_tensor_made_before_the_print_read_after_it_without_gradient(read, backend):
+    """``w1`` reaches nothing the loss reads: it keeps no gradient, joined or not."""
+    source = ("import torch\n\ndef f(w1, w2, x):\n    h = torch.tanh(x @ w1)\n    print('between', 1)\n"
+              + READ_WITHOUT_GRADIENT[read])
+    original, mended, _ = original_and_mended(source)
+    outcomes = []
+    for function in (original.f, mended.f):
+        claims.forget_refusals()
+        torch._dynamo.reset()
+        counters.clear()
+        torch.manual_seed(0)
+        w1, w2, x = torch.randn(8, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True), torch.randn(4, 8)
+        with contextlib.redirect_stdout(io.StringIO()):
+            torch.compile(function, backend=backend, dynamic=False)(w1, w2, x).sum().backward()
+        outcomes.append((w1.grad, _bits(w2.grad), counters["stats"]["unique_graphs"]))
+    (original_w1, original_w2, original_graphs), (mended_w1, mended_w2, mended_graphs) = outcomes
+    assert original_w1 is None and mended_w1 is None and torch.equal(mended_w2, original_w2)
+    assert (original_graphs, mended_graphs) == (2, 1)
