@@ -325,13 +325,40 @@ def test_a_tensor_made_in_the_graph_used_once_after_is_joined(later_use):
     assert torch.equal(got[0], expected[0]) and (original_graphs, mended_graphs) == (2, 1)
 
 
-def test_gradient_sums_keep_their_order__a_tensor_made_in_the_graph_used_twice_after():
+def test_a_tensor_made_in_the_graph_used_twice_after_in_the_last_graph_is_joined():
+    """Its two contributions after the print came first either way, summed by the
+    original's later graph as the joined graph sums them."""
     original, mended, _ = original_and_mended(MADE_IN_THE_GRAPH.format(after="a * t + t.exp()"))
     expected, original_graphs = _gradient_and_graphs(original.f, "aot_eager")
     got, mended_graphs = _gradient_and_graphs(mended.f, "aot_eager")
-    assert torch.equal(got[0], expected[0]) and (original_graphs, mended_graphs) == (2, 2)
-    (reason,) = claims.trace_time_declines.values()
-    assert "receives 2 gradient contributions in a later graph of the original" in reason
+    assert torch.equal(got[0], expected[0]) and (original_graphs, mended_graphs) == (2, 1)
+
+
+TWO_PRINTS = """
+import torch
+
+def f(w, x):
+    t = torch.tanh(x @ w)
+    print('first', 1)
+    u = t.sin() * t.cos()
+    print('second', 2)
+    return u * t
+"""
+
+
+def test_gradient_sums_keep_their_order__a_tensor_used_twice_in_a_middle_graph():
+    """``t`` gets two contributions between the prints and one after the second: the
+    original's middle graph handed their sum, added to the last graph's."""
+    original, mended, _ = original_and_mended(TWO_PRINTS)
+    expected, original_graphs = _gradient_and_graphs(original.f, "aot_eager")
+    claims.forget_refusals()
+    got, mended_graphs = _gradient_and_graphs(mended.f, "aot_eager")
+    assert torch.equal(got[0], expected[0]) and original_graphs == 3 and mended_graphs == 3
+    assert any("receives 2 gradient contributions in a later graph of the original, and more in a still later one"
+               in reason for reason in claims.trace_time_declines.values())
+    claims.forget_refusals()
+    got, mended_graphs = _gradient_and_graphs(mended.f, "eager")
+    assert torch.equal(got[0], _gradient_and_graphs(original.f, "eager")[0][0]) and mended_graphs == 1
 
 
 TINY_BART_STEPS = textwrap.dedent(

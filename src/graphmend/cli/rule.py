@@ -79,9 +79,9 @@ and the frame traced again where
     (joined_graph_records_no_autograd); the backend neither runs the graph as written
     nor is aot_eager (backend_differentiates_as_written); under aot_eager, a graph
     input receives gradient contributions in more than one of the original's graphs,
-    or a tensor made in the graph two or more in one later graph of the original
-    (gradient_sums_keep_their_order), or a tensor made before it is an output of the
-    joined graph (earlier_tensors_stay_in_the_graph);
+    or a tensor made in the graph two or more in a later graph of the original that is
+    not the last to contribute (gradient_sums_keep_their_order), or a tensor made
+    before it is an output of the joined graph (earlier_tensors_stay_in_the_graph);
   - the joined graph writes through out=, under a backend that does not run the graph
     as written (joined_graph_writes_through_no_out_keyword);
   - random draws sit on both sides of it (random_draws_stay_on_their_side);

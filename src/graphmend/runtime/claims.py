@@ -545,11 +545,14 @@ def gradient_sums_keep_their_order(output, claims) -> list[tuple[tuple[str, int]
       contributions in more than one of the original's graphs: their sums reached the
       engine apart, the joined graph's as one (``e + (b + a)`` where the original added
       ``(e + b) + a``, ``e`` coming from a later graph or eager code);
-    - a tensor made inside the graph receives two or more contributions in one later
-      graph of the original: that graph handed the one that made the tensor their sum,
-      where the joined graph adds them one at a time after whatever reached the tensor
-      from later code (``(e + b2) + b1`` where the original added ``e + (b2 + b1)``).
-      Contributions in the graph that made it are added one at a time either way.
+    - a tensor made inside the graph receives two or more contributions in a later
+      graph of the original that is not the last to contribute: that graph handed the
+      one that made the tensor their sum, added to what the still later graph handed,
+      where the joined graph adds them one at a time (``(c + b2) + b1`` where the
+      original added ``c + (b2 + b1)``). The first sum to arrive, and the contributions
+      in the graph that made the tensor, are added one at a time either way. Where the
+      tensor leaves the joined graph, later code could send it the first contribution
+      instead: ``earlier_tensors_stay_in_the_graph`` refuses that.
 
     The original's graphs met at each claimed statement and, for a statement in a
     function TorchDynamo inlined, where each enclosing inlined call began and where it
@@ -614,11 +617,12 @@ def _boundaries_summed_across(boundaries: list[int], contributions) -> dict[int,
                     offending.setdefault(boundary, reason)
             continue
         home = bisect.bisect_right(boundaries, made)
+        latest = max(groups)
         for group, count in groups.items():
-            if group > home and count >= 2:
-                reason = (f"{name} receives {count} gradient contributions in a later graph of the original than "
-                          "the one that made it: one backward graph would add them one at a time where the "
-                          "original added their sum")
+            if home < group < latest and count >= 2:
+                reason = (f"{name} receives {count} gradient contributions in a later graph of the original, "
+                          "and more in a still later one: one backward graph would add them one at a time "
+                          "where the original added their sum")
                 for boundary in boundaries[home:group]:
                     offending.setdefault(boundary, reason)
     return offending
