@@ -84,7 +84,7 @@ def _fresh_declines():
     claims.forget_refusals()
 
 
-# joined_graph_records_no_autograd ---------------------------------------------------------
+# gradient_sums_keep_their_order -----------------------------------------------------------
 
 GRADIENT_SUMMED_FROM_THREE_GRAPHS = """
     def f(x):
@@ -94,28 +94,55 @@ GRADIENT_SUMMED_FROM_THREE_GRAPHS = """
         return b * a + a.exp() + a.tanh()
 """
 
+# ``x`` receives two contributions before the print and one after.
+INPUT_USED_ON_BOTH_SIDES = """
+    def f(x):
+        a = (x * x).sin()
+        print("between")
+        return a * x
+"""
 
-def test_joined_graph_records_no_autograd__output_between_uses_of_a_tensor_that_requires_grad():
+
+def test_gradient_sums_keep_their_order__a_tensor_made_in_the_graph_used_on_both_sides_is_joined():
     original, mended = _pair(GRADIENT_SUMMED_FROM_THREE_GRAPHS)
     make_args = lambda: (torch.linspace(-1.0, 1.0, 7, requires_grad=True),)  # noqa: E731
-    assert breaks(mended.f, *make_args()) == breaks(original.f, *make_args()) == 1
-    assert any("records autograd" in reason for reason in claims.trace_time_declines.values())
-    _assert_same_as_original(original, mended, make_args)
-
-
-def test_joined_graph_records_no_autograd__the_same_code_without_autograd_is_one_graph():
-    original, mended = _pair(GRADIENT_SUMMED_FROM_THREE_GRAPHS)
-    make_args = lambda: (torch.linspace(-1.0, 1.0, 7),)  # noqa: E731
     assert breaks(original.f, *make_args()) == 1
     assert breaks(mended.f, *make_args()) == 0
     _assert_same_as_original(original, mended, make_args)
 
 
-def test_joined_graph_records_no_autograd__a_refusal_under_grad_does_not_hold_under_no_grad():
-    original, mended = _pair(GRADIENT_SUMMED_FROM_THREE_GRAPHS)
-    assert breaks(mended.f, torch.ones(3, requires_grad=True)) == 1
+def test_gradient_sums_keep_their_order__an_input_used_twice_before_and_once_after():
+    original, mended = _pair(INPUT_USED_ON_BOTH_SIDES)
+    make_args = lambda: (torch.linspace(-1.0, 1.0, 7, requires_grad=True),)  # noqa: E731
+    assert _graphs_under("aot_eager", mended.f, *make_args()) == _graphs_under("aot_eager", original.f, *make_args()) == 2
+    assert any("contributions in 2 of the original's graphs" in reason for reason in claims.trace_time_declines.values())
+    _assert_same_as_original(original, mended, make_args)
+
+
+def test_gradient_sums_keep_their_order__the_same_code_without_autograd_is_one_graph():
+    original, mended = _pair(INPUT_USED_ON_BOTH_SIDES)
+    make_args = lambda: (torch.linspace(-1.0, 1.0, 7),)  # noqa: E731
+    assert _graphs_under("aot_eager", original.f, *make_args()) == 2
+    assert _graphs_under("aot_eager", mended.f, *make_args()) == 1
+    _assert_same_as_original(original, mended, make_args)
+
+
+def test_gradient_sums_keep_their_order__a_refusal_under_grad_does_not_hold_under_no_grad():
+    original, mended = _pair(INPUT_USED_ON_BOTH_SIDES)
+    assert _graphs_under("aot_eager", mended.f, torch.ones(3, requires_grad=True)) == 2
     with torch.no_grad():
-        assert breaks(mended.f, torch.ones(3, requires_grad=True)) == 0
+        assert _graphs_under("aot_eager", mended.f, torch.ones(3, requires_grad=True)) == 1
+
+
+def _graphs_under(backend, function, *args) -> int:
+    """Graphs compiled for one call under a backend named to TorchDynamo."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.compile(function, backend=backend, dynamic=False)(*args)
+    return counters["stats"]["unique_graphs"]
 
 
 # random_draws_stay_on_their_side ------------------------------------------------------------

@@ -117,6 +117,8 @@ PATCHES: tuple[Patch, ...] = (
           _claims("_note_the_calls_inference_mode"), claims_hook=True),
     Patch("check_the_compiled_graph", "torch._dynamo.output_graph", "OutputGraph", "call_user_compiler",
           _claims("_check_the_compiled_graph"), claims_hook=True),
+    Patch("note_inlined_call_spans", "torch._dynamo.symbolic_convert", "InliningInstructionTranslator",
+          "inline_call_", _claims("_note_inlined_call_spans"), claims_hook=True),
 )
 
 # Features a patch needs beyond its own target.

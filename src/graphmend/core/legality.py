@@ -322,7 +322,7 @@ _CONDITIONS = (
      "graphmend.runtime.claims:frame_was_not_given_up_while_tracing",
      "TorchDynamo does not give up on the frame after the statement"),
     (_G, WHOLE_TRACE, "G303", "joined_graph_records_no_autograd", "graphmend.runtime.claims:joined_graph_records_no_autograd",
-     "the joined graph records no autograd"),
+     "a joined graph with a selection or a capture records no autograd"),
     (_G, WHOLE_TRACE, "G304", "joined_graph_enters_no_inference_mode",
      "graphmend.runtime.claims:joined_graph_enters_no_inference_mode",
      "the joined graph does not enter `torch.inference_mode()`"),
@@ -343,6 +343,15 @@ _CONDITIONS = (
     (_G, WHOLE_TRACE, "G310", "rest_of_eager_frame_compiles_whole",
      "graphmend.runtime.claims:rest_of_eager_frame_compiles_whole",
      "where the rest of the original frame ran eagerly, the mended frame compiles to its end in one graph"),
+    (_G, WHOLE_TRACE, "G311", "backend_differentiates_as_written",
+     "graphmend.runtime.claims:backend_differentiates_as_written",
+     "under autograd, the backend runs the graph as written or is aot_eager"),
+    (_G, WHOLE_TRACE, "G312", "gradient_sums_keep_their_order",
+     "graphmend.runtime.claims:gradient_sums_keep_their_order",
+     "under aot_eager, every tensor's gradient contributions are summed in the original's order"),
+    (_G, WHOLE_TRACE, "G313", "earlier_tensors_stay_in_the_graph",
+     "graphmend.runtime.claims:earlier_tensors_stay_in_the_graph",
+     "under aot_eager, no tensor that autograd records, made before the statement, leaves the joined graph"),
 )
 
 

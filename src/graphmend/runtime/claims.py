@@ -12,7 +12,13 @@ that decide it come only later in the same trace:
 - TorchDynamo gives up on the whole frame after the statement (an error the code
   raises escapes the frame while traced, a construct it cannot resume after), which it
   then runs eagerly (``frame_was_not_given_up_while_tracing``);
-- the joined graph records autograd (``joined_graph_records_no_autograd``);
+- the joined graph records autograd: a selection or a capture is then refused
+  (``joined_graph_records_no_autograd``); output and lowered guards stay joined where the
+  backend runs the graph as written, or traces its backward (``aot_eager``), no tensor's
+  gradient would be summed in another order, and no tensor made before the statement
+  leaves the graph (``backend_differentiates_as_written``,
+  ``gradient_sums_keep_their_order``, ``earlier_tensors_stay_in_the_graph``, the last
+  checked when the graph, with its outputs, is handed to the backend);
 - the joined graph draws random numbers on both sides of the statement
   (``random_draws_stay_on_their_side``);
 - the joined graph holds a batch norm of a tensor that is not contiguous, which torch
@@ -77,6 +83,7 @@ _hooks_installed = {
     "check_the_compiled_graph": False,
     "refuse_captures_whose_sizes_are_needed": False,
     "note_the_calls_inference_mode": False,
+    "note_inlined_call_spans": False,
 }
 
 # Per thread: whether the call TorchDynamo is converting was made inside
@@ -109,6 +116,12 @@ class Claim:
     kind: str = SELECTION
     # For an ITEM: the original lines of the check calls that read the value.
     checks: tuple[int, ...] = ()
+    # The autograd sequence number when the statement was traced: autograd nodes made
+    # for the code before it have smaller ones (``gradient_sums_keep_their_order``).
+    autograd_sequence: int = 0
+    # The translators of the inlined calls the statement is in, innermost first: the
+    # original broke the graph at each call and after it returned as well.
+    inlined_calls: tuple = ()
 
 
 def current_translator():
@@ -296,7 +309,24 @@ def record_claim(
     translator, site: tuple[str, int], rest_ran_eagerly: str | None, kind: str = SELECTION, checks: tuple = ()
 ) -> None:
     position = len(translator.output.graph.nodes)
-    claims_in_trace(translator)[site] = Claim(site, position, rest_ran_eagerly, kind, tuple(checks))
+    claims_in_trace(translator)[site] = Claim(
+        site, position, rest_ran_eagerly, kind, tuple(checks), _autograd_sequence_now(),
+        tuple(_inlined_calls(translator)),
+    )
+
+
+def _inlined_calls(translator):
+    root = getattr(translator.output, "root_tx", None)
+    while translator is not None and translator is not root:
+        yield translator
+        translator = getattr(translator, "parent", None)
+
+
+def _autograd_sequence_now() -> int:
+    try:
+        return torch.autograd._get_sequence_nr()
+    except Exception:  # noqa: BLE001 - another torch: no boundary known, so every join under grad is refused
+        return -1
 
 
 def claim_item_for_checks(translator, check_lines: tuple[int, ...]) -> bool:
@@ -465,19 +495,284 @@ def records_autograd(node) -> bool:
 
 
 def joined_graph_records_no_autograd(output) -> str | None:
-    """Where the original broke, each graph had its own backward, and the autograd engine
-    summed the gradients that reach a tensor from several graphs. Joined, one backward
-    graph sums them in its own order: floating-point sums of three or more terms then
-    differ in the last bit. So no claim survives in a
-    graph that records autograd; under ``torch.no_grad`` nothing is recorded."""
+    """A selection (Where), a merged branch or a capture (Capture) joins no graph that
+    records autograd: autograd differentiates the untaken arm of a ``torch.where`` too
+    (zero gradients where the original gave none, and zero times an infinite derivative
+    is NaN), and Capture's writes of rows are not proved to differentiate as the
+    original's indexing did. Under ``torch.no_grad`` nothing is recorded. Output and
+    lowered guards are judged by ``backend_differentiates_as_written`` and
+    ``gradient_sums_keep_their_order`` instead."""
     for node in computed_nodes(output):
         if records_autograd(node):
             return failed(
                 "G303",
-                "the joined graph records autograd: its backward would sum gradients in "
-                "another order than the original's separate graphs"
+                "the joined graph records autograd, which would differentiate a selection's "
+                "untaken arm or a capture's writes unlike the original"
             )
     return None
+
+
+# Claims that may join graphs that record autograd: they put no value of their own in
+# the graph's differentiable computation (an ``.item()`` kept for a check only feeds it).
+_JOINS_UNDER_GRAD = frozenset({OUTPUT, GUARD, ITEM})
+
+
+def backend_differentiates_as_written(output) -> str | None:
+    """Under autograd, a joined graph keeps the original's gradients only where the
+    backend's backward is known: one that runs the graph as written on the real tensors
+    (TorchDynamo's ``eager``, a backend that returns its graph unchanged, one marked
+    ``runs_the_graph_as_written``) records the same operators for autograd, one by one,
+    as the original's graphs did; ``aot_eager`` traces one backward graph, which sums
+    gradients in the autograd engine's order (``gradient_sums_keep_their_order``).
+    Inductor compiles the backward into kernels of its own: its gradients are not
+    bit-identical to the original's compiled graphs, and graphmend does not yet check
+    that they are at least as close to a float64 reference, so it joins nothing there
+    under autograd."""
+    if _backend_is(output, ("eager", "aot_eager"), "runs_the_graph_as_written"):
+        return None
+    return failed(
+        "G311",
+        "the joined graph records autograd, and the backend compiles its backward in an order graphmend cannot check",
+    )
+
+
+def gradient_sums_keep_their_order(output, claims) -> list[tuple[tuple[str, int], str]]:
+    """The CPU autograd engine runs backward nodes from the last made to the first, and
+    adds a tensor's gradient contributions in that order, one at a time. Where the
+    original broke, each graph's backward was one node, which handed the engine one
+    summed contribution per tensor; joined under a backend that traces one backward
+    graph (``aot_eager``), the graph's contributions are added one at a time, or handed
+    over as one sum where the original handed several. Floating-point addition is not
+    associative, so the claim keeps its break where, counting contributions on the
+    autograd graph TorchDynamo's fake tensors recorded (``w * w`` and ``F.normalize(w)``
+    give two), and splitting them where the original's graphs met:
+
+    - a graph input (a parameter, a tensor made before the frame) receives
+      contributions in more than one of the original's graphs: their sums reached the
+      engine apart, the joined graph's as one (``e + (b + a)`` where the original added
+      ``(e + b) + a``, ``e`` coming from a later graph or eager code);
+    - a tensor made inside the graph receives two or more contributions in a later
+      graph of the original that is not the last to contribute: that graph handed the
+      one that made the tensor their sum, added to what the still later graph handed,
+      where the joined graph adds them one at a time (``(c + b2) + b1`` where the
+      original added ``c + (b2 + b1)``). The first sum to arrive, and the contributions
+      in the graph that made the tensor, are added one at a time either way. Where the
+      tensor leaves the joined graph, later code could send it the first contribution
+      instead: ``earlier_tensors_stay_in_the_graph`` refuses that.
+
+    The original's graphs met at each claimed statement and, for a statement in a
+    function TorchDynamo inlined, where each enclosing inlined call began and where it
+    returned (TorchDynamo broke the graph at the outermost call and resumed the caller
+    after it). Returns (site, reason) for each claim that keeps its break."""
+    if _backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return []
+    joined = [claim for claim in claims.values() if claim.kind in _JOINS_UNDER_GRAD]
+    boundaries_of = {claim.site: _original_boundaries(claim) for claim in joined}
+    refusals = [(site, failed("G312", _UNKNOWN_BOUNDARY_REASON)) for site, owned in boundaries_of.items() if owned is None]
+    if refusals or not joined:
+        return refusals
+    contributions = _gradient_contributions(output)
+    if contributions is None:
+        reason = "cannot tell which gradient contributions the graph's tensors receive"
+        return [(claim.site, failed("G312", reason)) for claim in joined]
+    boundaries = sorted({boundary for owned in boundaries_of.values() for boundary in owned})
+    offending = _boundaries_summed_across(boundaries, contributions)
+    for site, owned in boundaries_of.items():
+        reasons = [offending[boundary] for boundary in sorted(owned) if boundary in offending]
+        if reasons:
+            refusals.append((site, failed("G312", reasons[0])))
+    return refusals
+
+
+_UNKNOWN_BOUNDARY_REASON = "cannot tell where the original's graphs began and ended around it"
+_CALL_BEGAN_ATTRIBUTE = "_graphmend_call_began"
+_CALL_ENDED_ATTRIBUTE = "_graphmend_call_ended"
+
+
+def _original_boundaries(claim) -> set[int] | None:
+    """The autograd sequence numbers where the original's graphs met around the claimed
+    statement: at it and, for each inlined call it is in, where the call began and
+    where it returned. None where one is not known."""
+    boundaries = {claim.autograd_sequence}
+    for translator in claim.inlined_calls:
+        began = getattr(translator, _CALL_BEGAN_ATTRIBUTE, None)
+        ended = getattr(translator, _CALL_ENDED_ATTRIBUTE, None)
+        if began is None or ended is None:
+            return None
+        boundaries |= {began, ended}
+    return None if min(boundaries) < 0 else boundaries
+
+
+def _boundaries_summed_across(boundaries: list[int], contributions) -> dict[int, str]:
+    """The boundaries (sorted autograd sequence numbers where the original's graphs
+    met) across which the joined graph would sum some tensor's gradient in another
+    order, each with why."""
+    import bisect
+
+    offending: dict[int, str] = {}
+    for name, (made, sequences) in contributions.items():
+        groups: dict[int, int] = {}
+        for sequence in sequences:
+            group = bisect.bisect_right(boundaries, sequence)
+            groups[group] = groups.get(group, 0) + 1
+        if made is None:
+            if len(groups) > 1:
+                reason = (f"{name} receives gradient contributions in {len(groups)} of the original's graphs: "
+                          "one backward graph would hand the engine their sum where the original handed one each")
+                for boundary in boundaries[min(groups):max(groups)]:
+                    offending.setdefault(boundary, reason)
+            continue
+        home = bisect.bisect_right(boundaries, made)
+        latest = max(groups)
+        for group, count in groups.items():
+            if home < group < latest and count >= 2:
+                reason = (f"{name} receives {count} gradient contributions in a later graph of the original, "
+                          "and more in a still later one: one backward graph would add them one at a time "
+                          "where the original added their sum")
+                for boundary in boundaries[home:group]:
+                    offending.setdefault(boundary, reason)
+    return offending
+
+
+def earlier_tensors_stay_in_the_graph(output, graph_module, claims) -> list[tuple[tuple[str, int], str]]:
+    """Under a backend that traces one backward graph (``aot_eager``), a tensor that
+    autograd records, made before a claimed statement (or a view of one), must not
+    leave the joined graph. Where the original broke, such a tensor left an earlier
+    graph: a loss that reads only it ran that graph's backward alone, and the inputs
+    of the later graphs kept no gradient (``None``); joined, its gradient runs the whole
+    backward, which gives them zeros (an optimizer with momentum then moves them).
+    Checked when TorchDynamo hands the graph to the backend, once its outputs are
+    known; a claim refused here is traced again with its break. Returns (site, reason)
+    for each such claim."""
+    if _backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return []
+    joined = [claim for claim in claims.values() if claim.kind in _JOINS_UNDER_GRAD]
+    results = next((node for node in reversed(graph_module.graph.nodes) if node.op == "output"), None)
+    if not joined or results is None:
+        return []
+    made_at = []
+    for node in results.all_input_nodes:
+        if node.op == "placeholder":
+            continue
+        for value in _tensors(node.meta.get("example_value")):
+            sequences = [
+                tensor.grad_fn._sequence_nr()
+                for tensor in (value, value._base if value._is_view() else None)
+                if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None
+            ]
+            if sequences:
+                made_at.append((min(sequences), node.name))
+    refusals = []
+    for claim in joined:
+        boundaries = _original_boundaries(claim)
+        if boundaries is None:
+            refusals.append((claim.site, failed("G313", _UNKNOWN_BOUNDARY_REASON)))
+            continue
+        for sequence, name in made_at:
+            if sequence < max(boundaries):
+                refusals.append((claim.site, failed("G313",
+                    f"the tensor `{name}`, made before it, leaves the joined graph: a gradient reaching it alone "
+                    "would run the whole joined backward, where the original ran only an earlier graph's"
+                )))
+                break
+    return refusals
+
+
+def _note_inlined_call_spans(inline_call_):
+    """Wrap ``InliningInstructionTranslator.inline_call_``: note on the translator the
+    autograd sequence numbers where the inlined call began and returned, which are
+    where the original's graphs met when it broke the graph inside the call
+    (``gradient_sums_keep_their_order``)."""
+
+    def wrapped(self, *args, **kwargs):
+        setattr(self, _CALL_BEGAN_ATTRIBUTE, _autograd_sequence_now())
+        try:
+            return inline_call_(self, *args, **kwargs)
+        finally:
+            setattr(self, _CALL_ENDED_ATTRIBUTE, _autograd_sequence_now())
+
+    wrapped._graphmend_wrapped = True
+    return wrapped
+
+
+def _gradient_contributions(output) -> dict[str, tuple[int | None, list[int]]] | None:
+    """For each tensor that receives a gradient from the graph's autograd nodes: the
+    sequence number of the node that made it (None for a graph input or another leaf),
+    and the sequence numbers of the nodes that send it a contribution, one per edge
+    (None: not known)."""
+    names: dict[tuple[int, int], str] = {}
+    made: dict[tuple[int, int], int | None] = {}
+    held = []
+    outside = set()
+    for node in output.graph.nodes:
+        for value in _tensors(node.meta.get("example_value")):
+            function = value.grad_fn
+            if function is None:
+                if node.op not in ("placeholder", "get_attr"):
+                    continue
+                held.append(value)
+                names[(id(value), -1)] = f"the graph input `{node.name}`"
+            elif node.op in ("placeholder", "get_attr"):
+                held.append(function)
+                outside.add(id(function))
+                names[(id(function), value.output_nr)] = f"the graph input `{node.name}`"
+            else:
+                held.append(function)
+                names.setdefault((id(function), value.output_nr), f"the tensor `{node.name}`")
+    contributions: dict[tuple[int, int], list[int]] = {}
+    try:
+        pending = [
+            value.grad_fn
+            for node in computed_nodes(output)
+            for value in _tensors(node.meta.get("example_value"))
+            if value.grad_fn is not None and id(value.grad_fn) not in outside
+        ]
+        # Held so that each node's Python object, and so its id, stays the same.
+        seen: dict[int, object] = {}
+        while pending:
+            function = pending.pop()
+            if id(function) in seen:
+                continue
+            seen[id(function)] = function
+            sequence = function._sequence_nr()
+            for child, input_number in function.next_functions:
+                if child is None:
+                    continue
+                variable = getattr(child, "variable", None)
+                key = (id(variable), -1) if variable is not None else (id(child), input_number)
+                if key not in made:
+                    inside = variable is None and id(child) not in outside
+                    made[key] = child._sequence_nr() if inside else None
+                    # A leaf the graph reads some other way than as an input (a module's
+                    # parameter kept as an attribute) is an input all the same.
+                    default = f"a tensor made by `{type(child).__name__}`" if inside else "a leaf"
+                    names.setdefault(key, default)
+                    held.append(variable if variable is not None else child)
+                contributions.setdefault(key, []).append(sequence)
+                if variable is None and id(child) not in outside and hasattr(child, "next_functions"):
+                    pending.append(child)
+    except Exception:  # noqa: BLE001 - autograd's Python view changed: not known
+        return None
+    return {names[key]: (made[key], sequences) for key, sequences in contributions.items()}
+
+
+def _tensors(value):
+    values = value if isinstance(value, (tuple, list)) else [value]
+    return [v for v in values if isinstance(v, torch.Tensor) and v.requires_grad]
+
+
+def _autograd_refusals(output, claims) -> list[tuple[tuple[str, int], str]]:
+    """(site, reason) for each claim refused because the joined graph records autograd."""
+    recorded = joined_graph_records_no_autograd(output)
+    if recorded is None:
+        return []
+    selections = [claim.site for claim in claims.values() if claim.kind not in _JOINS_UNDER_GRAD]
+    if selections:
+        return [(site, recorded) for site in selections]
+    backend = backend_differentiates_as_written(output)
+    if backend is not None:
+        return [(site, backend) for site in claims]
+    return gradient_sums_keep_their_order(output, claims)
 
 
 _SEEDED = torch.Tag.nondeterministic_seeded
@@ -1046,11 +1341,11 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
         or joined_graph_writes_no_inference_tensor_in_place(output)
         or joined_graph_writes_through_no_out_keyword(output)
     )
-    kind = _ALWAYS
-    if for_all is None:
-        for_all, kind = joined_graph_records_no_autograd(output), _UNDER_GRAD
     if for_all is not None:
-        return [(site, kind, for_all) for site in claims]
+        return [(site, _ALWAYS, for_all) for site in claims]
+    under_grad = _autograd_refusals(output, claims)
+    if under_grad:
+        return [(site, _UNDER_GRAD, reason) for site, reason in under_grad]
     rest_compiled = rest_of_eager_frame_compiles_whole(graph_break)
     if rest_compiled is None:
         return []
@@ -1156,6 +1451,12 @@ def _check_the_compiled_graph(call_user_compiler):
     draws eagerly."""
 
     def wrapped(self, graph_module, *args, **kwargs):
+        claims = getattr(self, _CLAIMS_ATTRIBUTE, None)
+        refusals = earlier_tensors_stay_in_the_graph(self, graph_module, claims) if claims else []
+        if refusals:
+            for site, why in refusals:
+                _refuse(site, _UNDER_GRAD, why)
+            raise _restart(self, refusals[0][1])
         if _compiled_from_mended_code(self) and _draws_any(graph_module, self):
             import torch._inductor.config as inductor_config
 
