@@ -24,6 +24,24 @@ logger = logging.getLogger(__name__)
 """
 
 MUST_REWRITE = {
+    # An f-string of a value the analysis cannot type, a Python number while tracing
+    # (message_formatted_at_the_call holds).
+    "fstring_of_int_parameter": """
+        def f(x, n=3):
+            logger.warning(f"n is {n}")
+            return x + n
+    """,
+    "fstring_of_number_derived_from_parameter": """
+        def f(x, length=16):
+            buckets = 2 ** ((2 * (length // 4)).bit_length() - 1)
+            logger.warning(f"config.num_buckets is not set. Setting it to {buckets}...")
+            return x * buckets
+    """,
+    "fstring_of_size_arithmetic": """
+        def f(x, shape=(2, 8), pad=3):
+            print(f"padded from {shape[-1]} to {shape[-1] + pad}")
+            return x + pad
+    """,
     "print_figure_4": """
         def f(x):
             x = torch.relu(x)
@@ -137,7 +155,7 @@ MUST_NOT_REWRITE = {
     ),
     # arguments_do_not_format_tensor_values
     "fstring_of_tensor_value": ("def f(x):\n    print(f'{x.sum()}')\n    return x", "may be a tensor"),
-    "fstring_of_possible_tensor": ("def f(x):\n    z = x + 1\n    print(f'v {z}')\n    z.add_(1)\n    return z", "may be a tensor"),
+    "fstring_of_item_value": ("def f(x):\n    v = x.sum().item()\n    print(f'v {v}')\n    return x", "may be a tensor"),
     "percent_format_of_possible_tensor": ("def f(x):\n    print('v %s' % x)\n    return x", "%-formats"),
     "item_in_argument": ("def f(x):\n    print(x.sum().item())\n    return x", ".item()"),
     # not_deprecated_logger_warn
@@ -320,3 +338,63 @@ def f(x):
             logger.handlers.clear()
             logger.propagate = True
         torch._dynamo.reset()
+
+
+FSTRING_REWRITTEN = {
+    "fstring_of_int_parameter": ("def f(x, n):\n    logger.warning(f'n is {n}')\n    return x + n\n", 1, 0),
+    "fstring_of_shape_parameter": (
+        "def f(x, shape):\n    print(f'from {shape[-1]} to {shape[-1] + 2}')\n    return x + 1\n", 1, 0,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FSTRING_REWRITTEN))
+def test_fstring_of_a_python_value_joins_the_graph_exactly(name):
+    source, graphs, breaks_after = FSTRING_REWRITTEN[name]
+    original, mended, result = original_and_mended(PRELUDE + source)
+    assert [f.fixed for f in result.findings if f.rule == "Defer"] == [True]
+    argument = 4 if "int" in name else (2, 8)
+    x = torch.randn(3)
+    assert helpers.graphs_and_breaks(original.f, x, argument) == (1, 1)
+    assert helpers.graphs_and_breaks(mended.f, x, argument) == (graphs, breaks_after)
+    assert_equivalent(original.f, mended.f, x, argument, backends=("eager", "aot_eager"))
+
+
+def test_fstring_of_a_python_value_recompiles_as_the_original():
+    """The text is a constant of the trace, guarded on the value: another value compiles
+    again, as the original's trace of the same f-string does (its graph before the
+    call, here; where nothing comes before it, the original's guarded part holds no
+    graph, as with an int given to ``print`` itself)."""
+    source = PRELUDE + "def f(x, n):\n    y = x * 2\n    print(f'n is {n}')\n    return y + 1\n"
+    original, mended, _ = original_and_mended(source)
+    calls = [(torch.ones(2), 3), (torch.ones(2), 4), (torch.ones(2), 3)]
+    original_graphs, original_outcomes = helpers.graphs_and_outcomes_over_calls(original.f, calls)
+    mended_graphs, mended_outcomes = helpers.graphs_and_outcomes_over_calls(mended.f, calls)
+    assert mended_outcomes == original_outcomes
+    assert [text for text, _ in mended_outcomes] == ["n is 3\n", "n is 4\n", "n is 3\n"]
+    assert mended_graphs <= original_graphs
+
+
+# message_formatted_at_the_call fails: TorchDynamo formats a tensor only when the graph
+# ends, so the call is handed back with its break.
+FSTRING_OF_TENSOR_KEEPS_ITS_BREAK = {
+    "tensor_argument": ("def f(x, n):\n    logger.warning(f'n is {n}')\n    return x + 1\n", torch.arange(3)),
+    "written_in_place_after": (
+        "def f(x, n):\n    z = x + n\n    print(f'v {z}')\n    z.add_(1)\n    return z\n", 1,
+    ),
+    "tensor_in_a_tuple_argument": ("def f(x, n):\n    print((f'v {n}', 1))\n    return x * 2\n", torch.ones(2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FSTRING_OF_TENSOR_KEEPS_ITS_BREAK))
+def test_fstring_of_a_tensor_keeps_its_break_while_tracing(name):
+    from graphmend.runtime import claims
+
+    source, argument = FSTRING_OF_TENSOR_KEEPS_ITS_BREAK[name]
+    original, mended, result = original_and_mended(PRELUDE + source)
+    assert [f.fixed for f in result.findings if f.rule == "Defer"] == [True]
+    x = torch.ones(3)
+    claims.trace_time_declines.clear()
+    assert helpers.graphs_and_breaks(mended.f, x, argument) == helpers.graphs_and_breaks(original.f, x, argument)
+    assert any(reason.startswith("message_formatted_at_the_call:") for reason in claims.trace_time_declines.values())
+    assert_equivalent(original.f, mended.f, x, argument, backends=("eager", "aot_eager"))
