@@ -398,3 +398,25 @@ def test_fstring_of_a_tensor_keeps_its_break_while_tracing(name):
     assert helpers.graphs_and_breaks(mended.f, x, argument) == helpers.graphs_and_breaks(original.f, x, argument)
     assert any(reason.startswith("message_formatted_at_the_call:") for reason in claims.trace_time_declines.values())
     assert_equivalent(original.f, mended.f, x, argument, backends=("eager", "aot_eager"))
+
+
+@pytest.mark.parametrize("module_name", ["led", "reformer", "longformer"])
+def test_transformers_padding_warnings_are_deferred(module_name):
+    """transformers' padding warnings format Python ints computed from the input's shape
+    (``f"... padded from {seq_len} to {seq_len + padding_len} ..."``): rewritten, left to
+    the check while tracing."""
+    import importlib
+    import inspect
+
+    pytest.importorskip("transformers")
+    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    source = inspect.getsource(module)
+    lines = [
+        number for number, line in enumerate(source.splitlines(), 1)
+        if "automatically padded from {" in line
+    ]
+    if not lines:
+        pytest.skip(f"no padding warning in this transformers' {module_name}")
+    result = mend(source, module_name=module.__name__)
+    deferred = [f for f in result.findings if f.rule == "Defer" and f.line < lines[0] <= f.line + 2]
+    assert deferred and all(f.fixed for f in deferred), [(f.line, f.reason) for f in deferred]
