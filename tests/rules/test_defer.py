@@ -1,5 +1,6 @@
 """[Defer]: must-rewrite cases with break counts, named must-not cases, differential runs."""
 
+import sys
 import textwrap
 
 import pytest
@@ -420,3 +421,49 @@ def test_transformers_padding_warnings_are_deferred(module_name):
     result = mend(source, module_name=module.__name__)
     deferred = [f for f in result.findings if f.rule == "Defer" and f.line < lines[0] <= f.line + 2]
     assert deferred and all(f.fixed for f in deferred), [(f.line, f.reason) for f in deferred]
+
+
+# A wrapper in the shape of transformers 5's output recording: a dict comprehension over
+# the recordable keys that reads the module, then the layers inside ``try``/``finally``.
+# A break in the layers' loop cannot resume inside the ``try``: TorchDynamo runs the
+# wrapper eagerly, and (Python 3.11) converts the comprehension's own frame, whose
+# argument is a dict key iterator it cannot take ("Missing tp_iternext"). That record
+# goes with the break that caused it.
+RECORDING_WRAPPER = PRELUDE + """
+RECORDABLE = {"attentions": 1, "hidden_states": 0}
+
+def attention(x, weights_asked):
+    if weights_asked:
+        logger.warning("this kernel returns no attention weights")
+    return x * 2
+
+def layers(x, asked):
+    for _ in range(2):
+        x = attention(x, asked["output_attentions"])
+    return x
+
+class Recorded(torch.nn.Module):
+    def forward(self, x, **kwargs):
+        asked = {f"output_{k}": kwargs.get(f"output_{k}", getattr(self, f"output_{k}", False)) for k in RECORDABLE}
+        try:
+            out = layers(x, asked)
+        finally:
+            asked.clear()
+        return out
+
+def f(x):
+    return Recorded()(x, output_attentions=True)
+"""
+
+
+def test_a_comprehension_run_apart_breaks_only_with_the_break_that_skipped_its_frame():
+    from graphmend.counting import count_breaks
+
+    original, mended, _ = original_and_mended(RECORDING_WRAPPER)
+    x = torch.ones(3)
+    with torch.no_grad():
+        _, before = count_breaks(original.f, x)
+    if sys.version_info < (3, 12):  # from 3.12 a comprehension runs in its function's frame
+        assert "Missing tp_iternext" in [record.gb_type for record in before.records]
+    assert helpers.graphs_and_breaks(mended.f, x) == (1, 0)
+    assert_equivalent(original.f, mended.f, x, backends=("eager", "aot_eager"))
