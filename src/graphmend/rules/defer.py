@@ -32,6 +32,13 @@ filter raises inside a graph would escape this function's ``try``),
 ``arguments_do_not_format_tensor_values`` (formatting at the call would read a tensor
 later, or break there) and ``no_trap_after`` (whether inductor keeps a failing lowered
 guard after the output is not established).
+
+An f-string may format a value the analysis cannot type (a parameter, a number derived
+from one): it is accepted here unless the value depends on tensor data, and decided
+while tracing (``message_formatted_at_the_call``, ``runtime/deferred.py``). TorchDynamo
+formats a Python value at the call, into a constant it guards on, but holds an f-string
+that formats a tensor as a format applied when the graph ends; that call is handed back
+and keeps its break, as the original had it.
 """
 
 from __future__ import annotations
@@ -236,10 +243,14 @@ def _is_static_value(context: FunctionContext, expression: ast.expr, node, seen=
 
 def arguments_do_not_format_tensor_values(context: FunctionContext, call: ast.Call, node) -> str | None:
     """Formatting runs at the call; a tensor formatted there is read when the effect is
-    replayed (after later in-place updates), or breaks the graph at the call."""
+    replayed (after later in-place updates), or breaks the graph at the call. An
+    f-string's value that is not a tensor value by analysis is left to the check while
+    tracing (``message_formatted_at_the_call``): a plain Python value there is text."""
     for argument in list(call.args) + [k.value for k in call.keywords]:
         for part in ast.walk(argument):
-            if isinstance(part, ast.FormattedValue) and not _is_static_value(context, part.value, node):
+            if isinstance(part, ast.FormattedValue) and not _is_static_value(context, part.value, node) and (
+                context.data.is_data_dependent(part.value, node) or context.data.first_item_call(part.value)
+            ):
                 return f"an argument formats `{ast.unparse(part.value)}`, which may be a tensor, at the call"
             if (
                 isinstance(part, ast.BinOp)

@@ -567,6 +567,8 @@ def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict):
     the rewritten code to make the original call itself (TorchDynamo then breaks the
     graph there, as it did at the original call)."""
     split = _split_arguments(args, kwargs)
+    if split is not None and not _text_fixed_at_the_call(split[0], kwargs):
+        split = None
     if split is not None:
         template, slots, tensors, integers = split
         # The receiver by identity (guarded on), or by name where the call reads it as
@@ -582,6 +584,52 @@ def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict):
             torch.ops.graphmend.emit_effect(key, tensors, integers)
             return _IN_GRAPH
     return args, kwargs
+
+
+MESSAGE_FORMATTED_AT_THE_CALL = (
+    "message_formatted_at_the_call: a formatted argument holds a value TorchDynamo formats "
+    "only when the graph ends (a tensor), not its text at the call"
+)
+
+
+def _text_fixed_at_the_call(template: tuple, kwargs: dict) -> bool:
+    """``message_formatted_at_the_call``, while traced: every constant argument (an
+    f-string's text among them) is text TorchDynamo made at the call. An f-string that
+    formats a tensor is held as a format to apply when the graph's outputs exist, so its
+    text would show the tensor as the graph ends, after any later in-place write; such a
+    call keeps its break, where the original formats it the same way. Not traced, False."""
+    fixed = False
+    comptime(_decide_text_fixed_at_the_call)
+    return fixed
+
+
+def _decide_text_fixed_at_the_call(context) -> None:
+    claims.decide_in_trace(
+        context, "fixed", ("template", "kwargs"), _is_text_of_the_call, read=lambda variable: variable
+    )
+
+
+def _is_text_of_the_call(translator, template_variable, kwargs_variable) -> bool:
+    if _formats_later(template_variable) or _formats_later(kwargs_variable):
+        claims.decline_at_user_site(translator, MESSAGE_FORMATTED_AT_THE_CALL)
+        return False
+    return True
+
+
+def _formats_later(variable) -> bool:
+    """A string TorchDynamo holds as a format to apply after the graph, in ``variable``
+    or in the tuples, lists and dicts it holds."""
+    from torch._dynamo.variables import BaseListVariable, ConstDictVariable
+
+    if variable.is_python_constant():
+        return False
+    if variable.python_type() is str:
+        return True
+    if isinstance(variable, BaseListVariable):
+        return any(_formats_later(item) for item in variable.items)
+    if isinstance(variable, ConstDictVariable):
+        return any(_formats_later(item) for item in variable.items.values())
+    return False
 
 
 STANDARD_STREAMS = ("stdout", "stderr")
