@@ -246,6 +246,8 @@ _CONDITIONS = (
      "the logger, handlers, filters and warning filters allow the exact text inside the graph"),
     (_D, WHILE_TRACING, "D207", "call_does_not_fail", "graphmend.runtime.deferred:why_the_call_fails",
      "the call's arguments are those the callee accepts (separators, level, message, `extra`)"),
+    (_D, WHILE_TRACING, "D208", "message_formatted_at_the_call", "graphmend.runtime.deferred:_text_fixed_at_the_call",
+     "every formatted argument is text TorchDynamo made at the call, not a format applied when the graph ends"),
     # Defer, whole trace (runtime/claims.py).
     (_D, WHOLE_TRACE, "D301", "outputs_share_no_graph_with_a_lowered_guard",
      "graphmend.runtime.claims:outputs_share_no_graph_with_a_lowered_guard",

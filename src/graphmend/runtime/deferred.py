@@ -611,7 +611,7 @@ def _decide_text_fixed_at_the_call(context) -> None:
 
 def _is_text_of_the_call(translator, template_variable, kwargs_variable) -> bool:
     if _formats_later(template_variable) or _formats_later(kwargs_variable):
-        claims.decline_at_user_site(translator, MESSAGE_FORMATTED_AT_THE_CALL)
+        claims.decline_at_user_site(translator, failed("D208", MESSAGE_FORMATTED_AT_THE_CALL))
         return False
     return True
 
