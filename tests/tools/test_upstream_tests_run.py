@@ -130,6 +130,9 @@ def test_a_file_whose_arms_leave_reports_is_compared(tmp_path, monkeypatch) -> N
     (result,) = json.loads(output.read_text(encoding="utf-8"))
     assert result["tests"] == 7
     assert len(result["changed"]) == 4
+    assert [change["test"] for change in result["failing_differently"]] == [
+        "test_x.Cases::test_fails_in_both"
+    ]
     assert result["arms"]["mended"]["counts"] == {
         "error": 1,
         "failed": 2,
@@ -148,3 +151,19 @@ def test_an_arm_that_times_out_reports_no_outcomes(tmp_path, monkeypatch) -> Non
     result = run.run_file(test_file, "py", 1, False, [], tmp_path)
     assert result["arms"]["plain"]["timed_out"] and not result["arms"]["plain"]["report_found"]
     assert result["changed"] == [] and result["tests"] == 0
+
+
+def test_tests_failing_in_both_arms_with_another_message_are_listed_apart() -> None:
+    plain = parse_junit(PLAIN_REPORT)
+    mended = parse_junit(MENDED_REPORT)
+    (differing,) = run.failing_differently(plain, mended)
+    assert differing.test == "test_x.Cases::test_fails_in_both"
+    assert differing.plain_message.startswith("AssertionError: 1 != 2")
+    assert differing.mended_message.startswith("AssertionError: 1 != 3")
+
+
+def test_failures_that_differ_only_in_numbers_and_addresses_are_the_same() -> None:
+    report = '<testsuite><testcase classname="c" name="t"><failure message="{}" /></testcase></testsuite>'
+    plain = parse_junit(report.format("object at 0x7f00aa, took 1.5 s, line 12"))
+    mended = parse_junit(report.format("object at 0x7f11bb, took 0.25 s, line 14"))
+    assert run.failing_differently(plain, mended) == []

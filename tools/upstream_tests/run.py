@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -115,6 +116,30 @@ def compare(plain: dict[str, CaseOutcome], mended: dict[str, CaseOutcome]) -> li
                 ChangedOutcome(test, before.outcome, after.outcome, before.message, after.message)
             )
     return changed
+
+
+def failing_differently(
+    plain: dict[str, CaseOutcome], mended: dict[str, CaseOutcome]
+) -> list[ChangedOutcome]:
+    """Tests that fail (or error) in both arms with another message: the outcome is the
+    same, but graphmend may still have changed what the test saw. Numbers and addresses
+    are ignored, since they differ between any two runs."""
+    differing = []
+    for test, before in plain.items():
+        after = mended.get(test)
+        if after is None or before.outcome != after.outcome:
+            continue
+        if before.outcome in ("failed", "error") and _comparable(before.message) != _comparable(
+            after.message
+        ):
+            differing.append(
+                ChangedOutcome(test, before.outcome, after.outcome, before.message, after.message)
+            )
+    return differing
+
+
+def _comparable(message: str) -> str:
+    return re.sub(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?", "N", message)
 
 
 def count_outcomes(outcomes: dict[str, CaseOutcome]) -> dict[str, int]:
@@ -217,6 +242,9 @@ def run_file(
         "tests": len(set(outcomes["plain"]) | set(outcomes["mended"])),
         "arms": {arm: asdict(run) for arm, run in arms.items()},
         "changed": [asdict(change) for change in changed],
+        "failing_differently": [
+            asdict(change) for change in failing_differently(outcomes["plain"], outcomes["mended"])
+        ],
     }
 
 
@@ -233,6 +261,11 @@ def text_report(results: list[dict]) -> str:
             failing = change["mended_message"] or change["plain_message"]
             if failing:
                 lines.append(f"    {failing.splitlines()[0][:200]}")
+        differing = result.get("failing_differently", [])
+        if differing:
+            lines.append(f"  failing in both arms with another message: {len(differing)}")
+            for change in differing:
+                lines.append(f"    {change['test']}")
     return "\n".join(lines)
 
 
