@@ -167,3 +167,13 @@ def test_failures_that_differ_only_in_numbers_and_addresses_are_the_same() -> No
     plain = parse_junit(report.format("object at 0x7f00aa, took 1.5 s, line 12"))
     mended = parse_junit(report.format("object at 0x7f11bb, took 0.25 s, line 14"))
     assert run.failing_differently(plain, mended) == []
+
+
+def test_a_message_whose_lines_are_only_reordered_is_marked_so() -> None:
+    report = '<testsuite><testcase classname="c" name="t"><failure message="{}" /></testcase></testsuite>'
+    plain = parse_junit(report.format("sets differ:&#10;'a'&#10;'b'"))
+    mended = parse_junit(report.format("sets differ:&#10;'b'&#10;'a'"))
+    (differing,) = run.failing_differently(plain, mended)
+    assert differing.lines_reordered_only
+    (first,) = run.failing_differently(parse_junit(PLAIN_REPORT), parse_junit(MENDED_REPORT))
+    assert not first.lines_reordered_only

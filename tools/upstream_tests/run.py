@@ -67,6 +67,8 @@ class ChangedOutcome:
     mended: str
     plain_message: str
     mended_message: str
+    # The same lines in another order: often a set or dict printed in hash order.
+    lines_reordered_only: bool = False
 
 
 def parse_junit(text: str) -> dict[str, CaseOutcome]:
@@ -129,11 +131,16 @@ def failing_differently(
         after = mended.get(test)
         if after is None or before.outcome != after.outcome:
             continue
-        if before.outcome in ("failed", "error") and _comparable(before.message) != _comparable(
-            after.message
-        ):
+        if before.outcome not in ("failed", "error"):
+            continue
+        plain_lines = _comparable(before.message).splitlines()
+        mended_lines = _comparable(after.message).splitlines()
+        if plain_lines != mended_lines:
+            reordered = sorted(plain_lines) == sorted(mended_lines)
             differing.append(
-                ChangedOutcome(test, before.outcome, after.outcome, before.message, after.message)
+                ChangedOutcome(
+                    test, before.outcome, after.outcome, before.message, after.message, reordered
+                )
             )
     return differing
 
@@ -265,7 +272,8 @@ def text_report(results: list[dict]) -> str:
         if differing:
             lines.append(f"  failing in both arms with another message: {len(differing)}")
             for change in differing:
-                lines.append(f"    {change['test']}")
+                reordered = " (the same lines in another order)" * change["lines_reordered_only"]
+                lines.append(f"    {change['test']}{reordered}")
     return "\n".join(lines)
 
 
