@@ -116,7 +116,10 @@ def test_the_mended_arm_runs_this_checkout_with_plain_assertions() -> None:
 def test_a_file_whose_arms_leave_reports_is_compared(tmp_path, monkeypatch) -> None:
     reports = {"plain": PLAIN_REPORT, "mended": MENDED_REPORT}
 
-    def fake_run(command, cwd, env, stdout, stderr, timeout, check):
+    def fake_run(command, env, timeout, check, cwd=None, stdout=None, stderr=None, **_):
+        if "check" in command:
+            summary = {"break_candidates": 3, "fixable": 2, "declined": 1, "not_fixable": 0}
+            return type("Completed", (), {"stdout": json.dumps({"summary": summary})})()
         arm = "mended" if "graphmend" in command else "plain"
         report = next(word for word in command if word.startswith("--junitxml="))
         Path(report.split("=", 1)[1]).write_text(reports[arm], encoding="utf-8")
@@ -129,6 +132,7 @@ def test_a_file_whose_arms_leave_reports_is_compared(tmp_path, monkeypatch) -> N
     assert run.main([str(test_file), "--work", str(tmp_path / "work"), "--json", str(output)]) == 0
     (result,) = json.loads(output.read_text(encoding="utf-8"))
     assert result["tests"] == 7
+    assert result["check"]["fixable"] == 2
     assert len(result["changed"]) == 4
     assert [change["test"] for change in result["failing_differently"]] == [
         "test_x.Cases::test_fails_in_both"
@@ -150,6 +154,7 @@ def test_an_arm_that_times_out_reports_no_outcomes(tmp_path, monkeypatch) -> Non
     test_file.write_text("", encoding="utf-8")
     result = run.run_file(test_file, "py", 1, False, [], tmp_path)
     assert result["arms"]["plain"]["timed_out"] and not result["arms"]["plain"]["report_found"]
+    assert result["check"]["error"].startswith("TimeoutExpired")
     assert result["changed"] == [] and result["tests"] == 0
 
 

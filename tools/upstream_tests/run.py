@@ -226,6 +226,25 @@ def run_arm(
     return run, outcomes
 
 
+def static_summary(python: str, test_file: Path, timeout: float) -> dict:
+    """What ``graphmend check --all`` says of the file: how many break candidates it has
+    and how many graphmend rewrites. A file with nothing rewritten tests only that the
+    import hook and the compile boundary change nothing."""
+    command = [python, "-m", "graphmend", "check", "--all", "--format", "json", str(test_file)]
+    try:
+        completed = subprocess.run(
+            command,
+            env=arm_environment("mended"),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return json.loads(completed.stdout)["summary"]
+    except (subprocess.TimeoutExpired, ValueError, KeyError) as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
 def run_file(
     test_file: Path,
     python: str,
@@ -246,6 +265,7 @@ def run_file(
     changed = compare(outcomes["plain"], outcomes["mended"])
     return {
         "file": str(test_file),
+        "check": static_summary(python, test_file, timeout),
         "tests": len(set(outcomes["plain"]) | set(outcomes["mended"])),
         "arms": {arm: asdict(run) for arm, run in arms.items()},
         "changed": [asdict(change) for change in changed],
@@ -259,6 +279,12 @@ def text_report(results: list[dict]) -> str:
     lines = []
     for result in results:
         lines.append(f"{result['file']}: {result['tests']} tests, {len(result['changed'])} changed")
+        check = result.get("check", {})
+        if "fixable" in check:
+            lines.append(
+                f"  graphmend check --all: {check['break_candidates']} break candidates, "
+                f"{check['fixable']} rewritten, {check['declined']} declined"
+            )
         for arm in ARMS:
             run = result["arms"][arm]
             state = "timed out" if run["timed_out"] else f"exit {run['returncode']}"
