@@ -103,6 +103,8 @@ def test_the_mended_arm_runs_this_checkout_with_plain_assertions() -> None:
         "test_a.py",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "upstream_shims",
         "--junitxml=r.xml",
         "-k",
         "x",
@@ -110,7 +112,12 @@ def test_the_mended_arm_runs_this_checkout_with_plain_assertions() -> None:
     assert mended[:7] == ["py", "-m", "graphmend", "run", "--no-cache", "-m", "pytest"]
     assert "--assert=plain" in mended
     assert "--assert=plain" in run.arm_command("plain", "py", "t.py", Path("r.xml"), True, [])
-    assert run.arm_environment("mended")["PYTHONPATH"].split(":")[0] == str(run.SOURCE)
+    assert run.arm_environment("mended")["PYTHONPATH"].split(":")[:2] == [
+        str(run.SOURCE),
+        str(run.PLUGINS),
+    ]
+    assert run.arm_environment("plain")["PYTHONPATH"].split(":")[0] == str(run.PLUGINS)
+    assert (run.PLUGINS / "upstream_shims.py").is_file()
 
 
 def test_a_file_whose_arms_leave_reports_is_compared(tmp_path, monkeypatch) -> None:

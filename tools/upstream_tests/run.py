@@ -5,17 +5,22 @@
 
 Each file runs in two fresh processes, one at a time:
 
-    plain:   PY -m pytest FILE -p no:cacheprovider --junitxml=...
+    plain:   PY -m pytest FILE -p no:cacheprovider -p upstream_shims --junitxml=...
     mended:  PY -m graphmend run --no-cache -m pytest FILE --assert=plain -p no:cacheprovider
-             --junitxml=...
+             -p upstream_shims --junitxml=...
 
 The mended arm needs ``--assert=plain``: pytest's own assertion rewriting would load the
 test module itself, and graphmend's import hook would never see it. That leaves one
 difference between the arms that is not graphmend's (assertion rewriting of ``assert``
 statements that TorchDynamo then traces); ``--assert-plain-both`` gives the plain arm
-``--assert=plain`` too, to rule it out. The mended arm imports graphmend from this
+``--assert=plain`` too, to rule it out (with torch 2.13 it accounts for five tests that
+otherwise fail differently: a rewritten ``assert`` is a data-dependent branch to
+TorchDynamo). The mended arm imports graphmend from this
 checkout's ``src`` (``PYTHONPATH``) and never reads or writes the rewritten-code cache,
 so that it runs the code of this tree.
+
+Both arms load ``plugins/upstream_shims.py``: stand-ins for the few names that stored test
+files of other torch versions import and the installed torch lacks.
 
 The two JUnit XML reports are compared test by test. A test whose outcome (passed,
 failed, error, skipped, xfailed) differs is listed with the message of each arm. A file
@@ -39,6 +44,9 @@ from xml.etree import ElementTree
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 SOURCE = CHECKOUT / "src"
+# Holds the pytest plugin both arms load (-p upstream_shims), and nothing else, so that
+# putting it on sys.path shadows no module of the tests.
+PLUGINS = Path(__file__).resolve().parent / "plugins"
 ARMS = ("plain", "mended")
 # Kept per message so that a JSON report of hundreds of changes stays readable.
 MESSAGE_LIMIT = 2000
@@ -164,7 +172,14 @@ def arm_command(
     assert_plain_both: bool,
     pytest_args: list[str],
 ) -> list[str]:
-    common = ["-p", "no:cacheprovider", f"--junitxml={report}", *pytest_args]
+    common = [
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "upstream_shims",
+        f"--junitxml={report}",
+        *pytest_args,
+    ]
     if arm == "plain":
         extra = ["--assert=plain"] if assert_plain_both else []
         return [python, "-m", "pytest", test_file, *extra, *common]
@@ -184,9 +199,9 @@ def arm_command(
 
 def arm_environment(arm: str) -> dict[str, str]:
     environment = dict(os.environ)
-    if arm == "mended":
-        inherited = environment.get("PYTHONPATH")
-        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE), inherited]))
+    paths = [str(SOURCE), str(PLUGINS)] if arm == "mended" else [str(PLUGINS)]
+    inherited = environment.get("PYTHONPATH")
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, inherited]))
     return environment
 
 
