@@ -1,0 +1,54 @@
+"""A pytest plugin that both arms load (``-p upstream_shims``): the stored copies of
+PyTorch's test files come from other torch versions than the installed one, and import a
+few names it lacks. Each gets a stand-in, the same in both arms, so the files collect;
+tests that need the real thing fail in both arms alike."""
+
+from __future__ import annotations
+
+import sys
+import types
+import unittest
+
+import torch
+import torch._dynamo.test_case as dynamo_test_case
+import torch._dynamo.testing as dynamo_testing
+from torch.testing._internal import common_utils, inductor_utils
+
+
+def _identity(function):
+    return function
+
+
+if not hasattr(dynamo_test_case, "TestCaseWithNestedGraphBreaks"):
+    dynamo_test_case.TestCaseWithNestedGraphBreaks = dynamo_test_case.TestCase
+
+# Translation validation is off by default: the decorator had nothing to disable.
+if not hasattr(common_utils, "disable_translation_validation_if_dynamic_shapes"):
+    common_utils.disable_translation_validation_if_dynamic_shapes = _identity
+
+# Shapes are static by default, which is what the old decorator required.
+if not hasattr(dynamo_testing, "requires_static_shapes"):
+    dynamo_testing.requires_static_shapes = _identity
+
+if not hasattr(inductor_utils, "HAS_CUDA"):
+    inductor_utils.HAS_CUDA = torch.cuda.is_available()
+
+try:
+    import functorch._src.config
+except ImportError:
+    import functorch
+
+    _private = types.ModuleType("functorch._src")
+    _private.config = types.ModuleType("functorch._src.config")
+    _private.config.use_dynamic_shapes = False
+    functorch._src = _private
+    sys.modules["functorch._src"] = _private
+    sys.modules["functorch._src.config"] = _private.config
+
+# A helper the oldest test_repros.py imports from a sibling test file.
+if "test_minifier" not in sys.modules:
+    _minifier = types.ModuleType("test_minifier")
+    _minifier.requires_cuda = lambda: unittest.skipIf(
+        not torch.cuda.is_available(), "requires cuda"
+    )
+    sys.modules["test_minifier"] = _minifier
