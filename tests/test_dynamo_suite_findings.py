@@ -1,7 +1,6 @@
 """Programs reduced from PyTorch's own TorchDynamo tests whose outcome changed under
 ``graphmend run`` for a reason other than counting graphs or breaks
-(``tools/upstream_tests``). Each still differs: ``xfail(strict=True)``, so that the fix
-that makes one pass also removes its mark."""
+(``tools/upstream_tests``), each kept as the regression test of its fix."""
 
 from __future__ import annotations
 
@@ -33,12 +32,6 @@ def _raises(x):
     raise ValueError("from the user's function")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="what torch.compile returns is wrapped by graphmend's boundary, so an exception "
-    "raised out of it passes through call_compiled and run_compiled "
-    "(test_error_messages.py::test_no_internal_compiler_stacktrace)",
-)
 @pytest.mark.parametrize(
     "function", [_breaks_the_graph, _raises], ids=["fullgraph_break", "user_error"]
 )
