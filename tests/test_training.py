@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from graphmend.core.legality import condition_id
 from graphmend.counting import recording_graph_breaks
 from graphmend.runtime import claims
 from helpers import original_and_mended
@@ -526,3 +527,75 @@ def test_a_tensor_made_before_the_print_read_after_it_without_gradient(read, bac
     (original_w1, original_w2, original_graphs), (mended_w1, mended_w2, mended_graphs) = outcomes
     assert original_w1 is None and mended_w1 is None and torch.equal(mended_w2, original_w2)
     assert (original_graphs, mended_graphs) == (2, 1)
+
+
+SAVED_THEN_WRITTEN_IN_PLACE = """
+import torch
+
+
+def f(y):
+    y = torch.relu(y)
+    print("clamped")
+    y.mul_(2.0)
+    return y * 3.0
+"""
+
+
+def _call_and_backward(function, backend, grad=True):
+    """(where it failed and the exception's type and text, or the gradient's bits), with
+    the graphs and breaks compiling took."""
+    torch._dynamo.reset()
+    counters.clear()
+    y = torch.tensor([1.5, -0.5, 2.0], requires_grad=True)
+    with recording_graph_breaks() as records, torch.set_grad_enabled(grad), contextlib.redirect_stdout(
+        io.StringIO()
+    ) as printed:
+        try:
+            out = torch.compile(function, backend=backend)(y)
+        except Exception as raised:  # noqa: BLE001 - what the call raised is the observation
+            outcome = ("call", type(raised).__name__, str(raised))
+        else:
+            try:
+                out.sum().backward()
+                outcome = ("gradient", _bits(y.grad).tolist()) if grad else ("value", _bits(out).tolist())
+            except RuntimeError as raised:
+                outcome = ("backward", type(raised).__name__, str(raised).split(" is at version")[0])
+    graphs = counters["stats"]["unique_graphs"]
+    outcome += (printed.getvalue(),)
+    return outcome, (graphs, max(len(records.breaks), sum(counters["graph_break"].values())))
+
+
+def test_backend_compiles_the_joined_graph__a_tensor_saved_then_written_in_place():
+    """AOTAutograd saves ``relu``'s output for backward and fails while compiling a graph
+    that then writes it in place; the original's graphs saved it in one graph and wrote
+    it in the next, and ``backward()`` raised, as eagerly. The claim keeps its break
+    (seed 7713 of the long fuzz run: the call raised BackendCompilerFailed)."""
+    original, mended, _ = original_and_mended(SAVED_THEN_WRITTEN_IN_PLACE)
+    before = _call_and_backward(original.f, "aot_eager")
+    claims.forget_refusals()
+    after = _call_and_backward(mended.f, "aot_eager")
+    assert before[0][0] == "backward" and before[0][1] == "RuntimeError"
+    assert after == before
+    (reason,) = claims.trace_time_declines.values()
+    assert condition_id(reason) == "G314"
+
+
+def test_backend_compiles_the_joined_graph__under_no_grad_it_joins():
+    original, mended, _ = original_and_mended(SAVED_THEN_WRITTEN_IN_PLACE)
+    before = _call_and_backward(original.f, "aot_eager", grad=False)
+    claims.forget_refusals()
+    after = _call_and_backward(mended.f, "aot_eager", grad=False)
+    assert after[0] == before[0] and before[1] == (2, 1) and after[1] == (1, 0)
+    assert not claims.trace_time_declines
+
+
+def test_backend_compiles_the_joined_graph__a_backend_failing_on_every_graph_fails_as_on_the_originals():
+    def failing(graph_module, example_inputs):
+        raise ValueError("this backend compiles nothing")
+
+    original, mended, _ = original_and_mended(SAVED_THEN_WRITTEN_IN_PLACE)
+    before = _call_and_backward(original.f, failing)
+    claims.forget_refusals()
+    after = _call_and_backward(mended.f, failing)
+    assert before[0][:2] == ("call", "BackendCompilerFailed")
+    assert after == before

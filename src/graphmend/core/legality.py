@@ -354,6 +354,9 @@ _CONDITIONS = (
     (_G, WHOLE_TRACE, "G313", "earlier_tensors_stay_in_the_graph",
      "graphmend.runtime.claims:earlier_tensors_stay_in_the_graph",
      "under aot_eager, no tensor that autograd records, made before the statement, leaves the joined graph"),
+    (_G, WHOLE_TRACE, "G314", "backend_compiles_the_joined_graph",
+     "graphmend.runtime.claims:backend_compiles_the_joined_graph",
+     "the backend compiles the joined graph (else the frame is traced again with the breaks)"),
 )
 
 

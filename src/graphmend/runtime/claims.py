@@ -1438,17 +1438,11 @@ def _check_before_compiling(compile_subgraph):
 
 
 def _check_the_compiled_graph(call_user_compiler):
-    """Wrap ``OutputGraph.call_user_compiler``: a graph compiled from mended code that
-    draws random numbers compiles with inductor's ``fallback_random``, so its draws are
-    eager's, from eager's generator, and an unused one is kept (not dropped).
-
-    Which draws end up unused depends on which locals TorchDynamo takes as live at a
-    break, and its liveness analysis takes every local read after a jump as live: the
-    rewritten code's jumps are not the original's, so a draw the original's graph
-    returned may be unused in the mended one, or the other way round. And inductor's
-    own random numbers depend on the graph they are compiled in (its seeds and offsets),
-    which joining graphs changes. With ``fallback_random`` the mended program draws the numbers the original
-    draws eagerly."""
+    """Wrap ``OutputGraph.call_user_compiler``: a graph that holds claims is refused
+    before it compiles where a tensor made before a claim leaves it
+    (``earlier_tensors_stay_in_the_graph``), and after, where the backend fails on it
+    (``backend_compiles_the_joined_graph``); either way the frame is traced again with
+    the claims' breaks."""
 
     def wrapped(self, graph_module, *args, **kwargs):
         claims = getattr(self, _CLAIMS_ATTRIBUTE, None)
@@ -1457,23 +1451,74 @@ def _check_the_compiled_graph(call_user_compiler):
             for site, why in refusals:
                 _refuse(site, _UNDER_GRAD, why)
             raise _restart(self, refusals[0][1])
-        if _compiled_from_mended_code(self) and _draws_any(graph_module, self):
-            import torch._inductor.config as inductor_config
-
-            outputs = _return_dead_draws(graph_module, self)
-            with inductor_config.patch(fallback_random=True):
-                compiled = call_user_compiler(self, graph_module, *args, **kwargs)
-            if outputs is None:
-                return compiled
-
-            def without_the_dead_draws(*call_args, **call_kwargs):
-                return compiled(*call_args, **call_kwargs)[:outputs]
-
-            return without_the_dead_draws
-        return call_user_compiler(self, graph_module, *args, **kwargs)
+        if claims:
+            try:
+                return _compile_joined_graph(self, graph_module, call_user_compiler, *args, **kwargs)
+            except Exception as raised:
+                refusal = backend_compiles_the_joined_graph(self, raised)
+                if refusal is None:
+                    raise
+                kind = _UNDER_GRAD if any(records_autograd(node) for node in computed_nodes(self)) else _ALWAYS
+                for site in claims:
+                    _refuse(site, kind, refusal)
+                raise _restart(self, refusal) from None
+        return _compile_joined_graph(self, graph_module, call_user_compiler, *args, **kwargs)
 
     wrapped._graphmend_wrapped = True
     return wrapped
+
+
+def backend_compiles_the_joined_graph(output, raised: BaseException) -> str | None:
+    """The backend compiles the joined graph. Where the original broke, the backend
+    compiled each of its graphs apart, and one may compile where the joined graph does
+    not: AOTAutograd traces the backward of the whole graph at once, and fails while
+    compiling where a tensor it saves for backward is written in place later in the same
+    graph (``torch.relu(y)`` then ``y.mul_(2)``), where the original's graphs saved it in
+    one graph and wrote it in the next, and the error came from ``backward()``, as
+    eagerly. A claim whose joined graph the backend fails on keeps its break; the frame
+    is traced again, and an error the original's own graphs raise is raised as theirs.
+    TorchDynamo's own signals (a restart, a frame to skip) pass through."""
+    from torch._dynamo import exc
+
+    signals = tuple(
+        getattr(exc, name) for name in ("RestartAnalysis", "SkipFrame")
+        if isinstance(getattr(exc, name, None), type)
+    )
+    if isinstance(raised, signals):
+        return None
+    cause = raised.inner_exception if isinstance(raised, exc.BackendCompilerFailed) else raised
+    return failed(
+        "G314", f"the backend failed to compile the joined graph ({type(cause).__name__}), "
+        "where the original's graphs compiled apart"
+    )
+
+
+def _compile_joined_graph(self, graph_module, call_user_compiler, *args, **kwargs):
+    """Compile the graph. One compiled from mended code that draws random numbers
+    compiles with inductor's ``fallback_random``, so its draws are eager's, from eager's
+    generator, and an unused one is kept (not dropped).
+
+    Which draws end up unused depends on which locals TorchDynamo takes as live at a
+    break, and its liveness analysis takes every local read after a jump as live: the
+    rewritten code's jumps are not the original's, so a draw the original's graph
+    returned may be unused in the mended one, or the other way round. And inductor's
+    own random numbers depend on the graph they are compiled in (its seeds and offsets),
+    which joining graphs changes. With ``fallback_random`` the mended program draws the
+    numbers the original draws eagerly."""
+    if _compiled_from_mended_code(self) and _draws_any(graph_module, self):
+        import torch._inductor.config as inductor_config
+
+        outputs = _return_dead_draws(graph_module, self)
+        with inductor_config.patch(fallback_random=True):
+            compiled = call_user_compiler(self, graph_module, *args, **kwargs)
+        if outputs is None:
+            return compiled
+
+        def without_the_dead_draws(*call_args, **call_kwargs):
+            return compiled(*call_args, **call_kwargs)[:outputs]
+
+        return without_the_dead_draws
+    return call_user_compiler(self, graph_module, *args, **kwargs)
 
 
 def _restart_trace_without_claims(wrap_failure):
