@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import warnings
 
 import pytest
@@ -309,3 +310,91 @@ def test_a_warning_recorder_of_python_code_is_decided_again():
     assert [kind for kind, _message, _line in after[3]] == ["disabled", "python", "disabled"]
     assert after[3] == before[3]
     assert after[2] >= 1  # the Python recorder made TorchDynamo trace the frame again
+
+
+ONE_LOG = """
+import logging
+import torch
+
+logger = logging.getLogger("never_worse_program")
+
+def f(x):
+    y = x + 1
+    logger.warning("rows %d", 3)
+    return y * 2
+"""
+
+
+class _PythonStream:
+    """A stream whose ``write`` is Python code (traced code could write through it too)."""
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def write(self, text):
+        self.seen.append(("python", text))
+
+    def flush(self):
+        pass
+
+
+def _text_stream_handler(seen):
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.close = lambda: seen.append(("text", stream.getvalue()))
+    return handler
+
+
+def _python_stream_handler(seen):
+    return logging.StreamHandler(_PythonStream(seen))
+
+
+def _calls_with_handlers(module, handlers):
+    """As ``_calls_with_recorders``, with a new handler on the logger for each call (as
+    pytest's log capture and per-request servers add one)."""
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(module.f, backend=backend)
+    seen = []
+    module.logger.propagate = False
+    with recording_graph_breaks() as records:
+        for make_handler in handlers:
+            handler = make_handler(seen)
+            module.logger.addHandler(handler)
+            try:
+                compiled(torch.ones(3))
+            finally:
+                module.logger.removeHandler(handler)
+                handler.close()
+    return backend.graphs, len(records.breaks), len(records.recompilations), seen
+
+
+def test_a_log_handler_made_anew_for_each_call_keeps_the_graph():
+    """The in-graph record's trace was guarded on each handler's identity: a handler
+    added for each call failed the guard, and the frame compiled on every call (fuzz
+    seed 500012: 5 breaks where the original records 3; in 8 calls TorchDynamo's
+    recompile limit would run the frame eagerly). Guarded on the handler's type."""
+    claims.forget_refusals()
+    original, mended, _ = original_and_mended(ONE_LOG)
+    handlers = [_text_stream_handler] * 3
+    before = _calls_with_handlers(original, handlers)
+    assert before[:3] == (2, 1, 0)
+    after = _calls_with_handlers(mended, handlers)
+    assert after == (1, 0, 0, before[3])
+    assert [text for _kind, text in after[3]] == ["rows 3\n"] * 3
+
+
+def test_a_log_handler_on_a_python_stream_is_decided_again():
+    """A handler of the same type whose stream is another type (one whose ``write`` is
+    Python code, which an in-graph record may not reach: ``_stream_is_opaque``) fails the
+    stream's type guard: the frame is traced again and the record made eagerly."""
+    claims.forget_refusals()
+    original, mended, _ = original_and_mended(ONE_LOG)
+    handlers = [_text_stream_handler, _python_stream_handler, _text_stream_handler]
+    before = _calls_with_handlers(original, handlers)
+    after = _calls_with_handlers(mended, handlers)
+    assert [kind for kind, _text in after[3]] == ["text", "python", "text"]
+    assert after[3] == before[3]
+    assert after[2] >= 1

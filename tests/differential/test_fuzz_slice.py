@@ -219,3 +219,20 @@ def test_warning_display_changed_between_calls_behaves_the_same_once_mended(seed
     assert not report.differences, (
         f"{program.describe()}\n" + "\n".join(d.klass + "\n" + d.describe() for d in report.differences)
     )
+
+
+# Seeds of long runs whose mended program compiled more graphs or recorded more breaks
+# than the original (``compare(..., counts=True)``), with the modes that showed it.
+WORSE_FINDINGS = {
+    # A log handler added for each call (the harness's own capture) recompiled the frame
+    # on every call: the in-graph record's trace was guarded on the handler's identity.
+    500012: ("compiled:eager",),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", sorted(WORSE_FINDINGS))
+def test_long_run_finding_is_no_worse_once_mended(seed: int) -> None:
+    program = generate(seed)
+    report = compare(program, modes=("eager",) + WORSE_FINDINGS[seed], counts=True)
+    assert not report.differences and not report.worse, (program.describe(), report.differences, report.worse)

@@ -828,9 +828,10 @@ def _guard_on_the_log_chain(translator, variable, method_variable) -> bool:
         for index, handler in enumerate(current.handlers):
             handled = True
             each = ListGetItemSource(handlers, index)
-            guards += [(each, GuardBuilder.ID_MATCH), (AttrSource(each, "filters"), GuardBuilder.SEQUENCE_LENGTH)]
+            guards += [*_decided_by_type(each, handler, GuardBuilder),
+                       (AttrSource(each, "filters"), GuardBuilder.SEQUENCE_LENGTH)]
             if "stream" in vars(handler):
-                guards.append((AttrSource(each, "stream"), GuardBuilder.TYPE_MATCH))
+                guards += _decided_by_type(AttrSource(each, "stream"), handler.stream, GuardBuilder)
         guards.append((AttrSource(source, "propagate"), GuardBuilder.CONSTANT_MATCH))
     if not handled:
         guards += [(AttrSource(ImportSource("logging"), "lastResort"), GuardBuilder.ID_MATCH),
@@ -838,6 +839,20 @@ def _guard_on_the_log_chain(translator, variable, method_variable) -> bool:
     for guarded, kind in guards:
         install_guard(guarded.make_guard(kind))
     return True
+
+
+def _decided_by_type(source, thing, GuardBuilder) -> list:
+    """Guards that keep true what ``_only_writes`` decided on a handler or its stream:
+    its type and whether the object itself carries the output-only mark. A program (or
+    pytest's log capture) that adds a new handler of the same kind for each call reuses
+    the graph; guarding on the handler's identity recompiled every call, where the
+    original, breaking at the call, compiled once."""
+    if OUTPUT_ONLY_MARK in getattr(thing, "__dict__", {}):
+        return [(source, GuardBuilder.ID_MATCH)]
+    guards = [(source, GuardBuilder.TYPE_MATCH)]
+    if hasattr(thing, "__dict__"):
+        guards.append((source, functools.partial(GuardBuilder.NOT_PRESENT_IN_GENERIC_DICT, attr=OUTPUT_ONLY_MARK)))
+    return guards
 
 
 def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
