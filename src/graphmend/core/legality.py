@@ -231,6 +231,8 @@ _CONDITIONS = (
      "no argument formats or converts a value that may be a tensor at the call"),
     (_D, STATIC, "D108", "no_trap_after", "graphmend.rules.defer:no_trap_after",
      "no lowered guard follows the output in the function"),
+    (_D, STATIC, "D109", "item_reads_made_again_unchanged", "graphmend.rules.defer:item_reads_made_again_unchanged",
+     "a print or log call that reads `name.item()` is built of names, constants and f-strings of them"),
     # Defer, while tracing (runtime/deferred.py, runtime/output_call_arguments.py).
     (_D, WHILE_TRACING, "D201", "no_input_written_in_place_before", "graphmend.runtime.deferred:no_input_written_in_place_before",
      "the traced region writes no input in place before the output"),

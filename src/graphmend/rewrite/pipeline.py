@@ -35,6 +35,7 @@ from graphmend.rewrite.edits import CalleeEdit
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR, TENSOR_ITEM, Finding
 from graphmend.rewrite.suppressions import suppressions_in
 from graphmend.rewrite.templates import (
+    ORIGINAL_MARK,
     RUNTIME_IMPORT,
     RUNTIME_LOAD,
     RUNTIME_NAME,
@@ -190,10 +191,13 @@ _DYNAMIC_SHAPE_NAMES = frozenset(name.rsplit(".", 1)[1] for name in DYNAMIC_SHAP
 
 def _report_unfixable(
     context: ModuleContext, in_scope, summaries, capturing: bool = False, trapping: bool = False
-) -> None:
+) -> list:
     """``.item()`` and dynamic-shape operators no rule keeps in the graph (with
     ``capturing``, the positions operators are the Capture rule's to report; with
-    ``trapping``, an ``.item()`` a check reads is Trap's)."""
+    ``trapping``, an ``.item()`` a check reads is Trap's). Returns the ``.item()``
+    findings with their calls: one an output call reads, which Defer then performs in
+    the graph, is withdrawn once the rules ran (``_withdraw_deferred_items``)."""
+    items = []
     for facts in iter_functions(context.tree, context.bindings):
         if in_scope is not None and id(facts.function) not in in_scope:
             continue
@@ -207,10 +211,10 @@ def _report_unfixable(
             if capturing and capture_loops.is_list_of_chosen_classes(node):
                 continue  # the Capture rule reports the statement
             if data.first_item_call(node) is node and not (trapping and trap_items.is_lifted_item(facts, node)):
-                context.report(
+                items.append((context.report(
                     facts, node, TENSOR_ITEM, f"`{ast.unparse(node.func)}()` copies a tensor value to Python",
                     None, "the value leaves the graph; no source rewrite keeps it inside",
-                )
+                ), node))
             qualified = facts.qualified_name_of(node.func)
             method = node.func.attr if isinstance(node.func, ast.Attribute) else None
             if capturing and capture.captured_helper(facts, node) is not None:
@@ -223,6 +227,19 @@ def _report_unfixable(
                     f"`{ast.unparse(node.func)}` has a data-dependent output shape",
                     None, "the output shape depends on tensor values",
                 )
+    return items
+
+
+def _withdraw_deferred_items(context: ModuleContext, items: list) -> None:
+    """Drop the ``.item()`` findings of calls that are now only in the original output
+    call Defer keeps for eager code (its graph form reads the value when the graph runs:
+    ``defer.item_reads``)."""
+    deferred = {
+        id(finding) for finding, node in items
+        if str(getattr(node, ORIGINAL_MARK, "")).startswith(f"{defer.RULE}:")
+    }
+    if deferred:
+        context.findings[:] = [finding for finding in context.findings if id(finding) not in deferred]
 
 
 def _insert_runtime_import(tree: ast.Module, binding: bool) -> None:
@@ -332,7 +349,7 @@ def mend_module_source(
     if scope == "entry":
         in_scope, entry = _entry_scope(tree, bindings, known_helpers, compiled_elsewhere)
     summaries = _summarise_functions(tree)
-    _report_unfixable(context, in_scope, summaries, capturing="capture" in selected, trapping="trap" in selected)
+    items = _report_unfixable(context, in_scope, summaries, capturing="capture" in selected, trapping="trap" in selected)
     for rule_name in selected:
         for rule_pass in RULES[rule_name]:
             for facts in iter_functions(tree, bindings):
@@ -347,6 +364,7 @@ def mend_module_source(
                 )
                 if needed:
                     rule_pass(FunctionContext(facts, context))
+    _withdraw_deferred_items(context, items)
     context.findings.sort(key=lambda f: (f.line, f.col))
     edits = _collect_edits(tree)
     if not context.uses_runtime:

@@ -52,7 +52,13 @@ from graphmend.core.legality import failed
 from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS
 from graphmend.rewrite.edits import CalleeEdit
 from graphmend.rewrite.findings import LOGGER_CALL
-from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
+from graphmend.rewrite.templates import (
+    ORIGINAL_MARK,
+    RUNTIME_NAME,
+    compiled_or_original,
+    place,
+    statements,
+)
 from graphmend.rules.base import (
     FunctionContext,
     enclosing_statements,
@@ -245,9 +251,14 @@ def arguments_do_not_format_tensor_values(context: FunctionContext, call: ast.Ca
     """Formatting runs at the call; a tensor formatted there is read when the effect is
     replayed (after later in-place updates), or breaks the graph at the call. An
     f-string's value that is not a tensor value by analysis is left to the check while
-    tracing (``message_formatted_at_the_call``): a plain Python value there is text."""
+    tracing (``message_formatted_at_the_call``): a plain Python value there is text.
+    An ``.item()`` read the runtime makes when the graph runs (``item_reads``) is not
+    formatting at the call."""
+    deferred = {id(read) for read, _ in item_reads(call)}
     for argument in list(call.args) + [k.value for k in call.keywords]:
         for part in ast.walk(argument):
+            if id(part) in deferred or (isinstance(part, ast.FormattedValue) and id(part.value) in deferred):
+                continue
             if isinstance(part, ast.FormattedValue) and not _is_static_value(context, part.value, node) and (
                 context.data.is_data_dependent(part.value, node) or context.data.first_item_call(part.value)
             ):
@@ -272,6 +283,73 @@ def arguments_do_not_format_tensor_values(context: FunctionContext, call: ast.Ca
                 "builtins.str", "builtins.repr", "builtins.format", "builtins.float", "builtins.int"
             ) and not all(_is_static_value(context, a, node) for a in part.args):
                 return f"an argument converts a value that may be a tensor with `{ast.unparse(part.func)}`"
+    return None
+
+
+def _is_item_read(expression: ast.expr) -> bool:
+    """``name.item()``."""
+    return (
+        isinstance(expression, ast.Call)
+        and isinstance(expression.func, ast.Attribute)
+        and expression.func.attr == "item"
+        and isinstance(expression.func.value, ast.Name)
+        and not expression.args
+        and not expression.keywords
+    )
+
+
+def item_reads(call: ast.Call) -> list[tuple[ast.Call, ast.FormattedValue | None]]:
+    """The ``name.item()`` reads the runtime makes when the graph runs, in place of the
+    call: an argument that is one, or one an f-string argument formats directly (with
+    that ``FormattedValue``). A logged loss (``print(f"loss {loss.item():.4f}")``,
+    ``logger.info("loss %.4f", loss.item())``) then prints from inside the graph the
+    number the call printed, where ``.item()`` at the call broke the graph."""
+    reads = []
+    for argument in call.args:
+        if _is_item_read(argument):
+            reads.append((argument, None))
+        elif isinstance(argument, ast.JoinedStr):
+            reads += [
+                (part.value, part) for part in argument.values
+                if isinstance(part, ast.FormattedValue) and _is_item_read(part.value)
+            ]
+    return reads
+
+
+def _made_of_names(expression: ast.expr) -> bool:
+    """Names, constants, ``name.item()`` and f-strings of them with constant specs:
+    evaluated again, the same values, and nothing runs that could change anything."""
+    if isinstance(expression, (ast.Constant, ast.Name)) or _is_item_read(expression):
+        return True
+    if isinstance(expression, ast.JoinedStr):
+        for part in expression.values:
+            if isinstance(part, ast.Constant):
+                continue
+            if not (isinstance(part, ast.FormattedValue) and _made_of_names(part.value)):
+                return False
+            spec = part.format_spec
+            if spec is not None and not all(isinstance(piece, ast.Constant) for piece in spec.values):
+                return False
+        return True
+    return False
+
+
+def item_reads_made_again_unchanged(context: FunctionContext, call: ast.Call, kind: str) -> str | None:
+    """Where the runtime hands a call with ``.item()`` reads back (the tensor is not one
+    plain element, the format does not apply), the rewritten code makes the original
+    call again, so that ``.item()`` breaks the graph and fails as the original did: its
+    arguments must then read what they read the first time, which names, constants and
+    f-strings of them do. A warning's filters match its message text, which such a
+    call only has when the graph runs."""
+    if not item_reads(call):
+        return None
+    if context.module.output_calls_in_place:
+        return "an argument calls `.item()`, which the form `graphmend fix` writes cannot defer"
+    if kind == "warn":
+        return "a warning's message formats `.item()`, which its filters would match only when the graph runs"
+    arguments = list(call.args) + [k.value for k in call.keywords]
+    if any(isinstance(argument, ast.Starred) for argument in call.args) or not all(map(_made_of_names, arguments)):
+        return "a call that reads `.item()` has an argument other than names, constants and f-strings of them"
     return None
 
 
@@ -322,15 +400,22 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
     """``EAGER = <kind>_in_graph(...)`` and, when the runtime hands the arguments back,
     the original callee called with them, in this frame."""
     eager = f"_gm_eager_{context.module.fresh_suffix()}"
-    fallback = statements(
-        f"if {eager}:\n    CALLEE(*{eager}[0], **{eager}[1])", CALLEE=copy.deepcopy(call.func)
-    )
-    arguments = _tuple_of(call.args)
+    arguments, items = _arguments_and_item_reads(call)
+    if items is None:
+        fallback = statements(
+            f"if {eager}:\n    CALLEE(*{eager}[0], **{eager}[1])", CALLEE=copy.deepcopy(call.func)
+        )
+    else:
+        # Handed back, the original call is made again (``item_reads_made_again_unchanged``).
+        again = ast.Expr(value=copy.deepcopy(call))
+        for node in ast.walk(again):
+            setattr(node, ORIGINAL_MARK, f"{RULE}: the original call, made again")
+        fallback = statements(f"if {eager}:\n    AGAIN", AGAIN=[place([again], call)[0]])
     keywords = _dict_of(call.keywords)
     if kind == "print":
         return statements(
-            f"{eager} = {RUNTIME_NAME}.print_in_graph(ARGS, KWARGS)",
-            ARGS=arguments, KWARGS=keywords,
+            f"{eager} = {RUNTIME_NAME}.print_in_graph(ARGS, KWARGS{', ITEMS' if items else ''})",
+            ARGS=arguments, KWARGS=keywords, ITEMS=items,
         ) + fallback
     # The location names the module: its file is looked up when the effect is performed,
     # so a fixed file that moves stays right. The file name given to the rewriter is
@@ -346,7 +431,7 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
     level = "log" if method == "log" else STANDARD_LOG_LEVELS.get(method)
     return statements(
         f"{eager} = {RUNTIME_NAME}.log_in_graph("
-        "LOGGER, METHOD, LEVEL, (__name__, LINE, FUNCTION, FILE), ARGS, KWARGS)",
+        f"LOGGER, METHOD, LEVEL, (__name__, LINE, FUNCTION, FILE), ARGS, KWARGS{', ITEMS' if items else ''})",
         LOGGER=call.func.value,
         METHOD=ast.Constant(method),
         LEVEL=ast.Constant(level),
@@ -355,7 +440,49 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
         FUNCTION=ast.Constant(context.facts.name),
         ARGS=arguments,
         KWARGS=keywords,
+        ITEMS=items,
     ) + fallback
+
+
+def _arguments_and_item_reads(call: ast.Call) -> tuple[ast.Tuple, ast.expr | None]:
+    """The arguments to hand the runtime, and where the ``.item()`` reads it makes when
+    the graph runs are (``deferred.ITEM_READS``), or None without any: a read argument
+    becomes its tensor; an f-string that formats reads becomes a tuple of its pieces,
+    the text between reads as f-strings TorchDynamo makes at the call, and each read's
+    tensor, with its conversion and format spec."""
+    reads = {id(read) for read, _ in item_reads(call)}
+    if not reads:
+        return _tuple_of(call.args), None
+    arguments, items = [], []
+    for position, argument in enumerate(call.args):
+        if id(argument) in reads:
+            arguments.append(copy.deepcopy(argument.func.value))
+            items.append(ast.Tuple(elts=[ast.Constant(position), ast.Constant(None)], ctx=ast.Load()))
+            continue
+        if not (isinstance(argument, ast.JoinedStr) and any(
+            isinstance(part, ast.FormattedValue) and id(part.value) in reads for part in argument.values
+        )):
+            arguments.append(argument)
+            continue
+        pieces, formats, text = [], [], []
+        for part in argument.values:
+            if isinstance(part, ast.FormattedValue) and id(part.value) in reads:
+                if text:
+                    pieces.append(ast.JoinedStr(values=text))
+                    text = []
+                conversion = "" if part.conversion == -1 else chr(part.conversion)
+                spec = "" if part.format_spec is None else "".join(piece.value for piece in part.format_spec.values)
+                formats.append(ast.Tuple(
+                    elts=[ast.Constant(len(pieces)), ast.Constant(conversion), ast.Constant(spec)], ctx=ast.Load()
+                ))
+                pieces.append(copy.deepcopy(part.value.func.value))
+            else:
+                text.append(part)
+        if text:
+            pieces.append(ast.JoinedStr(values=text))
+        arguments.append(ast.Tuple(elts=pieces, ctx=ast.Load()))
+        items.append(ast.Tuple(elts=[ast.Constant(position), ast.Tuple(elts=formats, ctx=ast.Load())], ctx=ast.Load()))
+    return _tuple_of(arguments), ast.Tuple(elts=items, ctx=ast.Load())
 
 
 def _runtime_attribute(name: str) -> ast.Attribute:
@@ -401,6 +528,7 @@ def _refusal(context: FunctionContext, statement: ast.Expr, kind: str) -> str | 
         lambda: failed("D104", callee_on_one_line(call, kind)),
         lambda: failed("D105", not_inside_with(context, statement)),
         lambda: failed("D106", warning_not_caught_here(context, statement, kind)),
+        lambda: failed("D109", item_reads_made_again_unchanged(context, call, kind)),
         lambda: failed("D107", arguments_do_not_format_tensor_values(context, call, node)),
         lambda: failed("D108", no_trap_after(context, statement)),
     )

@@ -662,11 +662,20 @@ def earlier_tensors_stay_in_the_graph(output, graph_module, claims) -> list[tupl
             ]
             if sequences:
                 made_at.append((min(sequences), node.name))
+    last_recorded = max(
+        (tensor.grad_fn._sequence_nr() for node in computed_nodes(output)
+         for tensor in _tensors(node.meta.get("example_value")) if tensor.grad_fn is not None),
+        default=-1,
+    )
     refusals = []
     for claim in joined:
         boundaries = _original_boundaries(claim)
         if boundaries is None:
             refusals.append((claim.site, failed("G313", _UNKNOWN_BOUNDARY_REASON)))
+            continue
+        if last_recorded < max(boundaries):
+            # Nothing after the statement records autograd (a loss printed last): the
+            # joined backward is the earlier graph's.
             continue
         for sequence, name in made_at:
             if sequence < max(boundaries):

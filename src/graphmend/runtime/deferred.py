@@ -160,6 +160,64 @@ def _plain_tensor(value) -> bool:
 
 _TENSOR, _INT, _SIZE = "tensor", "int", "size"
 _LIST, _TUPLE, _CONSTANT = "list", "tuple", "constant"
+# ``.item()`` of a tensor operand, made when the graph runs: an argument that is one
+# (its extent the value's kind), or an f-string's pieces with reads among them (its
+# extent, per read, the kind, conversion and format spec).
+_ITEM, _TEXT = "item", "text"
+
+
+def _item_kind(value) -> str | None:
+    """The kind of Python number ``value.item()`` gives (``output_call_arguments``), where
+    it gives one for every value of the tensor: one element of a plain strided tensor,
+    its number of elements known while tracing. Else None."""
+    if not (isinstance(value, torch.Tensor) and type(value) is torch.Tensor and value.layout == torch.strided):
+        return None
+    if value.is_quantized:
+        return None
+    elements = value.numel()
+    if type(elements) is not int or elements != 1:
+        return None
+    if value.dtype.is_complex:
+        return arguments.COMPLEX_ITEM
+    if value.dtype.is_floating_point:
+        return arguments.FLOAT_ITEM
+    return arguments.INTEGER_ITEM
+
+
+def _split_item_reads(value, formats, tensors: list):
+    """For an argument the rewritten code marked as read with ``.item()`` (``formats``
+    None) or as an f-string's pieces (``formats``: per read, its piece's index,
+    conversion and spec): (template entry, slot kind, extent), or None."""
+    if formats is None:
+        kind = _item_kind(value)
+        if kind is None:
+            return None
+        tensors.append(value)
+        return None, _ITEM, kind
+    if type(value) is not tuple:
+        return None
+    read_at = {index: (conversion, spec) for index, conversion, spec in formats}
+    text, reads = [], []
+    for index, piece in enumerate(value):
+        if index in read_at:
+            kind = _item_kind(piece)
+            if kind is None:
+                return None
+            text.append(None)
+            reads.append((kind, *read_at[index]))
+            tensors.append(piece)
+        elif type(piece) is str:
+            text.append(piece)
+        else:
+            return None
+    return tuple(text), _TEXT, tuple(reads)
+
+
+def _item_text(value, conversion: str, spec: str) -> str:
+    """What an f-string's ``{t.item()!conversion:spec}`` gives."""
+    if conversion:
+        value = {"s": str, "r": repr, "a": ascii}[conversion](value)
+    return format(value, spec)
 
 
 def _split_sequence(value, tensors: list, integers: list):
@@ -181,17 +239,27 @@ def _split_sequence(value, tensors: list, integers: list):
     return tuple(elements)
 
 
-def _split_arguments(args: tuple, kwargs: dict):
+def _split_arguments(args: tuple, kwargs: dict, item_reads: tuple = ()):
     """(template, slots, tensors, integers), or None when some argument must be
     printed eagerly. Runs while tracing: every test here is static for TorchDynamo.
 
     Tensors, integers and sizes at the top level are operands of the effect operator
     (``slots`` says where each goes back): their values are those at the call, and a
     symbolic size or integer is not specialised by printing it. Everything else is a
-    constant of the template."""
+    constant of the template. ``item_reads`` (from the rewritten code: position and
+    formats) marks the arguments whose tensors are read with ``.item()`` when the graph
+    runs (``_split_item_reads``)."""
     template, slots, tensors, integers = [], [], [], []
+    read_formats = dict(item_reads)
     for index, value in enumerate(args):
-        if isinstance(value, torch.Tensor):
+        if index in read_formats:
+            split = _split_item_reads(value, read_formats[index], tensors)
+            if split is None:
+                return None
+            entry, slot_kind, extent = split
+            template.append(entry)
+            slots.append((index, slot_kind, extent))
+        elif isinstance(value, torch.Tensor):
             if not _plain_tensor(value):
                 return None
             template.append(None)
@@ -429,11 +497,14 @@ def why_not_exact_in_graph(
 def why_the_call_fails(kind: str, detail: tuple, template: tuple, slots: tuple, kwargs: dict) -> str | None:
     """Why the call's own arguments would make it fail at the call, where a graph
     cannot fail in its place (``graphmend.runtime.output_call_arguments``)."""
+    reason = arguments.item_reads_format(slots, _TEXT)
+    if reason is not None:
+        return reason
     if kind == _PRINT:
         return arguments.print_separators_are_strings(kwargs)
     if kind == _WARNING:
         return arguments.warning_arguments_given_once(template, kwargs)
-    operands = arguments.operand_kinds(template, slots)
+    operands = arguments.operand_kinds(template, slots, _ITEM)
     if kind == _LOG_RECORD and detail[0] == "log":
         reason = arguments.log_level_is_an_integer(operands, _INT)
         if reason is not None:
@@ -537,6 +608,14 @@ def _emit_effect(key: int, tensors: list[torch.Tensor], integers: list[int]) -> 
             args[position] = next(integer_values)
         elif slot_kind == _SIZE:
             args[position] = torch.Size([next(integer_values) for _ in range(extent)])
+        elif slot_kind == _ITEM:
+            args[position] = next(tensor_values).item()
+        elif slot_kind == _TEXT:
+            reads = iter(extent)
+            args[position] = "".join(
+                piece if piece is not None else _item_text(next(tensor_values).item(), *next(reads)[1:])
+                for piece in template[position]
+            )
         else:
             items = [
                 next(tensor_values) if element[0] == _TENSOR
@@ -562,11 +641,11 @@ emit_effect = operators.define(
 _IN_GRAPH = ()
 
 
-def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict):
+def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict, item_reads: tuple = ()):
     """Put the effect into the graph: ``()``; or hand it back, ``(args, kwargs)``, for
     the rewritten code to make the original call itself (TorchDynamo then breaks the
     graph there, as it did at the original call)."""
-    split = _split_arguments(args, kwargs)
+    split = _split_arguments(args, kwargs, item_reads)
     if split is not None and not _text_fixed_at_the_call(split[0], kwargs):
         split = None
     if split is not None:
@@ -751,9 +830,9 @@ def _device_of_traced_tensors(translator) -> str | None:
     return str(chosen)
 
 
-def print_in_graph(args: tuple, kwargs: dict):
+def print_in_graph(args: tuple, kwargs: dict, item_reads: tuple = ()):
     """``print(*args, **kwargs)`` inside the graph: ``()``, or ``(args, kwargs)`` to call
-    ``print`` with eagerly."""
+    ``print`` with eagerly (or, with ``item_reads``, to make the original call again)."""
     printed = dict(kwargs)
     target = printed.pop("file", None)
     if target is None:
@@ -761,12 +840,12 @@ def print_in_graph(args: tuple, kwargs: dict):
         # whether the stream's ``write`` is code traced code may also write through is
         # decided on it, and a program may swap the stream between calls.
         type(sys.stdout)
-    if _record(_PRINT, target, (), args, printed) is _IN_GRAPH:
+    if _record(_PRINT, target, (), args, printed, item_reads) is _IN_GRAPH:
         return _IN_GRAPH
     return args, kwargs
 
 
-def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, kwargs: dict):
+def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, kwargs: dict, item_reads: tuple = ()):
     """A logger call inside the graph: ``()``, or ``(args, kwargs)`` to call the method
     with eagerly.
 
@@ -778,8 +857,8 @@ def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, 
     if not _log_chain_guarded(logger, method_name):
         return args, kwargs
     if level is None:
-        return _record(_LOG_METHOD, logger, (method_name,), args, kwargs)
-    return _record(_LOG_RECORD, logger, (level, location), args, kwargs)
+        return _record(_LOG_METHOD, logger, (method_name,), args, kwargs, item_reads)
+    return _record(_LOG_RECORD, logger, (level, location), args, kwargs, item_reads)
 
 
 def _log_chain_guarded(logger, method_name: str) -> bool:

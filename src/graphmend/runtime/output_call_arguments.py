@@ -40,14 +40,48 @@ _INTEGER_CONVERSIONS = _ANY_OBJECT_CONVERSIONS | frozenset("diuxXoeEfFgG")
 
 CONSTANT = "constant"
 
+# The kinds of number an ``.item()`` read made when the graph runs gives, by the
+# tensor's dtype, and the printf conversions that accept every value of each: a float
+# may be NaN or infinite, which ``%d`` refuses; an integer may be too large for ``%c``.
+FLOAT_ITEM, INTEGER_ITEM, COMPLEX_ITEM = "float item", "integer item", "complex item"
+_ITEM_CONVERSIONS = {
+    FLOAT_ITEM: _ANY_OBJECT_CONVERSIONS | frozenset("eEfFgG"),
+    INTEGER_ITEM: _INTEGER_CONVERSIONS,
+    COMPLEX_ITEM: _ANY_OBJECT_CONVERSIONS,
+}
+_ITEM_STAND_INS = {FLOAT_ITEM: 0.0, INTEGER_ITEM: 0, COMPLEX_ITEM: 0j}
 
-def operand_kinds(template: tuple, slots: tuple) -> list[tuple[str, object]]:
-    """Per argument, ``(CONSTANT, value)`` or ``(its slot's kind, None)``."""
-    slot_kinds = {position: slot_kind for position, slot_kind, _ in slots}
+
+def operand_kinds(template: tuple, slots: tuple, item_kind: str | None = None) -> list[tuple[str, object]]:
+    """Per argument, ``(CONSTANT, value)`` or ``(its slot's kind, None)``; an ``.item()``
+    read (slot kind ``item_kind``) as the kind of number it gives."""
+    slot_kinds = {
+        position: extent if slot_kind == item_kind else slot_kind for position, slot_kind, extent in slots
+    }
     return [
         (slot_kinds[position], None) if position in slot_kinds else (CONSTANT, value)
         for position, value in enumerate(template)
     ]
+
+
+def item_reads_format(slots: tuple, text_kind: str) -> str | None:
+    """An f-string's ``{t.item():spec}`` formats every number of the read's kind:
+    tried on a stand-in (``format(0.0, "d")`` raises as any float would), and ``c``,
+    which a large integer overflows, is refused."""
+    for _position, slot_kind, extent in slots:
+        if slot_kind != text_kind:
+            continue
+        for kind, conversion, spec in extent:
+            value = _ITEM_STAND_INS[kind]
+            if conversion:
+                value = {"s": str, "r": repr, "a": ascii}[conversion](value)
+            if spec.endswith("c"):
+                return "an f-string formats an `.item()` read with `c`, which a large number overflows"
+            try:
+                format(value, spec)
+            except (TypeError, ValueError) as error:
+                return f"an f-string's format does not apply to the `.item()` read ({type(error).__name__}: {error})"
+    return None
 
 
 def print_separators_are_strings(kwargs: dict) -> str | None:
@@ -105,6 +139,10 @@ def log_message_formats(operands: list, integer_kind: str) -> str | None:
         conversion = conversions[position] if position < len(conversions) else None
         if kind == CONSTANT:
             stand_ins.append(value)
+        elif kind in _ITEM_CONVERSIONS:
+            if conversion not in _ITEM_CONVERSIONS[kind]:
+                return f"an `.item()` read meets `%{conversion or ''}` in the message, which may not format it"
+            stand_ins.append(_ITEM_STAND_INS[kind])
         elif kind == integer_kind and conversion in _INTEGER_CONVERSIONS:
             stand_ins.append(0)
         elif conversion in _ANY_OBJECT_CONVERSIONS:
