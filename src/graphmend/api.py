@@ -284,16 +284,16 @@ def explain(function, *, rules=ALL_RULES):
 
 
 def _explained_run(function, args: tuple, kwargs: dict) -> ExplainedRun:
-    from torch._dynamo.utils import counters
-
     from graphmend.counting import CountingBackend
     from graphmend.dynamo_records import recording
+    from graphmend.torch_adapter import graph_break_counters, reset_dynamo
 
     try:
         args, kwargs = copy.deepcopy((args, kwargs))
     except Exception:  # noqa: BLE001 - an argument that cannot be copied is shared
         pass
-    torch._dynamo.reset()
+    reset_dynamo()
+    counters = graph_break_counters()
     counters.clear()
     backend = CountingBackend()
     compiled = torch.compile(function, backend=backend, dynamic=False)

@@ -81,10 +81,10 @@ def recording_graph_breaks():
 
 def count_breaks(function, *args, fullgraph: bool = False, **kwargs):
     """Compile ``function`` fresh, call it once, and return (result, BreakCount)."""
-    from torch._dynamo.utils import counters
+    from graphmend.torch_adapter import graph_break_counters, reset_dynamo
 
-    torch._dynamo.reset()
-    counters.clear()
+    reset_dynamo()
+    graph_break_counters().clear()
     backend = CountingBackend()
     compiled = torch.compile(function, backend=backend, dynamic=False, fullgraph=fullgraph)
     with recording_graph_breaks() as records:
@@ -95,7 +95,9 @@ def count_breaks(function, *args, fullgraph: bool = False, **kwargs):
 def break_count_so_far(backend: CountingBackend, records: DynamoRecords) -> BreakCount:
     """What ``backend``, TorchDynamo's counters and its ``records`` have seen since the
     counters were cleared and recording began."""
-    from torch._dynamo.utils import counters
+    from graphmend.torch_adapter import graph_break_counters
+
+    counters = graph_break_counters()
 
     sites = []
     for record in records.breaks:

@@ -277,3 +277,20 @@ def applied() -> dict[str, object]:
 
 def is_patched(value) -> bool:
     return getattr(value, _MARK, None) is not None
+
+
+# TorchDynamo's counters and caches, as graphmend's counting reads and clears them.
+
+
+def graph_break_counters():
+    """``torch._dynamo.utils.counters``: TorchDynamo's event counters (graph breaks, ...)."""
+    from torch._dynamo.utils import counters
+
+    return counters
+
+
+def reset_dynamo() -> None:
+    """``torch._dynamo.reset()``: drop TorchDynamo's caches so the next call compiles afresh."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
