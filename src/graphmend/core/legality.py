@@ -165,7 +165,7 @@ _CONDITIONS = (
     # Trap, whole trace (runtime/claims.py).
     (_T, WHOLE_TRACE, "T301", "items_stay_with_lowered_checks", "graphmend.runtime.claims:items_stay_with_lowered_checks",
      "a kept `.item()` shares its graph with a lowered check that reads it"),
-    # Where, static (rules/where.py, with rules/where_aliasing.py and rules/safety.py).
+    # Where, static (rules/where.py, with analysis/aliasing.py and analysis/safety.py).
     (_W, STATIC, "W101", "condition_is_tensorizable", "graphmend.rules.conditions:why_not_tensorizable",
      "the branch's condition is a tensor value with no `.item()`, and every `and`/`or` operand is safe to evaluate"),
     (_W, STATIC, "W102", "static_part_guards_no_else_arm", "graphmend.rules.where:apply",

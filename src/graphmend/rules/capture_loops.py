@@ -58,12 +58,12 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.safety import ExpressionSafety
 from graphmend.core.legality import failed
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place
 from graphmend.rules.base import FunctionContext, rewrite_statements
 from graphmend.rules.capture import RULE
-from graphmend.rules.safety import ExpressionSafety
 
 _SHAPE_METHODS = frozenset({"to", "float", "half", "bfloat16", "double", "type_as", "contiguous"})
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div)

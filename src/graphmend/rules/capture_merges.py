@@ -67,7 +67,9 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.aliasing import References
 from graphmend.analysis.reaching import statement_bindings
+from graphmend.analysis.safety import ExpressionSafety
 from graphmend.core.legality import failed
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import (
@@ -80,8 +82,6 @@ from graphmend.rewrite.templates import (
 )
 from graphmend.rules.base import FunctionContext, rewrite_statements
 from graphmend.rules.capture import RULE
-from graphmend.rules.safety import ExpressionSafety
-from graphmend.rules.where_aliasing import References
 
 _FRAME_READERS = frozenset({"super", "locals", "vars", "globals", "eval", "exec", "__class__"})
 

@@ -7,7 +7,7 @@ data-dependent operands become ``all_of``/``any_of``, and ``torch.equal`` become
 ``equal_as_tensor`` (shape checked statically first). ``and``/``or`` evaluate every
 operand, so each operand after the first must be safe to evaluate unconditionally
 (``ExpressionSafety``). What only tracing can show (operand types and broadcasting,
-see safety.py) is recorded in the caller's ``ExpressionSafety`` when it passes one
+see analysis/safety.py) is recorded in the caller's ``ExpressionSafety`` when it passes one
 (Where checks it while tracing); without one, an operand that needs such a check
 declines.
 """
@@ -17,9 +17,9 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.safety import ExpressionSafety
 from graphmend.rewrite.templates import RUNTIME_NAME, runtime
 from graphmend.rules.base import FunctionContext, first_failure
-from graphmend.rules.safety import ExpressionSafety
 
 
 def _call(name: str, *arguments: ast.expr) -> ast.Call:

@@ -31,7 +31,7 @@ reason it fails (``graphmend check`` prints the reason):
 - ``arms_end_alike``: both arms return, or neither does.
 - ``returned_value_is_not_none``.
 - ``setup_statement_runs_on_both_paths``: each statement binds locals to safe
-  expressions (``ExpressionSafety`` in safety.py: no exception, no ``out=`` or
+  expressions (``ExpressionSafety`` in analysis/safety.py: no exception, no ``out=`` or
   ``inplace=`` write, no in-place method, no random draw, helpers checked the same
   way), or is one of the two licensed writes; ``x += 1`` may update a tensor in place.
 - ``writes_no_outer_name``: no name bound in an arm is ``global`` or ``nonlocal``,
@@ -52,7 +52,7 @@ reason it fails (``graphmend check`` prints the reason):
 - ``merged_call_means_one_callee``: for the call shape, the callee and keywords
   read no name the arms bind, so they mean the same object on both paths.
 The facts the freshness predicates read (reads of a name and whether they keep a
-reference, in-place updates, CFG reachability) are in where_aliasing.py.
+reference, in-place updates, CFG reachability) are in analysis/aliasing.py.
 
 Checks made while tracing (added to the compiled form's condition): every outside
 value elementwise code combines is of the kind the operation accepts and all
@@ -75,6 +75,19 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.aliasing import (
+    FRESH_METHODS,
+    References,
+    assigns_name_alone,
+    reachable_from,
+    reaches_avoiding,
+)
+from graphmend.analysis.safety import (
+    POINTWISE_TORCH,
+    ExpressionSafety,
+    updates_in_place,
+    writes_through_keyword,
+)
 from graphmend.core.legality import condition_id, failed, restated
 from graphmend.rewrite.findings import DATA_DEPENDENT_CONTROL_FLOW
 from graphmend.rewrite.templates import (
@@ -96,19 +109,6 @@ from graphmend.rules.conditions import (
     holds_expression,
     split_static_prefix,
     why_not_tensorizable,
-)
-from graphmend.rules.safety import (
-    POINTWISE_TORCH,
-    ExpressionSafety,
-    updates_in_place,
-    writes_through_keyword,
-)
-from graphmend.rules.where_aliasing import (
-    FRESH_METHODS,
-    References,
-    assigns_name_alone,
-    reachable_from,
-    reaches_avoiding,
 )
 
 RULE = "Where"
@@ -836,7 +836,7 @@ class WhereRewrite:
         return planned
 
     def operand_checks(self, extra: ExpressionSafety | None = None) -> list[ast.expr]:
-        """Checks made while tracing that the hoisted code cannot raise (see safety.py)."""
+        """Checks made while tracing that the hoisted code cannot raise (see analysis/safety.py)."""
         checks: list[ast.expr] = []
         seen: set[str] = set()
         sources = [self.safety] + ([extra] if extra is not None else [])

@@ -12,14 +12,14 @@ from __future__ import annotations
 import ast
 
 from graphmend.analysis.purity import PURE_METHODS, is_known_pure
-from graphmend.rewrite.templates import RUNTIME_NAME
-from graphmend.rules.base import FunctionContext, statement_lists
-from graphmend.rules.safety import (
+from graphmend.analysis.safety import (
     POINTWISE_TORCH,
     SAFE_METHODS,
     updates_in_place,
     writes_through_keyword,
 )
+from graphmend.rewrite.templates import RUNTIME_NAME
+from graphmend.rules.base import FunctionContext, statement_lists
 
 # Tensor methods that always return a new tensor (``float``, ``contiguous``, ``to``
 # and ``detach`` may return their receiver or a view of it).
