@@ -47,17 +47,17 @@ from graphmend.rules import (
     capture_loops,
     capture_merges,
     defer,
-    trap,
-    trap_checks,
-    trap_items,
     where,
 )
 from graphmend.rules.base import FunctionContext, ModuleContext
+from graphmend.rules.trap import checks as trap_checks
+from graphmend.rules.trap import guards as trap_guards
+from graphmend.rules.trap import items as trap_items
 
 ALL_RULES = ("trap", "where", "defer", "capture")
 # Each rule's passes, in order; facts are recomputed before each pass.
 RULES = {
-    "trap": (trap.apply, trap_items.apply, trap_checks.apply),
+    "trap": (trap_guards.apply, trap_items.apply, trap_checks.apply),
     "where": (where.apply,),
     "defer": (defer.apply,),
     "capture": (capture_loops.apply, capture.apply, capture_merges.apply),
