@@ -1,6 +1,6 @@
 """[Where] facts about references and in-place updates in one function.
 
-Where's freshness predicates (where.py) decide whether ``torch.where``'s new tensor
+Where's freshness predicates (rules/where/branches.py) decide whether ``torch.where``'s new tensor
 may stand in for the object an arm selects. They read these facts: every read of a
 name and whether it keeps a reference to the value it reads, which CFG nodes follow
 the branch, and whether a statement may update a tensor in place. Nothing here

@@ -43,7 +43,7 @@ PROGRAM = "graphmend rule"
 
 # category -> the main module of the rule that rewrites it (graphmend.rules.RULE.PASS)
 _RULE_MODULES = {
-    DATA_DEPENDENT_CONTROL_FLOW: "graphmend.rules.where",
+    DATA_DEPENDENT_CONTROL_FLOW: "graphmend.rules.where.branches",
     LOGGER_CALL: "graphmend.rules.defer",
     VALIDATION_GUARD: "graphmend.rules.trap.guards",
     DYNAMIC_SHAPE_OPERATOR: "graphmend.rules.capture",

@@ -47,18 +47,18 @@ from graphmend.rules import (
     capture_loops,
     capture_merges,
     defer,
-    where,
 )
 from graphmend.rules.base import FunctionContext, ModuleContext
 from graphmend.rules.trap import checks as trap_checks
 from graphmend.rules.trap import guards as trap_guards
 from graphmend.rules.trap import items as trap_items
+from graphmend.rules.where import branches as where_branches
 
 ALL_RULES = ("trap", "where", "defer", "capture")
 # Each rule's passes, in order; facts are recomputed before each pass.
 RULES = {
     "trap": (trap_guards.apply, trap_items.apply, trap_checks.apply),
-    "where": (where.apply,),
+    "where": (where_branches.apply,),
     "defer": (defer.apply,),
     "capture": (capture_loops.apply, capture.apply, capture_merges.apply),
 }
