@@ -44,7 +44,7 @@ PROGRAM = "graphmend rule"
 # category -> the main module of the rule that rewrites it (graphmend.rules.RULE.PASS)
 _RULE_MODULES = {
     DATA_DEPENDENT_CONTROL_FLOW: "graphmend.rules.where.branches",
-    LOGGER_CALL: "graphmend.rules.defer",
+    LOGGER_CALL: "graphmend.rules.defer.outputs",
     VALIDATION_GUARD: "graphmend.rules.trap.guards",
     DYNAMIC_SHAPE_OPERATOR: "graphmend.rules.capture",
 }

@@ -46,9 +46,9 @@ from graphmend.rules import (
     capture,
     capture_loops,
     capture_merges,
-    defer,
 )
 from graphmend.rules.base import FunctionContext, ModuleContext
+from graphmend.rules.defer import outputs as defer_outputs
 from graphmend.rules.trap import checks as trap_checks
 from graphmend.rules.trap import guards as trap_guards
 from graphmend.rules.trap import items as trap_items
@@ -59,7 +59,7 @@ ALL_RULES = ("trap", "where", "defer", "capture")
 RULES = {
     "trap": (trap_guards.apply, trap_items.apply, trap_checks.apply),
     "where": (where_branches.apply,),
-    "defer": (defer.apply,),
+    "defer": (defer_outputs.apply,),
     "capture": (capture_loops.apply, capture.apply, capture_merges.apply),
 }
 SCOPES = ("entry", "all")
@@ -156,7 +156,7 @@ class _FunctionSummary:
     tests_emptiness: bool = False
 
 
-_OUTPUT_METHODS = frozenset(defer.STANDARD_LOG_LEVELS) | defer.ONCE_METHODS | {"log", "exception", "warn"}
+_OUTPUT_METHODS = frozenset(defer_outputs.STANDARD_LOG_LEVELS) | defer_outputs.ONCE_METHODS | {"log", "exception", "warn"}
 _UNFIXABLE_METHODS = DYNAMIC_SHAPE_METHODS | {"item", "tolist", "where"}
 
 
