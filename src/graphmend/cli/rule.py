@@ -46,12 +46,12 @@ _RULE_MODULES = {
     DATA_DEPENDENT_CONTROL_FLOW: "graphmend.rules.where.branches",
     LOGGER_CALL: "graphmend.rules.defer.outputs",
     VALIDATION_GUARD: "graphmend.rules.trap.guards",
-    DYNAMIC_SHAPE_OPERATOR: "graphmend.rules.capture",
+    DYNAMIC_SHAPE_OPERATOR: "graphmend.rules.capture.positions",
 }
 # Further files of the same rule, documented after its main one.
 _MORE_RULE_MODULES = {
     VALIDATION_GUARD: ("graphmend.rules.trap.checks",),
-    DYNAMIC_SHAPE_OPERATOR: ("graphmend.rules.capture_loops", "graphmend.rules.capture_merges"),
+    DYNAMIC_SHAPE_OPERATOR: ("graphmend.rules.capture.loops", "graphmend.rules.capture.merges"),
 }
 
 _UNFIXED = {

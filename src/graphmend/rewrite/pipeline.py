@@ -42,12 +42,10 @@ from graphmend.rewrite.templates import (
     is_original,
     statements,
 )
-from graphmend.rules import (
-    capture,
-    capture_loops,
-    capture_merges,
-)
 from graphmend.rules.base import FunctionContext, ModuleContext
+from graphmend.rules.capture import loops as capture_loops
+from graphmend.rules.capture import merges as capture_merges
+from graphmend.rules.capture import positions as capture_positions
 from graphmend.rules.defer import outputs as defer_outputs
 from graphmend.rules.trap import checks as trap_checks
 from graphmend.rules.trap import guards as trap_guards
@@ -60,7 +58,7 @@ RULES = {
     "trap": (trap_guards.apply, trap_items.apply, trap_checks.apply),
     "where": (where_branches.apply,),
     "defer": (defer_outputs.apply,),
-    "capture": (capture_loops.apply, capture.apply, capture_merges.apply),
+    "capture": (capture_loops.apply, capture_positions.apply, capture_merges.apply),
 }
 SCOPES = ("entry", "all")
 
@@ -169,7 +167,7 @@ def _summarise_functions(tree: ast.Module) -> dict[int, _FunctionSummary]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             summary = summaries.setdefault(id(node), _FunctionSummary())
         elif summary is not None and isinstance(node, (ast.Subscript, ast.Assign)) and not summary.makes_masks:
-            summary.makes_masks = capture.makes_mask(node.slice if isinstance(node, ast.Subscript) else node.value)
+            summary.makes_masks = capture_positions.makes_mask(node.slice if isinstance(node, ast.Subscript) else node.value)
         elif summary is not None and isinstance(node, ast.If) and not summary.tests_emptiness:
             summary.tests_emptiness = capture_merges.may_test_emptiness(node.test)
         if summary is not None and isinstance(node, ast.Call):
@@ -213,7 +211,7 @@ def _report_unfixable(
                 )
             qualified = facts.qualified_name_of(node.func)
             method = node.func.attr if isinstance(node.func, ast.Attribute) else None
-            if capturing and capture.captured_helper(facts, node) is not None:
+            if capturing and capture_positions.captured_helper(facts, node) is not None:
                 continue
             if qualified in DYNAMIC_SHAPE_FUNCTIONS or (qualified is None and method in DYNAMIC_SHAPE_METHODS) or (
                 qualified == "torch.where" and len(node.args) == 1 and not node.keywords

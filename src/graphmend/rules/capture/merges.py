@@ -14,7 +14,7 @@ becomes, on the compiled path (when the checks made while tracing hold),
     merged[_gm_at_1] = _gm_values_1
 
 Gather rows at some positions, compute, write the result back at them: CLAP's fusion of
-long inputs. Once the positions are captured (``capture.py``) their count is a size
+long inputs. Once the positions are captured (``positions.py``) their count is a size
 tracing does not know, and ``if len(idx) > 0`` must know it: the graph breaks there.
 ``merge_rows`` is ``torch.cond`` on that count: with positions it runs the body, on
 positions whose size tracing knows to be at least 1 in that branch alone (a batch norm
@@ -81,7 +81,7 @@ from graphmend.rewrite.templates import (
     statements,
 )
 from graphmend.rules.base import FunctionContext, rewrite_statements
-from graphmend.rules.capture import RULE
+from graphmend.rules.capture.positions import RULE
 
 _FRAME_READERS = frozenset({"super", "locals", "vars", "globals", "eval", "exec", "__class__"})
 
