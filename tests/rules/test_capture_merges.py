@@ -1,4 +1,4 @@
-"""Capture's branch on whether positions are empty (``rules/capture_merges.py``)."""
+"""Capture's branch on whether positions are empty (``rules/capture/merges.py``)."""
 
 from __future__ import annotations
 

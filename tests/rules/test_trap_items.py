@@ -1,4 +1,4 @@
-"""[Trap] ``.item()`` values only a known check reads (rules/trap_items.py): must-rewrite
+"""[Trap] ``.item()`` values only a known check reads (rules/trap/items.py): must-rewrite
 with exact break and graph counts, one named must-not case per legality condition
 (and the trace-time one), differential runs (eager, and compiled with ``eager`` and
 ``aot_eager``, passing and failing checks: value, printed text, exception type and

@@ -1,7 +1,7 @@
 """[Trap] soundness: what a lowered guard must not change (issue 15, Trap).
 
 Two tables, as for every rule: programs whose guard the static rule must leave alone,
-one named row per legality condition in ``graphmend.rules.trap``; and programs the
+one named row per legality condition in ``graphmend.rules.trap.guards``; and programs the
 static rule rewrites but whose guard the trace-time check
 (``graphmend.runtime.traps.trap_lowerable``) must refuse or restore exactly, each
 compared original vs mended, eagerly and compiled under ``eager`` and ``aot_eager``:

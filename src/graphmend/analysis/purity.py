@@ -10,7 +10,7 @@ matrix products (``ZeroDivisionError``, shape errors) and indexing.
 What is *not* modelled, and documented as such: attribute reads on the arguments,
 and the remaining arithmetic, are taken not to raise. Code that runs where the
 original would not (Where's untaken arm) is held to the stricter rules of
-``graphmend.rules.safety``, which checks operand types and shapes while tracing.
+``graphmend.analysis.safety``, which checks operand types and shapes while tracing.
 """
 
 from __future__ import annotations

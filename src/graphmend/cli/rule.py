@@ -41,17 +41,17 @@ from graphmend.rewrite.findings import (
 
 PROGRAM = "graphmend rule"
 
-# category -> the module of the rule that rewrites it
+# category -> the main module of the rule that rewrites it (graphmend.rules.RULE.PASS)
 _RULE_MODULES = {
-    DATA_DEPENDENT_CONTROL_FLOW: "graphmend.rules.where",
-    LOGGER_CALL: "graphmend.rules.defer",
-    VALIDATION_GUARD: "graphmend.rules.trap",
-    DYNAMIC_SHAPE_OPERATOR: "graphmend.rules.capture",
+    DATA_DEPENDENT_CONTROL_FLOW: "graphmend.rules.where.branches",
+    LOGGER_CALL: "graphmend.rules.defer.outputs",
+    VALIDATION_GUARD: "graphmend.rules.trap.guards",
+    DYNAMIC_SHAPE_OPERATOR: "graphmend.rules.capture.positions",
 }
 # Further files of the same rule, documented after its main one.
 _MORE_RULE_MODULES = {
-    VALIDATION_GUARD: ("graphmend.rules.trap_checks",),
-    DYNAMIC_SHAPE_OPERATOR: ("graphmend.rules.capture_loops", "graphmend.rules.capture_merges"),
+    VALIDATION_GUARD: ("graphmend.rules.trap.checks",),
+    DYNAMIC_SHAPE_OPERATOR: ("graphmend.rules.capture.loops", "graphmend.rules.capture.merges"),
 }
 
 _UNFIXED = {
@@ -69,7 +69,7 @@ _UNFIXED = {
 }
 
 # Categories reported in general, of which one rule rewrites a narrow case.
-_PARTLY_REWRITTEN_BY = {TENSOR_ITEM: "graphmend.rules.trap_items"}
+_PARTLY_REWRITTEN_BY = {TENSOR_ITEM: "graphmend.rules.trap.items"}
 
 # What a category holds beyond what its rule rewrites.
 _NOT_REWRITTEN_BY_THE_RULE = {
@@ -170,11 +170,16 @@ def _condition_list() -> str:
     )
 
 
+def _rule_name(module_name: str) -> str:
+    """``Trap`` for ``graphmend.rules.trap.guards``: the rule is the module's package."""
+    return module_name.split(".")[2].capitalize()
+
+
 def _category_list() -> str:
     lines = []
     for code, title in CATEGORY_TITLES.items():
         module = _RULE_MODULES.get(code)
-        handled = f"rewritten by {module.rsplit('.', 1)[1].capitalize()}" if module else "reported, not rewritten"
+        handled = f"rewritten by {_rule_name(module)}" if module else "reported, not rewritten"
         lines.append(f"  {code}  {title:<36} {handled}")
     return "\n".join(lines)
 
@@ -190,7 +195,7 @@ def explain_category(code: str) -> str:
             text += "\n\n" + inspect.cleandoc(importlib.import_module(partly).__doc__ or "")
         return text
     module = importlib.import_module(module_name)
-    rule_name = module_name.rsplit(".", 1)[1].capitalize()
+    rule_name = _rule_name(module_name)
     parts = [inspect.cleandoc(module.__doc__ or "")]
     for more in _MORE_RULE_MODULES.get(code, ()):
         parts.append(inspect.cleandoc(importlib.import_module(more).__doc__ or ""))

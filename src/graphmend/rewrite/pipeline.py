@@ -43,25 +43,23 @@ from graphmend.rewrite.templates import (
     is_original,
     statements,
 )
-from graphmend.rules import (
-    capture,
-    capture_loops,
-    capture_merges,
-    defer,
-    trap,
-    trap_checks,
-    trap_items,
-    where,
-)
 from graphmend.rules.base import FunctionContext, ModuleContext
+from graphmend.rules.capture import loops as capture_loops
+from graphmend.rules.capture import merges as capture_merges
+from graphmend.rules.capture import positions as capture_positions
+from graphmend.rules.defer import outputs as defer_outputs
+from graphmend.rules.trap import checks as trap_checks
+from graphmend.rules.trap import guards as trap_guards
+from graphmend.rules.trap import items as trap_items
+from graphmend.rules.where import branches as where_branches
 
 ALL_RULES = ("trap", "where", "defer", "capture")
 # Each rule's passes, in order; facts are recomputed before each pass.
 RULES = {
-    "trap": (trap.apply, trap_items.apply, trap_checks.apply),
-    "where": (where.apply,),
-    "defer": (defer.apply,),
-    "capture": (capture_loops.apply, capture.apply, capture_merges.apply),
+    "trap": (trap_guards.apply, trap_items.apply, trap_checks.apply),
+    "where": (where_branches.apply,),
+    "defer": (defer_outputs.apply,),
+    "capture": (capture_loops.apply, capture_positions.apply, capture_merges.apply),
 }
 SCOPES = ("entry", "all")
 
@@ -157,7 +155,7 @@ class _FunctionSummary:
     tests_emptiness: bool = False
 
 
-_OUTPUT_METHODS = frozenset(defer.STANDARD_LOG_LEVELS) | defer.ONCE_METHODS | {"log", "exception", "warn"}
+_OUTPUT_METHODS = frozenset(defer_outputs.STANDARD_LOG_LEVELS) | defer_outputs.ONCE_METHODS | {"log", "exception", "warn"}
 _UNFIXABLE_METHODS = DYNAMIC_SHAPE_METHODS | {"item", "tolist", "where"}
 
 
@@ -170,7 +168,7 @@ def _summarise_functions(tree: ast.Module) -> dict[int, _FunctionSummary]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             summary = summaries.setdefault(id(node), _FunctionSummary())
         elif summary is not None and isinstance(node, (ast.Subscript, ast.Assign)) and not summary.makes_masks:
-            summary.makes_masks = capture.makes_mask(node.slice if isinstance(node, ast.Subscript) else node.value)
+            summary.makes_masks = capture_positions.makes_mask(node.slice if isinstance(node, ast.Subscript) else node.value)
         elif summary is not None and isinstance(node, ast.If) and not summary.tests_emptiness:
             summary.tests_emptiness = capture_merges.may_test_emptiness(node.test)
         if summary is not None and isinstance(node, ast.Call):
@@ -217,7 +215,7 @@ def _report_unfixable(
                 ), node))
             qualified = facts.qualified_name_of(node.func)
             method = node.func.attr if isinstance(node.func, ast.Attribute) else None
-            if capturing and capture.captured_helper(facts, node) is not None:
+            if capturing and capture_positions.captured_helper(facts, node) is not None:
                 continue
             if qualified in DYNAMIC_SHAPE_FUNCTIONS or (qualified is None and method in DYNAMIC_SHAPE_METHODS) or (
                 qualified == "torch.where" and len(node.args) == 1 and not node.keywords
@@ -233,10 +231,10 @@ def _report_unfixable(
 def _withdraw_deferred_items(context: ModuleContext, items: list) -> None:
     """Drop the ``.item()`` findings of calls that are now only in the original output
     call Defer keeps for eager code (its graph form reads the value when the graph runs:
-    ``defer.item_reads``)."""
+    ``defer.conditions.item_reads``)."""
     deferred = {
         id(finding) for finding, node in items
-        if str(getattr(node, ORIGINAL_MARK, "")).startswith(f"{defer.RULE}:")
+        if str(getattr(node, ORIGINAL_MARK, "")).startswith(f"{defer_outputs.RULE}:")
     }
     if deferred:
         context.findings[:] = [finding for finding in context.findings if id(finding) not in deferred]

@@ -7,9 +7,13 @@ data-dependent operands become ``all_of``/``any_of``, and ``torch.equal`` become
 ``equal_as_tensor`` (shape checked statically first). ``and``/``or`` evaluate every
 operand, so each operand after the first must be safe to evaluate unconditionally
 (``ExpressionSafety``). What only tracing can show (operand types and broadcasting,
-see safety.py) is recorded in the caller's ``ExpressionSafety`` when it passes one
-(Where checks it while tracing); without one, an operand that needs such a check
+see analysis/safety.py) is recorded in the caller's ``ExpressionSafety`` when it passes
+one (Where checks it while tracing); without one, an operand that needs such a check
 declines.
+
+Shared by two rules: Trap lowers a guard's condition and Where selects on a branch's
+with it, so ``why_not_tensorizable`` is both ``T101`` and ``W101`` (each rule's
+``conditions.py`` imports it from here). A rule's own conditions live in its package.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.safety import ExpressionSafety
 from graphmend.rewrite.templates import RUNTIME_NAME, runtime
 from graphmend.rules.base import FunctionContext, first_failure
-from graphmend.rules.safety import ExpressionSafety
 
 
 def _call(name: str, *arguments: ast.expr) -> ast.Call:

@@ -21,7 +21,7 @@ itself and any eager caller's handler sees it. ``assert C, msg`` is lowered the 
 way, under ``__debug__``.
 
 Legality conditions (each a function below, returning the reason it fails):
-``guard_body_only_raises``, ``why_not_tensorizable`` (conditions.py),
+``guard_body_only_raises``, ``why_not_tensorizable`` (rules/conditions.py),
 ``exception_restorable``, ``raised_name_may_be_a_class``, ``message_restorable``,
 ``message_free_of_effects``, ``not_caught_in_function``,
 ``not_called_inside_a_handler_in_this_module``, ``no_in_place_write_before_guard``.

@@ -10,7 +10,7 @@ becomes
         n = _gm_item_1.item()
     torch_compilable_check(n == m, f"tokens: {n}, features: {m}")
 
-after which the check call is lowered (``trap_checks.py``): the comparison is a bool
+after which the check call is lowered (``checks.py``): the comparison is a bool
 tensor inside the graph, and the message renders the tensor's number when the check
 fails, as the f-string formats the Python int (``Tensor.__format__`` of a 0-d tensor
 is its item's). ``.item()`` breaks the graph; the check is then all that reads the
@@ -31,7 +31,7 @@ Legality conditions (each a function, returning the reason it fails):
 - ``assigns_one_local``: ``NAME = EXPR.item()``, ``NAME`` a plain local (no
   ``global``/``nonlocal``, not read by a nested function).
 - ``read_only_by_checks``: every read the assignment reaches is in a known check
-  call (``trap_checks.check_call_of``): an operand of the comparison (one operator)
+  call (``checks.check_call_of``): an operand of the comparison (one operator)
   that is its whole condition, or an f-string hole (no ``!r``/``!s``/``!a``) of its
   message.
 - ``reads_see_only_this_value``: no other binding of ``NAME`` reaches those reads.
@@ -49,7 +49,7 @@ from graphmend.core.legality import failed
 from graphmend.rewrite.findings import TENSOR_ITEM
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
-from graphmend.rules.trap_checks import bound_arguments, check_call_of
+from graphmend.rules.trap.checks import bound_arguments, check_call_of
 
 RULE = "Trap"
 _SIZE_METHODS = frozenset({"size", "numel", "dim", "ndimension", "nelement"})

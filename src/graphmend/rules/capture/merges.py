@@ -14,7 +14,7 @@ becomes, on the compiled path (when the checks made while tracing hold),
     merged[_gm_at_1] = _gm_values_1
 
 Gather rows at some positions, compute, write the result back at them: CLAP's fusion of
-long inputs. Once the positions are captured (``capture.py``) their count is a size
+long inputs. Once the positions are captured (``positions.py``) their count is a size
 tracing does not know, and ``if len(idx) > 0`` must know it: the graph breaks there.
 ``merge_rows`` is ``torch.cond`` on that count: with positions it runs the body, on
 positions whose size tracing knows to be at least 1 in that branch alone (a batch norm
@@ -67,7 +67,9 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.aliasing import References
 from graphmend.analysis.reaching import statement_bindings
+from graphmend.analysis.safety import ExpressionSafety
 from graphmend.core.legality import failed
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import (
@@ -79,9 +81,7 @@ from graphmend.rewrite.templates import (
     statements,
 )
 from graphmend.rules.base import FunctionContext, rewrite_statements
-from graphmend.rules.capture import RULE
-from graphmend.rules.safety import ExpressionSafety
-from graphmend.rules.where_aliasing import References
+from graphmend.rules.capture.positions import RULE
 
 _FRAME_READERS = frozenset({"super", "locals", "vars", "globals", "eval", "exec", "__class__"})
 

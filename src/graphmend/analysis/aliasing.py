@@ -1,6 +1,6 @@
 """[Where] facts about references and in-place updates in one function.
 
-Where's freshness predicates (where.py) decide whether ``torch.where``'s new tensor
+Where's freshness predicates (rules/where/branches.py) decide whether ``torch.where``'s new tensor
 may stand in for the object an arm selects. They read these facts: every read of a
 name and whether it keeps a reference to the value it reads, which CFG nodes follow
 the branch, and whether a statement may update a tensor in place. Nothing here
@@ -12,14 +12,14 @@ from __future__ import annotations
 import ast
 
 from graphmend.analysis.purity import PURE_METHODS, is_known_pure
-from graphmend.rewrite.templates import RUNTIME_NAME
-from graphmend.rules.base import FunctionContext, statement_lists
-from graphmend.rules.safety import (
+from graphmend.analysis.safety import (
     POINTWISE_TORCH,
     SAFE_METHODS,
     updates_in_place,
     writes_through_keyword,
 )
+from graphmend.rewrite.templates import RUNTIME_NAME
+from graphmend.rules.base import FunctionContext, statement_lists
 
 # Tensor methods that always return a new tensor (``float``, ``contiguous``, ``to``
 # and ``detach`` may return their receiver or a view of it).

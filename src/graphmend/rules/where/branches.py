@@ -23,16 +23,17 @@ them out. ``select`` (runtime/selection.py) uses ``torch.where`` only when both
 values are tensors of one shape, dtype and device that no autograd flows through,
 and the plain choice (the original graph break) otherwise.
 
-Legality conditions, each a function below returning None when it holds or the
-reason it fails (``graphmend check`` prints the reason):
-- ``why_not_tensorizable`` (conditions.py): no ``.item()``; ``and``/``or`` operands
-  safe to evaluate unconditionally.
+Legality conditions, each a function (in ``conditions.py``, or a method of
+``WhereRewrite`` below) returning None when it holds or the reason it fails
+(``graphmend check`` prints the reason):
+- ``why_not_tensorizable`` (rules/conditions.py): no ``.item()``; ``and``/``or``
+  operands safe to evaluate unconditionally.
 - ``arms_leave_only_at_their_end``: no ``return``/``break``/``raise`` inside an arm.
 - ``arms_end_alike``: both arms return, or neither does.
 - ``returned_value_is_not_none``.
 - ``setup_statement_runs_on_both_paths``: each statement binds locals to safe
-  expressions (``ExpressionSafety`` in safety.py: no exception, no ``out=`` or
-  ``inplace=`` write, no in-place method, no random draw, helpers checked the same
+  expressions (``ExpressionSafety`` in analysis/safety.py: no exception, no ``out=``
+  or ``inplace=`` write, no in-place method, no random draw, helpers checked the same
   way), or is one of the two licensed writes; ``x += 1`` may update a tensor in place.
 - ``writes_no_outer_name``: no name bound in an arm is ``global`` or ``nonlocal``,
   and the function does not read its locals by name (``locals()``, ``eval``).
@@ -52,7 +53,7 @@ reason it fails (``graphmend check`` prints the reason):
 - ``merged_call_means_one_callee``: for the call shape, the callee and keywords
   read no name the arms bind, so they mean the same object on both paths.
 The facts the freshness predicates read (reads of a name and whether they keep a
-reference, in-place updates, CFG reachability) are in where_aliasing.py.
+reference, in-place updates, CFG reachability) are in analysis/aliasing.py.
 
 Checks made while tracing (added to the compiled form's condition): every outside
 value elementwise code combines is of the kind the operation accepts and all
@@ -75,6 +76,19 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.aliasing import (
+    FRESH_METHODS,
+    References,
+    assigns_name_alone,
+    reachable_from,
+    reaches_avoiding,
+)
+from graphmend.analysis.safety import (
+    POINTWISE_TORCH,
+    ExpressionSafety,
+    updates_in_place,
+    writes_through_keyword,
+)
 from graphmend.core.legality import condition_id, failed, restated
 from graphmend.rewrite.findings import DATA_DEPENDENT_CONTROL_FLOW
 from graphmend.rewrite.templates import (
@@ -97,24 +111,17 @@ from graphmend.rules.conditions import (
     split_static_prefix,
     why_not_tensorizable,
 )
-from graphmend.rules.safety import (
-    POINTWISE_TORCH,
-    ExpressionSafety,
-    updates_in_place,
-    writes_through_keyword,
-)
-from graphmend.rules.where_aliasing import (
-    FRESH_METHODS,
-    References,
-    assigns_name_alone,
-    reachable_from,
-    reaches_avoiding,
+from graphmend.rules.where.conditions import (
+    arms_end_alike,
+    arms_leave_only_at_their_end,
+    bound_on_both_paths,
+    merged_call_means_one_callee,
+    returned_value_is_not_none,
+    selected_names_hold_distinct_objects,
+    writes_no_outer_name,
 )
 
 RULE = "Where"
-# Builtins that read or write a frame's locals by name: renamed per-arm locals
-# would show through them.
-DYNAMIC_LOCALS = frozenset({"locals", "vars", "eval", "exec", "dir", "globals"})
 
 
 class Decline(Exception):
@@ -156,102 +163,6 @@ class _Arm:
 
     def value_of(self, name: str) -> ast.expr:
         return ast.Name(id=self.renamed.get(name, name), ctx=ast.Load())
-
-
-# legality conditions ------------------------------------------------------------------
-
-
-def arms_leave_only_at_their_end(arms: list[list[ast.stmt]]) -> str | None:
-    """Statements after an early exit would run on the compiled path."""
-    for arm in arms:
-        for statement in arm[:-1] if arm else []:
-            for node in ast.walk(statement):
-                if isinstance(node, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield)):
-                    return f"line {node.lineno}: an arm leaves the branch early"
-        last = arm[-1] if arm else None
-        if isinstance(last, (ast.Raise, ast.Break, ast.Continue)):
-            return f"line {last.lineno}: an arm leaves the branch with `{type(last).__name__.lower()}`"
-    return None
-
-
-def arms_end_alike(true_last: ast.stmt | None, false_last: ast.stmt | None) -> str | None:
-    returns = [isinstance(last, ast.Return) for last in (true_last, false_last)]
-    if any(returns) and not all(returns):
-        return "one arm returns and the other does not"
-    return None
-
-
-def returned_value_is_not_none(value: ast.expr | None) -> str | None:
-    """``select`` needs a value on both paths; None carries no tensor to select."""
-    if value is None or (isinstance(value, ast.Constant) and value.value is None):
-        return "an arm returns None"
-    return None
-
-
-def writes_no_outer_name(context: FunctionContext, names: set[str]) -> str | None:
-    """A write to a global or nonlocal name is read outside this function, where the
-    analysis of reads after the branch cannot see it; names read through ``locals()``
-    or ``eval`` would see the per-arm names."""
-    facts = context.facts
-    for name in sorted(names):
-        if name in facts.declared_global:
-            return f"`{name}` is global or nonlocal: the write is visible outside the function"
-        if name in facts.outer_names:
-            return f"`{name}` belongs to an enclosing function"
-    for node in facts.nodes:
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_LOCALS:
-            return f"the function calls `{node.func.id}()`, which reads its locals by name"
-    return None
-
-
-def bound_on_both_paths(context: FunctionContext, node, name: str, arms) -> str | None:
-    for arm in arms:
-        if name not in arm.renamed and not context.facts.reaching.definitely_assigned(node, name):
-            return f"`{name}` is bound on one path only and may be unbound after"
-    return None
-
-
-def selected_names_hold_distinct_objects(arms, held: list[list[str]]) -> str | None:
-    """``z = x * 2; w = z`` in an arm makes ``z`` and ``w`` one object; ``select`` would
-    give each its own new tensor, so ``z.mul_(10)`` would no longer show through ``w``.
-    ``held[i]``: the names whose values arm ``i`` hands to a selection (the names read
-    after the branch, and a shared call's arguments)."""
-    for arm, names in zip(arms, held):
-        holders: dict[int, str] = {}
-        for name in names:
-            token = arm.object_of.get(name)
-            if token is None:
-                continue
-            if token in holders:
-                return (
-                    f"`{holders[token]}` and `{name}` hold one object in an arm; "
-                    "the selection would make two"
-                )
-            holders[token] = name
-    return None
-
-
-def merged_call_means_one_callee(first: ast.Call, second: ast.Call, arm_bound: set[str]) -> str | None:
-    """The merged call is evaluated once, through one callee: the arms must agree on it.
-
-    Only the callee and keywords spelled alike and reading no name either arm binds
-    mean the same object on both paths (``dst.append`` with ``dst`` rebound per arm
-    does not).
-    """
-    if ast.dump(first.func) != ast.dump(second.func):
-        return "the arms call different functions"
-    if [ast.dump(k) for k in first.keywords] != [ast.dump(k) for k in second.keywords]:
-        return "the arms pass different keyword arguments"
-    read = {
-        node.id
-        for part in [first.func] + [k.value for k in first.keywords]
-        for node in ast.walk(part)
-        if isinstance(node, ast.Name)
-    }
-    rebound = sorted(read & arm_bound)
-    if rebound:
-        return f"the shared call's callee or keywords read `{rebound[0]}`, which an arm binds"
-    return None
 
 
 def _in_loop(context: FunctionContext, statement: ast.stmt) -> bool:
@@ -836,7 +747,7 @@ class WhereRewrite:
         return planned
 
     def operand_checks(self, extra: ExpressionSafety | None = None) -> list[ast.expr]:
-        """Checks made while tracing that the hoisted code cannot raise (see safety.py)."""
+        """Checks made while tracing that the hoisted code cannot raise (see analysis/safety.py)."""
         checks: list[ast.expr] = []
         seen: set[str] = set()
         sources = [self.safety] + ([extra] if extra is not None else [])

@@ -10,7 +10,7 @@
 becomes, on the compiled path (when the checks made while tracing hold),
     for expert_idx in range(self.num_experts):
         <the same body>
-and the ``torch.where`` inside is then captured (``capture.py``).
+and the ``torch.where`` inside is then captured (``positions.py``).
 
 ``hit`` lists, in increasing order, the classes of ``expert_mask = one_hot(...,
 num_classes=E).permute(k, ...)`` (``k`` its class axis) that some token chose: a subset
@@ -58,12 +58,12 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.safety import ExpressionSafety
 from graphmend.core.legality import failed
 from graphmend.rewrite.findings import DYNAMIC_SHAPE_OPERATOR
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place
 from graphmend.rules.base import FunctionContext, rewrite_statements
-from graphmend.rules.capture import RULE
-from graphmend.rules.safety import ExpressionSafety
+from graphmend.rules.capture.positions import RULE
 
 _SHAPE_METHODS = frozenset({"to", "float", "half", "bfloat16", "double", "type_as", "contiguous"})
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div)

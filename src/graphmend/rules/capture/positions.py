@@ -197,7 +197,7 @@ def _refusal(context: FunctionContext, statement: ast.stmt, call: ast.Call, help
 def apply(context: FunctionContext) -> None:
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
         if getattr(statement, "_graphmend_loop_reported", False):
-            return None  # a list of chosen classes: capture_loops.py reported it
+            return None  # a list of chosen classes: loops.py reported it
         candidates = _candidate_calls(context, statement)
         if not candidates:
             return None

@@ -15,7 +15,7 @@ becomes
 A known helper (``graphmend.runtime.checks.KNOWN_CHECK_FUNCTIONS``) means
 ``if not cond: raise error_type(msg)``, with ``error_type`` the helper's default when
 the call gives none: the call is checked and lowered as that guard would be
-(``trap.py``'s conditions, on the guard the call stands for), so a failing check
+(``guards.py``'s conditions, on the guard the call stands for), so a failing check
 raises the helper's own ``error_type`` and message under ``torch.compile``, where
 the original raised TorchDynamo's RuntimeError (or broke the graph).
 
@@ -59,7 +59,7 @@ from graphmend.rewrite.templates import (
 )
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
 from graphmend.rules.conditions import why_not_tensorizable
-from graphmend.rules.trap import (
+from graphmend.rules.trap.guards import (
     MESSAGE_SAFE_METHODS,
     RULE,
     exception_restorable,
