@@ -218,7 +218,7 @@ def call_eagerly(callee, *args, **kwargs):
 
 def keeps_item_tensor(value, check_lines: tuple = ()) -> bool:
     """While tracing, whether ``value.item()`` may stay ``value`` for the checks at
-    ``check_lines`` (original lines) that read it (``rules/trap_items.py``): a plain 0-d
+    ``check_lines`` (original lines) that read it (``rules/trap/items.py``): a plain 0-d
     int64 or bool tensor, which compares with integers in int64's range and formats
     exactly as its Python int does (a narrower integer dtype could not hold the integer
     it is compared with); and a claim that stands only where one of those checks is

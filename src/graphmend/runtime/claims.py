@@ -93,7 +93,7 @@ _conversion = threading.local()
 
 # What stands in the graph for a claimed statement.
 GUARD, OUTPUT, SELECTION, MERGE, CAPTURE = "guard", "output", "selection", "merge", "capture"
-# A ``.item()`` kept as a tensor for the checks that read it (``rules/trap_items.py``).
+# A ``.item()`` kept as a tensor for the checks that read it (``rules/trap/items.py``).
 ITEM = "item"
 # (file, original line of a check call) -> the site of its GUARD claim in this trace.
 _CHECKS_LOWERED_ATTRIBUTE = "_graphmend_checks_lowered"

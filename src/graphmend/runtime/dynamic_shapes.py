@@ -136,7 +136,7 @@ def captured_argwhere(x, *args, **kwargs):
 
 
 # ------------------------------------------------------------------------------------
-# A loop over the experts a batch chose, run over every expert (``rules/capture_loops.py``).
+# A loop over the experts a batch chose, run over every expert (``rules/capture/loops.py``).
 
 def experts_run_empty_exactly(experts, classes, body_lines=(), destination=None) -> bool:
     """Whether running the loop's body for every class ``< classes`` is exact: each
@@ -205,7 +205,7 @@ def _module_node_or_constant(variable):
 
 
 def why_not_run_empty_exactly(experts, classes) -> str | None:
-    """The while-tracing conditions on the experts (``rules/capture_loops.py``), each
+    """The while-tracing conditions on the experts (``rules/capture/loops.py``), each
     reason naming its condition:
     - ``experts_are_a_module_list``: ``classes`` an int, ``experts`` a ``ModuleList`` or
       ``Sequential`` as torch defines it (its ``__getitem__`` runs for every class), with
@@ -326,7 +326,7 @@ def captured_mask_index(values, mask):
 
 
 # ------------------------------------------------------------------------------------
-# A branch on whether positions are empty, kept in the graph (``rules/capture_merges.py``).
+# A branch on whether positions are empty, kept in the graph (``rules/capture/merges.py``).
 
 
 @torch.library.custom_op("graphmend::nonempty_positions", mutates_args=())

@@ -1,5 +1,5 @@
 """Whether calling an expert module on no rows does nothing a program could see
-(Capture's loop over every expert, ``rules/capture_loops.py``).
+(Capture's loop over every expert, ``rules/capture/loops.py``).
 
 The loop over every expert calls an expert no token chose, on no rows, where the
 original did not call it at all. That is exact only when the whole call is known: the

@@ -141,7 +141,7 @@ def operands_combine(*operands) -> bool:
     no autograd flows through it, and the graph captured so far may continue past the
     branch (``graph_so_far_may_continue``).
 
-    Each value must be of its kind (see ``graphmend.rules.safety``), all tensors on
+    Each value must be of its kind (see ``graphmend.analysis.safety``), all tensors on
     one device, and their shapes must broadcast together: then so does every value
     computed from them by elementwise operations and full reductions. Tensors of more
     than one dimension must be laid out alike (all contiguous, all channels-last, or
