@@ -4,6 +4,7 @@ comparisons: graph and break counts per compiled function, and traceback frames.
 from __future__ import annotations
 
 import ast
+import traceback
 
 import torch
 
@@ -66,13 +67,15 @@ def test_the_moe_construct_routes_through_the_loop_capture_rewrites() -> None:
     assert "for expert_idx in range(self.num_experts):" in mended  # the every-expert loop
 
 
-def test_worse_counts_names_each_function_with_more_graphs_or_breaks() -> None:
+def test_worse_counts_compare_the_runs_totals_and_name_the_functions_that_grew() -> None:
     original = {"f": (2, 1), "helper": (1, 0)}
     mended = {"f": (1, 2), "helper": (1, 0), "torch_dynamo_resume_in_f_at_3": (0, 0), "other": (1, 0)}
     worse = worse_counts("compiled:eager", original, mended)
     assert [(w.function, w.klass) for w in worse] == [
-        ("f", "compiled counts: more breaks"), ("other", "compiled counts: more graphs"),
+        ("all frames (grown: f, other)", "compiled counts: more breaks"),
     ]
+    # A helper inlined once its break is gone: its graph moves to the caller's frame.
+    assert worse_counts("compiled:eager", {"f": (0, 1), "helper": (1, 0)}, {"f": (1, 0)}) == []
     assert frame_function("torch_dynamo_resume_in_f_at_3") == "f"
 
 
@@ -89,3 +92,26 @@ def test_traceback_frames_keep_the_programs_frames_and_name_graphmends() -> None
         frames = traceback_frames(error, {__file__})
     assert [name for name, _ in frames][-3:] == ["test_traceback_frames_keep_the_programs_frames_and_name_graphmends", "outer", "inner"]
     assert all(not str(line).startswith("torch") for _, line in frames)
+
+
+def _breaks_then_raises(x):
+    print("break")
+    y = x + 1
+    print("break again")
+    raise ValueError(y.sum())
+
+
+def test_traceback_frames_set_torchdynamos_resume_frames_aside() -> None:
+    # Each graph break makes TorchDynamo call a resume function from the frame it left:
+    # the compiled traceback repeats the function once per break, eager code's does not.
+    frames = {}
+    for label, function in (("eager", _breaks_then_raises), ("compiled", torch.compile(_breaks_then_raises, backend="eager"))):
+        torch._dynamo.reset()
+        try:
+            function(torch.ones(2))
+        except ValueError as error:
+            raw = [frame.name for frame in traceback.extract_tb(error.__traceback__) if frame.filename == __file__]
+            frames[label] = (raw, traceback_frames(error, {__file__}))
+    torch._dynamo.reset()
+    assert any(name.startswith("torch_dynamo_resume_in_") for name in frames["compiled"][0])
+    assert frames["compiled"][1] == frames["eager"][1]

@@ -301,10 +301,24 @@ def traceback_frames(error: BaseException, program_files: set[str]) -> tuple:
     """The frames the program's own traceback shows, innermost last: each frame of the
     program's files (function, line) and of graphmend's (``("graphmend", function)``);
     torch's frames and the harness's are TorchDynamo's and ours, not the program's. A
-    rewrite must leave the program's frames as they were and add none of its own."""
+    rewrite must leave the program's frames as they were and add none of its own.
+
+    A frame of one of TorchDynamo's resume functions stands in place of the frame that
+    called it, of the same function: TorchDynamo resumes a function after each graph
+    break by calling a new function from the old one, so the compiled original's
+    traceback repeats the function once per break before the raise, and a mended
+    program that breaks less repeats it less. The repetitions are not the program's
+    frames (eager code shows one), so each resume frame replaces its caller's."""
     frames = []
     for frame in traceback.extract_tb(error.__traceback__):
         path = os.path.abspath(frame.filename)
+        if (
+            _RESUME_NAME.match(frame.name)
+            and frames
+            and frames[-1][0] == frame_function(frame.name)
+            and frame.filename in program_files
+        ):
+            frames.pop()
         # Before the program's files: those are read from the functions a program's module
         # holds, and a compiled function it holds is torch's or graphmend's wrapper.
         if path.startswith(GRAPHMEND_DIRECTORY):
@@ -883,14 +897,25 @@ def counting_graphs_and_breaks(counts: dict):
 
 
 def worse_counts(mode: str, original: dict, mended: dict) -> list[Worse]:
-    """Each function with more graphs or more breaks mended than original."""
-    found = []
-    for name in sorted(set(mended)):
-        before = original.get(name, (0, 0))
-        after = mended[name]
-        if after[0] > before[0] or after[1] > before[1]:
-            found.append(Worse(mode, name, before, after))
-    return found
+    """The run's graphs and breaks, over every frame TorchDynamo compiled, when the
+    mended program has more of either than the original.
+
+    Counted over all frames, not per function: a break removed inside a helper lets
+    TorchDynamo inline the helper into its caller, so the caller's frame gains the graph
+    the helper's own frame compiled before (a helper printing a tensor: the caller
+    ``f`` goes from 0 graphs to 1 and the helper from 1 to 0). Each function whose
+    count grew is named in the finding."""
+    def total(counts: dict) -> tuple[int, int]:
+        return (sum(graphs for graphs, _ in counts.values()), sum(breaks for _, breaks in counts.values()))
+
+    before, after = total(original), total(mended)
+    if after[0] <= before[0] and after[1] <= before[1]:
+        return []
+    grown = [
+        name for name in sorted(mended)
+        if any(now > then for now, then in zip(mended[name], original.get(name, (0, 0))))
+    ]
+    return [Worse(mode, "all frames (grown: " + (", ".join(grown) or "-") + ")", before, after)]
 
 
 @contextlib.contextmanager
