@@ -398,3 +398,38 @@ def test_a_log_handler_on_a_python_stream_is_decided_again():
     assert [kind for kind, _text in after[3]] == ["text", "python", "text"]
     assert after[3] == before[3]
     assert after[2] >= 1
+
+
+# Where selects between the inputs themselves: with autograd recording through them,
+# ``torch.where`` would not return what the taken arm computed, so the selection is made
+# in Python, which broke the graph inside graphmend's runtime and again at the call.
+SELECTED_INPUTS = """
+import torch
+
+def f(x, y):
+    if (x > 0).all():
+        z = x
+    else:
+        z = y
+    return z * 10.0
+"""
+
+
+def test_a_selection_made_in_python_keeps_the_originals_one_break():
+    original, mended, result = original_and_mended(SELECTED_INPUTS)
+    assert "select(" in ast_text(result)
+    x = torch.rand(4, requires_grad=True)
+    y = torch.rand(4, requires_grad=True)
+    claims.forget_refusals()
+    assert graphs_and_breaks(mended.f, x, y) == graphs_and_breaks(original.f, x, y) == (2, 1)
+    assert condition_id(next(iter(claims.trace_time_declines.values()))) == "W207"
+    claims.forget_refusals()
+    # Inputs that require no grad select inside the graph: one graph, no break.
+    assert graphs_and_breaks(mended.f, x.detach(), y.detach()) == (1, 0)
+    assert_equivalent(original.f, mended.f, x, y, backends=("eager", "aot_eager"))
+
+
+def ast_text(result) -> str:
+    import ast
+
+    return ast.unparse(result.tree)

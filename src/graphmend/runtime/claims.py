@@ -391,6 +391,22 @@ def decline_at_user_site(translator, reason: str) -> None:
         trace_time_declines[(translator.f_code.co_filename, translator.lineno)] = reason
 
 
+def refuse_claim_at_user_site(translator, reason: str) -> None:
+    """The rewritten statement being traced cannot keep its promise in this trace (a
+    selection that would branch in Python, inside graphmend's runtime): where the
+    statement holds a claim, refuse it for good and trace the frame again, so that the
+    original statement runs with its one break. Without a claim, only say why."""
+    user = user_translator(translator)
+    if user is None:
+        return
+    site = (user.f_code.co_filename, user.lineno)
+    if site not in claims_in_trace(user):
+        decline_at_user_site(user, reason)
+        return
+    _refuse(site, _ALWAYS, reason)
+    raise _restart(user.output, reason)
+
+
 def mark_merge_entered(translator) -> None:
     """The trace reached ``merge_rows`` of the user's statement being traced."""
     site = user_site(translator)

@@ -11,6 +11,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.comptime import comptime
 
+from graphmend.core.legality import failed
 from graphmend.runtime import claims
 
 # Tensors whose operations run none of the program's Python code: a subclass's
@@ -70,7 +71,19 @@ def select(predicate, value_if_true, value_if_false):
         and value_if_true.stride() == value_if_false.stride()
     ):
         return torch.where(predicate, value_if_true, value_if_false)
+    if isinstance(predicate, torch.Tensor) and torch.compiler.is_compiling():
+        # Choosing in Python would break the graph here, inside the runtime, as well as
+        # at the call: worse than the original's one break at its ``if``.
+        comptime(_refuse_python_choice)
     return value_if_true if predicate else value_if_false
+
+
+def _refuse_python_choice(context) -> None:
+    claims.refuse_claim_at_user_site(
+        context._ComptimeContext__tx,
+        failed("W207", "the arms cannot be selected inside the graph: they are not two plain tensors "
+               "of one shape, dtype, device and strides with no autograd"),
+    )
 
 
 def _is_number(value) -> bool:
