@@ -572,3 +572,28 @@ def test_own_helper_of_a_known_name_compiled_is_the_original_compiled(tmp_path, 
     assert _frames_and_warnings(mended.main, *arguments, backend="eager") == expected
     passing = (torch.arange(4.0), -1.0)
     assert breaks(mended.main, *passing) <= breaks(original.main, *passing)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_kept_call_made_outside_torchdynamo_shows_no_frame_of_graphmends(backend):
+    """The kept call is made through ``checks.call_eagerly``: a failing check's
+    traceback showed that function's frame between the program's and the helper's."""
+    import os
+    import traceback
+
+    import graphmend
+
+    source, _reason = MUST_NOT_REWRITE["message_is_text"]
+    _original, mended, _result = original_and_mended(program(source))
+    torch._dynamo.reset()
+    try:
+        torch.compile(mended.main, backend=backend)(torch.arange(4.0) - 1, 1.0)
+    except Exception as error:  # noqa: BLE001 - the exception is the observation
+        files = [frame.filename for frame in traceback.extract_tb(error.__traceback__)]
+    else:
+        raise AssertionError("the check did not fail")
+    ours = os.path.dirname(os.path.abspath(graphmend.__file__))
+    assert not [name for name in files if os.path.abspath(name).startswith(ours)]
+    # The helper's own frame is the innermost of the program's, as eagerly.
+    torch_directory = os.path.dirname(torch.__file__)
+    assert [name for name in files if not name.startswith(torch_directory)][-1] == fuzz_check_helper.__file__

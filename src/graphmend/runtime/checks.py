@@ -17,6 +17,7 @@ original call (and its break).
 from __future__ import annotations
 
 import inspect
+import operator
 import sys
 
 import torch
@@ -204,16 +205,20 @@ def _torchdynamo_compiles_called_frames() -> bool:
     return callback is not None and callback is not False
 
 
-@torch._dynamo.disable
-def call_eagerly(callee, *args, **kwargs):
-    """Call a known helper as eager code does, outside TorchDynamo (which breaks the
-    graph at this call, as it does at the helper's own ``torch._check_tensor_all``):
-    a failing check raises the helper's ``error_type`` and message, where the helper
-    traced by TorchDynamo raises RuntimeError (a check raising ``IndexError``, which
-    the program caught, became an uncaught RuntimeError). Also where TorchDynamo runs the
-    caller's frame eagerly, it would compile the helper's own frame. Rewritten code
-    calls it while tracing only when ``runs_eagerly(callee)``."""
+def _call(callee, *args, **kwargs):
     return callee(*args, **kwargs)
+
+
+# Calls a known helper as eager code does, outside TorchDynamo (which breaks the graph
+# at this call, as it does at the helper's own ``torch._check_tensor_all``): a failing
+# check raises the helper's ``error_type`` and message, where the helper traced by
+# TorchDynamo raises RuntimeError (a check raising ``IndexError``, which the program
+# caught, became an uncaught RuntimeError). Also where TorchDynamo runs the caller's
+# frame eagerly, it would compile the helper's own frame. Rewritten code calls it while
+# tracing only when ``runs_eagerly(callee)``. ``operator.call`` (Python 3.11) is C
+# code: a failing check's traceback shows the helper's frames and torch's wrapper,
+# none of graphmend's.
+call_eagerly = torch._dynamo.disable(getattr(operator, "call", _call))
 
 
 def keeps_item_tensor(value, check_lines: tuple = ()) -> bool:
