@@ -851,6 +851,7 @@ class _GraphsPerFunction(logging.Handler):
         super().__init__(logging.DEBUG)
         self.pending: dict = {}
         self.graphs: dict[str, int] = {}
+        self.fail_reasons: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         metadata = getattr(record, "metadata", None)
@@ -861,6 +862,8 @@ class _GraphsPerFunction(logging.Handler):
             self.pending[frame] = self.pending.get(frame, 0) + 1
         elif "compilation_metrics" in metadata:
             metrics = metadata["compilation_metrics"]
+            if metrics.get("fail_reason"):
+                self.fail_reasons.append(str(metrics["fail_reason"]))
             name = frame_function(str(metrics.get("co_name") or "?"))
             count = self.pending.pop(frame, 0)
             if count:
@@ -868,11 +871,12 @@ class _GraphsPerFunction(logging.Handler):
 
 
 @contextlib.contextmanager
-def counting_graphs_and_breaks(counts: dict):
+def counting_graphs_and_breaks(counts: dict, failures: list | None = None):
     """Fills ``counts`` with function -> (graphs, breaks) for what TorchDynamo compiles
     while the block runs. Breaks are TorchDynamo's own records (``graphmend.dynamo_records``,
     which drops those of a trace graphmend makes TorchDynamo start again), each counted
-    for the outermost frame being compiled."""
+    for the outermost frame being compiled. ``failures`` gets the reason of each frame
+    TorchDynamo failed to compile."""
     import torch._logging._internal as logging_internal
 
     from graphmend.dynamo_records import recording
@@ -894,6 +898,8 @@ def counting_graphs_and_breaks(counts: dict):
         breaks[name] = breaks.get(name, 0) + 1
     for name in set(handler.graphs) | set(breaks):
         counts[name] = (handler.graphs.get(name, 0), breaks.get(name, 0))
+    if failures is not None:
+        failures.extend(handler.fail_reasons)
 
 
 def worse_counts(mode: str, original: dict, mended: dict) -> list[Worse]:
@@ -995,6 +1001,7 @@ def compare(
     report = Report()
     cache: dict[tuple[str, str], LoadedCode] = {}
     counted: dict[tuple[str, str], dict] = {}
+    compile_failures: dict[tuple[str, str], list[str]] = {}
     whole_runs: dict[tuple[str, str], list[Observation]] = {}
 
     def observe(variant: str, mode: str, call_inputs=None, fresh_dynamo_before=None) -> list[Observation]:
@@ -1007,11 +1014,12 @@ def compare(
             cache[key] = prepare(program, variant, backend, filename, module_name, mended_source)
         torch._dynamo.reset()
         count = {}
+        failures: list[str] = []
         try:
             with _draws_as_eagerly(variant == DRAWS_AS_EAGERLY), _assembly_as_for_rewritten_code(
                 variant == ASSEMBLY_AS_FOR_REWRITTEN_CODE
             ), _torch_compile_of(variant, tracebacks), (
-                counting_graphs_and_breaks(count) if counts and whole and mode != "eager" else contextlib.nullcontext()
+                counting_graphs_and_breaks(count, failures) if counts and whole and mode != "eager" else contextlib.nullcontext()
             ):
                 observations = run_program(
                     program, cache[key], mode, inputs if call_inputs is None else call_inputs, fresh_dynamo_before
@@ -1024,6 +1032,7 @@ def compare(
                 observation.traceback = None
         if counts and whole:
             counted[(variant, mode)] = count
+            compile_failures[(variant, mode)] = failures
             whole_runs[(variant, mode)] = observations
         return observations
 
@@ -1056,7 +1065,17 @@ def compare(
         actual = observe("mended", mode)
         if counts and mode != "eager":
             observe("original", mode)
-            report.worse += worse_counts(mode, counted[("original", mode)], counted[("mended", mode)])
+            worse = worse_counts(mode, counted[("original", mode)], counted[("mended", mode)])
+            if worse and any(_ASSEMBLY_FAILURE in reason for reason in compile_failures[("original", mode)]):
+                # TorchDynamo failed to assemble the original's frame and ran it eagerly,
+                # compiling nothing; graphmend mends that assembly for rewritten code. The
+                # original with its assembly mended so is what the mended program's counts
+                # are measured against (seed 700222: 0 graphs, where it compiles 7).
+                observe(ASSEMBLY_AS_FOR_REWRITTEN_CODE, mode)
+                worse = worse_counts(
+                    mode, counted[(ASSEMBLY_AS_FOR_REWRITTEN_CODE, mode)], counted[("mended", mode)]
+                )
+            report.worse += worse
         difference = first_difference(mode, call_labels(program, inputs), reference, actual)
         if difference is None:
             continue
