@@ -115,3 +115,23 @@ def test_traceback_frames_set_torchdynamos_resume_frames_aside() -> None:
     torch._dynamo.reset()
     assert any(name.startswith("torch_dynamo_resume_in_") for name in frames["compiled"][0])
     assert frames["compiled"][1] == frames["eager"][1]
+
+
+def test_graphs_of_a_restarted_attempt_are_not_counted() -> None:
+    import logging
+
+    from tools.fuzz.observe import _GraphsPerFunction
+
+    def record(**metadata):
+        entry = logging.LogRecord("trace", logging.DEBUG, __file__, 1, "", (), None)
+        entry.metadata = metadata
+        return entry
+
+    handler = _GraphsPerFunction()
+    # Attempt 0 output a graph, then was restarted (a claim refused); attempt 1 compiled one.
+    handler.emit(record(frame_id=3, frame_compile_id=0, attempt=0, dynamo_output_graph={}))
+    handler.emit(record(frame_id=3, frame_compile_id=0, attempt=1, dynamo_output_graph={}))
+    handler.emit(record(frame_id=3, frame_compile_id=0, compilation_metrics={"co_name": "torch_dynamo_resume_in_f_at_9"}))
+    handler.emit(record(frame_id=4, frame_compile_id=0, attempt=0, dynamo_output_graph={}))
+    handler.emit(record(frame_id=4, frame_compile_id=0, compilation_metrics={"co_name": "g"}))
+    assert handler.graphs == {"f": 1, "g": 1}

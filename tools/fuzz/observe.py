@@ -842,10 +842,10 @@ class Worse:
 
 
 class _GraphsPerFunction(logging.Handler):
-    """Reads TorchDynamo's structured trace: each graph it outputs, counted for the
-    function whose frame it compiled (TorchDynamo's ``compilation_metrics`` event, which
-    ends each frame's compilation, names it; a resume function counts as the function
-    it resumes)."""
+    """Reads TorchDynamo's structured trace: each graph it outputs in the last attempt at
+    a frame, counted for the function whose frame it compiled (TorchDynamo's
+    ``compilation_metrics`` event, which ends each frame's compilation, names it; a
+    resume function counts as the function it resumes)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -859,13 +859,17 @@ class _GraphsPerFunction(logging.Handler):
             return
         frame = (metadata.get("frame_id"), metadata.get("frame_compile_id"))
         if "dynamo_output_graph" in metadata:
-            self.pending[frame] = self.pending.get(frame, 0) + 1
+            # Only the last attempt's graphs run: an attempt TorchDynamo (or graphmend, for
+            # a refused claim) restarted output a graph no backend compiled.
+            attempt = metadata.get("attempt") or 0
+            last, count = self.pending.get(frame, (attempt, 0))
+            self.pending[frame] = (attempt, count + 1) if attempt == last else (max(attempt, last), 1)
         elif "compilation_metrics" in metadata:
             metrics = metadata["compilation_metrics"]
             if metrics.get("fail_reason"):
                 self.fail_reasons.append(str(metrics["fail_reason"]))
             name = frame_function(str(metrics.get("co_name") or "?"))
-            count = self.pending.pop(frame, 0)
+            _attempt, count = self.pending.pop(frame, (0, 0))
             if count:
                 self.graphs[name] = self.graphs.get(name, 0) + count
 
