@@ -8,10 +8,9 @@ graph captured so far), so calling one costs no graph break.
 from __future__ import annotations
 
 import torch
-import torch._dynamo
-from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims
+from graphmend.torch_adapter.tracing import comptime
 
 # Tensors whose operations run none of the program's Python code: a subclass's
 # ``__torch_function__`` (or dispatch) would see the untaken arm's operations and the
