@@ -211,35 +211,33 @@ def stop_recording(records: DynamoRecords) -> None:
 
 
 def _install() -> None:
-    import torch._dynamo.exc as dynamo_exc
-    import torch._logging._internal as logging_internal
-    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+    from graphmend.torch_adapter import records as dynamo
 
-    format_message = dynamo_exc.format_graph_break_message
+    def keeping_fields(format_message):
+        @functools.wraps(format_message)
+        def format_and_keep_fields(gb_type, context, explanation, hints):
+            message = format_message(gb_type, context, explanation, hints)
+            for records in _ACTIVE:
+                records._messages[message] = (gb_type, context, explanation, list(hints))
+            return message
 
-    @functools.wraps(format_message)
-    def format_and_keep_fields(gb_type, context, explanation, hints):
-        message = format_message(gb_type, context, explanation, hints)
-        for records in _ACTIVE:
-            records._messages[message] = (gb_type, context, explanation, list(hints))
-        return message
+        return format_and_keep_fields
 
-    dynamo_exc.format_graph_break_message = format_and_keep_fields
-    _RESTORE.append(lambda: setattr(dynamo_exc, "format_graph_break_message", format_message))
+    _RESTORE.append(dynamo.wrap_break_message_formatting(keeping_fields))
 
-    log_graph_break = InstructionTranslatorBase.log_graph_break
+    def recording(log_graph_break):
+        @functools.wraps(log_graph_break)
+        def log_and_record(self, code_options, reason, exc):
+            if not getattr(exc, "logged", False):  # Dynamo logs each exception once
+                try:
+                    _record_break(code_options, exc, _current_compile())
+                except Exception:  # recording must never change what Dynamo does
+                    logging.getLogger(__name__).debug("could not record a graph break", exc_info=True)
+            return log_graph_break(self, code_options, reason, exc)
 
-    @functools.wraps(log_graph_break)
-    def log_and_record(self, code_options, reason, exc):
-        if not getattr(exc, "logged", False):  # Dynamo logs each exception once
-            try:
-                _record_break(code_options, exc, _current_compile())
-            except Exception:  # recording must never change what Dynamo does
-                logging.getLogger(__name__).debug("could not record a graph break", exc_info=True)
-        return log_graph_break(self, code_options, reason, exc)
+        return log_and_record
 
-    InstructionTranslatorBase.log_graph_break = log_and_record
-    _RESTORE.append(lambda: setattr(InstructionTranslatorBase, "log_graph_break", log_graph_break))
+    _RESTORE.append(dynamo.wrap_break_logging(recording))
 
     # Only mended code's runtime abandons traces; recording an unmended program must
     # not import it (importing it patches TorchDynamo: ``graphmend.torch_adapter``).
@@ -257,7 +255,7 @@ def _install() -> None:
         claims.abandoned_trace_listeners.append(forget_attempt)
         _RESTORE.append(lambda: claims.abandoned_trace_listeners.remove(forget_attempt))
 
-    trace_log = logging_internal.trace_log
+    trace_log = dynamo.structured_trace_log()
     handler = _TraceHandler()
     saved_level = trace_log.level
     trace_log.addHandler(handler)
@@ -273,18 +271,15 @@ def _install() -> None:
 def _current_compile() -> tuple | None:
     """TorchDynamo's (frame, compilation of that frame) being traced, the same over its
     restarted attempts."""
-    import torch
+    from graphmend.torch_adapter import current_compile_key
 
-    compile_id = torch._guards.CompileContext.current_compile_id()
-    if compile_id is None:
-        return None
-    return (compile_id.frame_id, compile_id.frame_compile_id)
+    return current_compile_key()
 
 
 def _record_break(code_options, exc, attempt: tuple | None = None) -> None:
-    import torch
+    from graphmend.torch_adapter.records import traced_user_stack
 
-    stack = getattr(exc, "real_stack", None) or torch._guards.TracingContext.extract_stack()
+    stack = getattr(exc, "real_stack", None) or traced_user_stack()
     frames = [
         UserFrame(
             summary.filename,
@@ -347,10 +342,11 @@ def _from_fields(
 
 def documentation_link(gb_type: str) -> str | None:
     """Dynamo's page for a graph-break type (None for a type it has none for)."""
-    from torch._dynamo.exc import get_gbid_documentation_link
+    from graphmend.torch_adapter.records import graph_break_documentation_links
 
+    link_of = graph_break_documentation_links()
     try:
-        return get_gbid_documentation_link(gb_type)
+        return link_of(gb_type)
     except Exception:  # noqa: BLE001 - a missing registry means no link, not a failure
         return None
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import types
 
 import torch
-from torch._dynamo.comptime import comptime
 
 from graphmend.core.legality import failed
 from graphmend.runtime import claims
 from graphmend.runtime.selection import PLAIN_TENSOR_TYPES
+from graphmend.torch_adapter.tracing import comptime
 
 _MISSING = object()
 
@@ -148,7 +148,7 @@ def why_not_the_method(owner, name: str, qualified_name: str, module: str) -> st
 
 def _traced_object(variable):
     """The object a TorchDynamo variable stands for, or the type of a traced tensor."""
-    from torch._dynamo.variables import TensorVariable
+    from graphmend.torch_adapter.tracing import TensorVariable
 
     realize = getattr(variable, "realize", None)
     if realize is not None:

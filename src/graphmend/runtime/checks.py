@@ -21,11 +21,16 @@ import operator
 import sys
 
 import torch
-from torch._dynamo.comptime import comptime
 
 from graphmend.core.legality import failed
 from graphmend.core.runtime_names import KNOWN_CHECK_FUNCTIONS, KNOWN_CHECK_NAMES, CheckFunction  # noqa: F401
 from graphmend.runtime import claims, operators, traps
+from graphmend.torch_adapter.tracing import (
+    comptime,
+    eval_frame_callback,
+    run_outside_dynamo,
+    translator_of,
+)
 
 
 def known_check_function(callee) -> CheckFunction | None:
@@ -95,7 +100,7 @@ def check_lowerable(callee, error_type, line: int, function_name: str, holes: tu
 
 def _decide_lowerable(context) -> None:
     try:
-        translator = context._ComptimeContext__tx
+        translator = translator_of(context)
         holes = translator.symbolic_locals["holes"]
         reason = holes_renderable(holes)
     except Exception:  # noqa: BLE001 - TorchDynamo internals changed: keep the call
@@ -110,7 +115,7 @@ def holes_renderable(holes) -> str | None:
     """A hole of the message is rendered when the check fails, from the tensor's value
     then: exactly as the f-string formats it only for a 0-d plain tensor (its number);
     any other value must be a constant of the trace, formatted while tracing."""
-    from torch._dynamo.variables import SymNodeVariable, TensorVariable
+    from graphmend.torch_adapter.tracing import SymNodeVariable, TensorVariable
 
     for item in holes.unpack_var_sequence(None) if hasattr(holes, "unpack_var_sequence") else holes.items:
         if isinstance(item, TensorVariable):
@@ -155,9 +160,9 @@ def runs_eagerly(callee, *condition) -> bool:
 
 def _decide_runs_eagerly(context) -> None:
     try:
-        from torch._dynamo.variables import SymNodeVariable
+        from graphmend.torch_adapter.tracing import SymNodeVariable
 
-        given = context._ComptimeContext__tx.symbolic_locals["condition"].items
+        given = translator_of(context).symbolic_locals["condition"].items
         python_value = len(given) == 1 and (given[0].is_python_constant() or isinstance(given[0], SymNodeVariable))
     except Exception:  # noqa: BLE001 - TorchDynamo internals changed: decide by the callee alone
         python_value = False
@@ -199,7 +204,7 @@ def _torchdynamo_compiles_called_frames() -> bool:
     call, also in the frames it runs eagerly). Where torch no longer offers the query,
     the call is made outside TorchDynamo, which is exact under a compiled call."""
     try:
-        callback = torch._C._dynamo.eval_frame.get_eval_frame_callback()
+        callback = eval_frame_callback()
     except Exception:  # noqa: BLE001 - the private query changed: assume a compiled call
         return True
     return callback is not None and callback is not False
@@ -218,7 +223,7 @@ def _call(callee, *args, **kwargs):
 # tracing only when ``runs_eagerly(callee)``. ``operator.call`` (Python 3.11) is C
 # code: a failing check's traceback shows the helper's frames and torch's wrapper,
 # none of graphmend's.
-call_eagerly = torch._dynamo.disable(getattr(operator, "call", _call))
+call_eagerly = run_outside_dynamo(getattr(operator, "call", _call))
 
 
 def keeps_item_tensor(value, check_lines: tuple = ()) -> bool:
@@ -328,7 +333,7 @@ def _is_traced_size(value) -> bool:
 
 
 def _decide_traced_size(context) -> None:
-    from torch._dynamo.variables import SymNodeVariable
+    from graphmend.torch_adapter.tracing import SymNodeVariable
 
     claims.decide_in_trace(
         context, "symbolic", ("value",), lambda _tracer, symbolic: symbolic,

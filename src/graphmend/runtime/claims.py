@@ -56,7 +56,9 @@ from dataclasses import dataclass
 
 import torch
 
+from graphmend import torch_adapter
 from graphmend.core.legality import failed
+from graphmend.torch_adapter import ops
 
 _RUNTIME_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 _CLAIMS_ATTRIBUTE = "_graphmend_claims"
@@ -126,11 +128,9 @@ class Claim:
 
 def current_translator():
     """TorchDynamo's innermost instruction translator, or None when not tracing."""
-    try:
-        from torch._dynamo.symbolic_convert import tls
-    except ImportError:  # pragma: no cover - another torch: never lower
-        return None
-    root = getattr(tls, "current_tx", None)
+    from graphmend.torch_adapter.tracing import root_translator
+
+    root = root_translator()
     if root is None:
         return None
     return root.output.current_tx
@@ -148,12 +148,12 @@ def decide_in_trace(context, result_name: str, argument_names: tuple, decide, re
     unlike ``assume_constant_result``, no global written into the user's module.
     Anything unexpected leaves the local as it was (the statement keeps its break)."""
     try:
-        from torch._dynamo.variables import ConstantVariable
+        from graphmend.torch_adapter.tracing import constant_variable, translator_of
 
-        translator = context._ComptimeContext__tx
+        translator = translator_of(context)
         arguments = [read(translator.symbolic_locals[name]) for name in argument_names]
         answer = decide(translator, *arguments)
-        translator.symbolic_locals[result_name] = ConstantVariable.create(answer)
+        translator.symbolic_locals[result_name] = constant_variable(answer)
     except Exception:  # noqa: BLE001 - TorchDynamo internals changed, or a value is not constant
         pass
 
@@ -213,9 +213,9 @@ def original_break_keeps_frame_compiled(translator) -> str | None:
     TorchDynamo decides this where the break happens: in the innermost frame with nested
     graph breaks, else in the outermost traced frame (at the call of the inlined one).
     Under ``fullgraph=True`` the original break is an error, which removing it fixes."""
-    from torch._dynamo import config
+    from graphmend.torch_adapter.tracing import graph_breaks_nest
 
-    breaker = translator if config.nested_graph_breaks else translator.output.root_tx
+    breaker = translator if graph_breaks_nest() else translator.output.root_tx
     if getattr(breaker, "one_graph", False) or getattr(breaker, "error_on_graph_break", False):
         return None
     try:
@@ -324,7 +324,7 @@ def _inlined_calls(translator):
 
 def _autograd_sequence_now() -> int:
     try:
-        return torch.autograd._get_sequence_nr()
+        return ops.autograd_sequence_number()
     except Exception:  # noqa: BLE001 - another torch: no boundary known, so every join under grad is refused
         return -1
 
@@ -807,7 +807,7 @@ _DROPOUTS = ("dropout", "dropout_", "feature_dropout", "feature_dropout_", "alph
 
 def _aten_packet_is_seeded(name: str) -> bool:
     packet = getattr(torch.ops.aten, name, None)
-    if not isinstance(packet, torch._ops.OpOverloadPacket):
+    if not ops.is_op_overload_packet(packet):
         return False
     return any(_SEEDED in getattr(packet, overload).tags for overload in packet.overloads())
 
@@ -829,7 +829,7 @@ def draws_random_numbers(node, output=None) -> bool:
         )
     if node.op == "call_module":
         module = getattr(output, "nn_modules", {}).get(target) if output is not None else None
-        if isinstance(module, (torch.nn.modules.dropout._DropoutNd, torch.nn.RReLU)):
+        if isinstance(module, (*ops.dropout_module_types(), torch.nn.RReLU)):
             return bool(module.training) and getattr(module, "p", 1) != 0
         return module is None
     if node.op == "call_function" and getattr(target, "_nondeterministic_seeded", False):
@@ -925,9 +925,9 @@ def is_rewritten_code(code) -> bool:
     from graphmend.rewrite.templates import reaches_runtime
 
     try:
-        from torch._dynamo.resume_execution import ContinueExecutionCache
+        from graphmend.torch_adapter.tracing import resume_function_origins
 
-        resumed = ContinueExecutionCache.generated_code_metadata
+        resumed = resume_function_origins()
     except (ImportError, AttributeError):  # pragma: no cover - another torch: judge the code as given
         resumed = {}
     for _ in range(64):
@@ -1042,7 +1042,7 @@ def batch_norms_read_contiguous_tensors(output) -> str | None:
     modules = getattr(output, "nn_modules", {})
     for node in computed_nodes(output):
         if node.op == "call_module":
-            if not isinstance(modules.get(node.target), torch.nn.modules.batchnorm._BatchNorm):
+            if not isinstance(modules.get(node.target), ops.batch_norm_module_types()):
                 continue
         elif getattr(node.target, "__name__", None) not in _BATCH_NORM_FUNCTIONS:
             continue
@@ -1232,9 +1232,9 @@ def _backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
     True, or one that runs its graph as given (``returns_its_graph_unchanged``: as
     TorchDynamo's ``eager`` does, which each of ``names`` covers)."""
     try:
-        from torch._dynamo.backends.registry import lookup_backend
+        from graphmend.torch_adapter.tracing import backends_named
 
-        known = tuple(lookup_backend(name) for name in names)
+        known = backends_named(names)
     except Exception:  # noqa: BLE001 - another torch: assume it is none of them
         return False
     backend = getattr(output, "compiler_fn", None)
@@ -1389,7 +1389,7 @@ def _refuse(site, kind: str, reason: str) -> None:
 
 
 def _restart(output, reason: str):
-    from torch._dynamo.exc import UnspecializeRestartAnalysis
+    from graphmend.torch_adapter.errors import restart_the_trace
 
     _forget_break_counts_of_the_attempt()
     for listener in list(abandoned_trace_listeners):
@@ -1397,7 +1397,7 @@ def _restart(output, reason: str):
             listener(output)
         except Exception:  # noqa: BLE001 - a listener must never change what TorchDynamo does
             pass
-    return UnspecializeRestartAnalysis(restart_reason=f"graphmend: {reason}")
+    return restart_the_trace(f"graphmend: {reason}")
 
 
 # TorchDynamo's graph-break counters (``counters["graph_break"]``, the count tests and
@@ -1407,14 +1407,12 @@ _break_counts_at_compile_start: dict = {}
 
 
 def _compile_key():
-    compile_id = torch._guards.CompileContext.current_compile_id()
-    return None if compile_id is None else (compile_id.frame_id, compile_id.frame_compile_id)
+    return torch_adapter.current_compile_key()
 
 
 def _note_break_counts_at_compile_start() -> None:
     try:
-        from torch._dynamo.utils import counters
-
+        counters = torch_adapter.graph_break_counters()
         key = _compile_key()
         if key is not None and key not in _break_counts_at_compile_start:
             _break_counts_at_compile_start.clear()
@@ -1432,8 +1430,7 @@ def _forget_break_counts_of_the_attempt() -> None:
     original counts 2). The counters go back to what they were when the frame's
     compilation began, as ``graphmend.dynamo_records`` forgets its records."""
     try:
-        from torch._dynamo.utils import counters
-
+        counters = torch_adapter.graph_break_counters()
         saved = _break_counts_at_compile_start.get(_compile_key())
         if saved is not None:
             counts = counters["graph_break"]
@@ -1503,15 +1500,11 @@ def backend_compiles_the_joined_graph(output, raised: BaseException) -> str | No
     eagerly. A claim whose joined graph the backend fails on keeps its break; the frame
     is traced again, and an error the original's own graphs raise is raised as theirs.
     TorchDynamo's own signals (a restart, a frame to skip) pass through."""
-    from torch._dynamo import exc
+    from graphmend.torch_adapter.errors import is_dynamo_signal, what_the_backend_raised
 
-    signals = tuple(
-        getattr(exc, name) for name in ("RestartAnalysis", "SkipFrame")
-        if isinstance(getattr(exc, name, None), type)
-    )
-    if isinstance(raised, signals):
+    if is_dynamo_signal(raised):
         return None
-    cause = raised.inner_exception if isinstance(raised, exc.BackendCompilerFailed) else raised
+    cause = what_the_backend_raised(raised)
     return failed(
         "G314", f"the backend failed to compile the joined graph ({type(cause).__name__}), "
         "where the original's graphs compiled apart"
@@ -1531,10 +1524,8 @@ def _compile_joined_graph(self, graph_module, call_user_compiler, *args, **kwarg
     which joining graphs changes. With ``fallback_random`` the mended program draws the
     numbers the original draws eagerly."""
     if _compiled_from_mended_code(self) and _draws_any(graph_module, self):
-        import torch._inductor.config as inductor_config
-
         outputs = _return_dead_draws(graph_module, self)
-        with inductor_config.patch(fallback_random=True):
+        with ops.inductor_draws_as_eager():
             compiled = call_user_compiler(self, graph_module, *args, **kwargs)
         if outputs is None:
             return compiled
@@ -1571,7 +1562,7 @@ def _restart_on_observed_failed_op(exception_handler):
     where ``_restart_trace_without_claims`` never sees it: the same refusal and restart,
     whether or not the traced code would catch the exception (the original traced that op
     in a frame of its own, after its break)."""
-    from torch._dynamo.exc import FakeTensorObservedException
+    from graphmend.torch_adapter.errors import FakeTensorObservedException
 
     def wrapped(self, raised_exception, *args, **kwargs):
         if isinstance(raised_exception, FakeTensorObservedException):
@@ -1600,7 +1591,7 @@ def _restart_given_up_frame_without_claims(run):
     the path taken: the trace again keeps the capture's original call, where
     TorchDynamo's own restart expects the path of this trace (``SpeculationLogDivergence``,
     and the frame would run eagerly)."""
-    from torch._dynamo.exc import SpeculationRestartAnalysis, Unsupported, UserError
+    from graphmend.torch_adapter.errors import SpeculationRestartAnalysis, Unsupported, UserError
 
     def wrapped(self, *args, **kwargs):
         _note_break_counts_at_compile_start()

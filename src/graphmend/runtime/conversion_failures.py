@@ -63,11 +63,14 @@ def _failed_explaining_a_recompilation(error: BaseException) -> bool:
 
 
 def _run_eagerly_on_internal_error(convert):
-    from torch._dynamo.exc import InternalTorchDynamoError, UncapturedHigherOrderOpError
-    from torch._dynamo.types import ConvertFrameReturn
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
     from graphmend.runtime import claims, dynamic_shapes
+    from graphmend.torch_adapter.errors import (
+        ConvertFrameReturn,
+        InternalTorchDynamoError,
+        UncapturedHigherOrderOpError,
+    )
 
     def again_without_failed_claims(convert, failure, claimed, why, made_by_claims=lambda sizes_before: True):
         # Convert the frame; when it fails with ``failure`` and claims of ``claimed()``

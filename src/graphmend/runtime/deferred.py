@@ -32,7 +32,6 @@ frame, at the cost of the graph break the original call had.
 from __future__ import annotations
 
 import builtins
-import functools
 import io
 import itertools
 import logging
@@ -42,12 +41,18 @@ import types
 import warnings
 
 import torch
-from torch._dynamo.comptime import comptime
 
 from graphmend.core.legality import failed
 from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS  # noqa: F401 - read by fixed_calls
 from graphmend.runtime import claims, operators, traps
 from graphmend.runtime import output_call_arguments as arguments
+from graphmend.torch_adapter import ops
+from graphmend.torch_adapter.tracing import (
+    comptime,
+    disable_wrapper_code,
+    reorders_logging_calls,
+    run_outside_dynamo,
+)
 
 _PRINT = "print"
 _LOG_RECORD = "log"
@@ -456,7 +461,7 @@ def no_print_options_changed_in_trace(translator) -> str | None:
     code need nothing: the graph renders with the options in force when it runs, as the
     original call does."""
     side_effects = translator.output.side_effects
-    options = getattr(torch._tensor_str, "PRINT_OPTS", None)
+    options = ops.print_options()
     if options is None or options not in side_effects:
         return None
     try:
@@ -476,7 +481,7 @@ def why_not_exact_in_graph(
     Decided on the real objects while tracing. None when it cannot differ."""
     if not all(_has_fixed_text(value) for value in template):
         return "an argument's text may change after the call"
-    if torch._dynamo.config.reorderable_logging_functions:
+    if reorders_logging_calls():
         return "TorchDynamo reorders some output calls to the end of the graph"
     if kind == _PRINT:
         for name, value in kwargs.items():
@@ -698,7 +703,7 @@ def _is_text_of_the_call(translator, template_variable, kwargs_variable) -> bool
 def _formats_later(variable) -> bool:
     """A string TorchDynamo holds as a format to apply after the graph, in ``variable``
     or in the tuples, lists and dicts it holds."""
-    from torch._dynamo.variables import BaseListVariable, ConstDictVariable
+    from graphmend.torch_adapter.tracing import BaseListVariable, ConstDictVariable
 
     if variable.is_python_constant():
         return False
@@ -743,8 +748,7 @@ def _print_receiver_read(translator, variable) -> str | None:
     of the ``sys`` module (its source names where it was read, and evaluates as its guards
     do to the module itself), with the trace guarded on it; ``_NOT_A_STANDARD_STREAM``
     where its value is neither standard stream now; else None."""
-    from torch._dynamo.guards import GuardBuilder, install_guard
-    from torch._dynamo.source import AttrSource
+    from graphmend.torch_adapter import guards
 
     value = getattr(variable, "value", _NO_VALUE)
     if value is _NO_VALUE:
@@ -752,7 +756,7 @@ def _print_receiver_read(translator, variable) -> str | None:
     if value is not sys.stdout and value is not sys.stderr:
         return _NOT_A_STANDARD_STREAM
     source = getattr(variable, "source", None)
-    if not isinstance(source, AttrSource) or source.member not in STANDARD_STREAMS:
+    if not guards.is_attribute_source(source) or source.member not in STANDARD_STREAMS:
         return None
     root = translator.output.root_tx
     try:
@@ -761,7 +765,7 @@ def _print_receiver_read(translator, variable) -> str | None:
         return None
     if holder is not sys or value is not getattr(sys, source.member):
         return None
-    install_guard(source.base.make_guard(GuardBuilder.ID_MATCH), source.make_guard(GuardBuilder.TYPE_MATCH))
+    guards.install_guards((source.base, guards.IDENTITY), (source, guards.TYPE))
     return source.member
 
 
@@ -787,7 +791,7 @@ def _decide_identity(context) -> None:
 def _identity_read_while_traced(translator, variable) -> int | None:
     """The identity of the object ``variable`` stands for, guarded on; None where
     TorchDynamo traces ``id`` of any object itself, or the object has no source to guard."""
-    from torch._dynamo.guards import GuardBuilder, install_guard
+    from graphmend.torch_adapter import guards
 
     if hasattr(variable, "get_id"):
         return None
@@ -795,7 +799,7 @@ def _identity_read_while_traced(translator, variable) -> int | None:
     source = getattr(variable, "source", None)
     if value is _NO_VALUE or source is None:
         return None
-    install_guard(source.make_guard(GuardBuilder.ID_MATCH))
+    guards.install_guards((source, guards.IDENTITY))
     return id(value)
 
 
@@ -883,54 +887,54 @@ def _decide_log_chain_guarded(context) -> None:
 
 
 def _guard_on_the_log_chain(translator, variable, method_variable) -> bool:
-    from torch._dynamo.guards import GuardBuilder, install_guard
-    from torch._dynamo.source import AttrSource, ImportSource, ListGetItemSource
+    from graphmend.torch_adapter import guards as dynamo
+    from graphmend.torch_adapter.guards import attribute_source, module_source
 
     logger = getattr(variable, "value", None)
     source = getattr(variable, "source", None)
     if source is None or not isinstance(logger, logging.Logger):
         return False
-    guards = [(AttrSource(ImportSource("logging"), "_logRecordFactory"), GuardBuilder.ID_MATCH)]
+    guards = [(attribute_source(module_source("logging"), "_logRecordFactory"), dynamo.IDENTITY)]
     # A method replaced on the logger now makes the call keep its break, right whatever
     # later calls find; one not replaced now is guarded on staying so.
     for name in dict.fromkeys((*_REPRODUCED_LOGGER_METHODS, method_variable.as_python_constant())):
         if name not in vars(logger):
-            guards.append((source, functools.partial(GuardBuilder.NOT_PRESENT_IN_GENERIC_DICT, attr=name)))
+            guards.append((source, dynamo.absent_from_instance_dict(name)))
     handled = False
     for depth, current in enumerate(_loggers_reached(logger)):
         if depth:
-            source = AttrSource(source, "parent")
-            guards.append((source, GuardBuilder.ID_MATCH))
-        handlers = AttrSource(source, "handlers")
-        guards += [(AttrSource(source, "filters"), GuardBuilder.SEQUENCE_LENGTH),
-                   (handlers, GuardBuilder.SEQUENCE_LENGTH)]
+            source = attribute_source(source, "parent")
+            guards.append((source, dynamo.IDENTITY))
+        handlers = attribute_source(source, "handlers")
+        guards += [(attribute_source(source, "filters"), dynamo.LENGTH),
+                   (handlers, dynamo.LENGTH)]
         for index, handler in enumerate(current.handlers):
             handled = True
-            each = ListGetItemSource(handlers, index)
-            guards += [*_decided_by_type(each, handler, GuardBuilder),
-                       (AttrSource(each, "filters"), GuardBuilder.SEQUENCE_LENGTH)]
+            each = dynamo.list_item_source(handlers, index)
+            guards += [*_decided_by_type(each, handler, dynamo),
+                       (attribute_source(each, "filters"), dynamo.LENGTH)]
             if "stream" in vars(handler):
-                guards += _decided_by_type(AttrSource(each, "stream"), handler.stream, GuardBuilder)
-        guards.append((AttrSource(source, "propagate"), GuardBuilder.CONSTANT_MATCH))
+                guards += _decided_by_type(attribute_source(each, "stream"), handler.stream, dynamo)
+        guards.append((attribute_source(source, "propagate"), dynamo.CONSTANT))
     if not handled:
-        guards += [(AttrSource(ImportSource("logging"), "lastResort"), GuardBuilder.ID_MATCH),
-                   (AttrSource(ImportSource("sys"), "stderr"), GuardBuilder.TYPE_MATCH)]
-    for guarded, kind in guards:
-        install_guard(guarded.make_guard(kind))
+        guards += [(attribute_source(module_source("logging"), "lastResort"), dynamo.IDENTITY),
+                   (attribute_source(module_source("sys"), "stderr"), dynamo.TYPE)]
+    for guarded in guards:
+        dynamo.install_guards(guarded)
     return True
 
 
-def _decided_by_type(source, thing, GuardBuilder) -> list:
+def _decided_by_type(source, thing, dynamo) -> list:
     """Guards that keep true what ``_only_writes`` decided on a handler or its stream:
     its type and whether the object itself carries the output-only mark. A program (or
     pytest's log capture) that adds a new handler of the same kind for each call reuses
     the graph; guarding on the handler's identity recompiled every call, where the
     original, breaking at the call, compiled once."""
     if OUTPUT_ONLY_MARK in getattr(thing, "__dict__", {}):
-        return [(source, GuardBuilder.ID_MATCH)]
-    guards = [(source, GuardBuilder.TYPE_MATCH)]
+        return [(source, dynamo.IDENTITY)]
+    guards = [(source, dynamo.TYPE)]
     if hasattr(thing, "__dict__"):
-        guards.append((source, functools.partial(GuardBuilder.NOT_PRESENT_IN_GENERIC_DICT, attr=OUTPUT_ONLY_MARK)))
+        guards.append((source, dynamo.absent_from_instance_dict(OUTPUT_ONLY_MARK)))
     return guards
 
 
@@ -962,20 +966,8 @@ def _decide_warning_display_guarded(context) -> None:
     claims.decide_in_trace(context, "guarded", (), _guard_on_the_warning_display)
 
 
-@functools.cache
-def _disable_wrapper_code():
-    """The code of every wrapper ``torch._dynamo.disable`` makes (None where this torch
-    makes them otherwise)."""
-    code = getattr(torch._dynamo.disable(_nothing), "__code__", None)
-    return code if code is not getattr(_nothing, "__code__", None) else None
-
-
-def _nothing() -> None:
-    return None
-
-
 def _is_a_disable_wrapper(function) -> bool:
-    code = _disable_wrapper_code()
+    code = disable_wrapper_code()
     return (
         code is not None
         and isinstance(function, types.FunctionType)
@@ -985,11 +977,11 @@ def _is_a_disable_wrapper(function) -> bool:
 
 
 def _guard_on_the_warning_display(translator) -> bool:
-    from torch._dynamo.guards import GuardBuilder, install_guard
-    from torch._dynamo.source import AttrSource, ImportSource
+    from graphmend.torch_adapter import guards as dynamo
+    from graphmend.torch_adapter.guards import attribute_source, install_guards
 
-    module = ImportSource("warnings")
-    shown = AttrSource(module, "showwarning")
+    module = dynamo.module_source("warnings")
+    shown = attribute_source(module, "showwarning")
     if _is_a_disable_wrapper(warnings.showwarning):
         # Every function with this code is a ``torch._dynamo.disable`` wrapper, of which
         # the decision reads no more (``_opaque_to_tracing``): guarded on the code, a
@@ -997,13 +989,13 @@ def _guard_on_the_warning_display(translator) -> bool:
         # ``showwarning``) keeps the graph, where a guard on the function dropped it once
         # the function was freed, and the frame compiled again on every call, recording
         # its breaks each time (the original compiled once).
-        install_guard(AttrSource(shown, "__code__").make_guard(GuardBuilder.ID_MATCH))
-        install_guard(AttrSource(shown, "_torchdynamo_disable").make_guard(GuardBuilder.CONSTANT_MATCH))
+        install_guards((attribute_source(shown, "__code__"), dynamo.IDENTITY))
+        install_guards((attribute_source(shown, "_torchdynamo_disable"), dynamo.CONSTANT))
     else:
-        install_guard(shown.make_guard(GuardBuilder.ID_MATCH))
-    install_guard(AttrSource(ImportSource("sys"), "stderr").make_guard(GuardBuilder.TYPE_MATCH))
-    display = AttrSource(AttrSource(module, "_showwarnmsg_impl"), "__module__")
-    install_guard(display.make_guard(GuardBuilder.CONSTANT_MATCH))
+        install_guards((shown, dynamo.IDENTITY))
+    install_guards((attribute_source(dynamo.module_source("sys"), "stderr"), dynamo.TYPE))
+    display = attribute_source(attribute_source(module, "_showwarnmsg_impl"), "__module__")
+    install_guards((display, dynamo.CONSTANT))
     return True
 
 
@@ -1011,7 +1003,7 @@ def _guard_on_the_warning_display(translator) -> bool:
 # and ``flush_pending_effects`` on its eager path; what the graph cannot hold is
 # performed at the call, outside the graph.
 
-@torch._dynamo.disable
+@run_outside_dynamo
 def _perform_eagerly(kind: str, target, detail: tuple, args: tuple, kwargs: dict) -> None:
     perform(kind, target, detail, args, kwargs)
 

@@ -29,11 +29,12 @@ import inspect
 import threading
 
 import torch
-from torch._dynamo.comptime import comptime
 
 from graphmend.core.legality import failed, restated
 from graphmend.runtime import claims, expert_calls
 from graphmend.runtime.selection import is_plain_tensor
+from graphmend.torch_adapter import ops
+from graphmend.torch_adapter.tracing import comptime, translator_of
 
 _state = threading.local()
 
@@ -52,10 +53,8 @@ def _nonzero(x: torch.Tensor) -> torch.Tensor:
 def _nonzero_while_tracing(x: torch.Tensor) -> torch.Tensor:
     # ``ctx.new_dynamic_size()`` refuses unless the global flag is set; the size is made
     # the way it makes it, for this operator alone.
-    from torch._library.fake_impl import allocate_size
-
-    shape_env = torch.library.get_ctx()._shape_env
-    count = allocate_size(shape_env)
+    shape_env = ops.fake_shape_env()
+    count = ops.allocate_data_dependent_size(shape_env)
     _state.sizes_made = sizes_made() + 1
     # The capture claimed last is this call's: the captured calls run only once claimed.
     claimed = captures_claimed()
@@ -191,7 +190,7 @@ def body_keeps_its_captures(translator, body_lines) -> str | None:
 def _module_node_or_constant(variable):
     """The module a TorchDynamo variable stands for (inlined or specialised), the graph
     node of a plain tensor, or the Python constant it holds."""
-    from torch._dynamo.variables import TensorVariable
+    from graphmend.torch_adapter.tracing import TensorVariable
 
     value = getattr(variable, "value", None)
     if isinstance(value, torch.nn.Module):
@@ -279,7 +278,7 @@ def why_destination_may_be_seen(translator, destination) -> str | None:
     for other in translator.output.graph.nodes:
         if other is node:
             continue
-        values = torch.utils._pytree.tree_leaves(other.meta.get("example_value"))
+        values = ops.tensor_leaves(other.meta.get("example_value"))
         if any(isinstance(v, torch.Tensor) and _storage_of(v) == storage for v in values):
             return prefix + f"the destination `{node.name}` shares its storage with `{other.name}`"
     for user in node.users:
@@ -339,9 +338,7 @@ def _nonempty_positions_while_tracing(positions: torch.Tensor) -> torch.Tensor:
     # A fresh size, at least 1, born inside the branch that runs only for positions
     # that are not empty: what tracing learns from it (a batch norm's "is the input
     # empty?") holds in that branch alone.
-    from torch._library.fake_impl import allocate_size
-
-    count = allocate_size(torch.library.get_ctx()._shape_env, min_val=1)
+    count = ops.allocate_data_dependent_size(ops.fake_shape_env(), min_val=1)
     _state.sizes_made = sizes_made() + 1
     return positions.new_empty((count,))
 
@@ -425,6 +422,6 @@ def merge_rows(positions, destination, compute):
 
 def _enter_merge(context) -> None:
     try:
-        claims.mark_merge_entered(context._ComptimeContext__tx)
+        claims.mark_merge_entered(translator_of(context))
     except Exception:  # noqa: BLE001 - TorchDynamo internals changed: the claim is refused
         pass

@@ -32,6 +32,8 @@ import textwrap
 
 import torch
 
+from graphmend.torch_adapter import ops
+
 _Module = torch.nn.Module
 _TORCH_DIRECTORY = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
@@ -176,7 +178,7 @@ def _is_chosen_activation(module: _Module, value: object) -> bool:
     ``__init__`` picks (torch's, or the class's own ``_gelu_python``)."""
     name = type(module).__name__
     if name == "GELUActivation":
-        if value is torch._C._nn.gelu:
+        if value is ops.aten_gelu():
             return True
         own = inspect.getattr_static(type(module), "_gelu_python", None)
         return (

@@ -24,9 +24,9 @@ import re
 import warnings
 
 import torch
-from torch._dynamo.comptime import comptime
 
 from graphmend.runtime import claims, deferred
+from graphmend.torch_adapter.tracing import comptime
 
 _RESUMED = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
 is_compiling = torch.compiler.is_compiling

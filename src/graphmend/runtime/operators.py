@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import torch
 
+from graphmend.torch_adapter import ops
+
 NAMESPACE = "graphmend"
 
 # Kept for the life of the process: dropping a Library object removes its registrations.
@@ -32,5 +34,5 @@ def define(schema: str, kernel: Callable, fake: Callable, *, ordered: bool = Fal
     _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
     if ordered:
-        torch.library._register_effectful_op(f"{NAMESPACE}::{name}", torch.library.EffectType.ORDERED)
+        ops.register_ordered_effect(f"{NAMESPACE}::{name}")
     return getattr(torch.ops.graphmend, name)

@@ -8,11 +8,10 @@ graph captured so far), so calling one costs no graph break.
 from __future__ import annotations
 
 import torch
-import torch._dynamo
-from torch._dynamo.comptime import comptime
 
 from graphmend.core.legality import failed
 from graphmend.runtime import claims
+from graphmend.torch_adapter.tracing import comptime, translator_of
 
 # Tensors whose operations run none of the program's Python code: a subclass's
 # ``__torch_function__`` (or dispatch) would see the untaken arm's operations and the
@@ -80,7 +79,7 @@ def select(predicate, value_if_true, value_if_false):
 
 def _refuse_python_choice(context) -> None:
     claims.refuse_claim_at_user_site(
-        context._ComptimeContext__tx,
+        translator_of(context),
         failed("W207", "the arms cannot be selected inside the graph: they are not two plain tensors "
                "of one shape, dtype, device and strides with no autograd"),
     )

@@ -35,7 +35,6 @@ import types
 from dataclasses import dataclass
 
 import torch
-from torch._dynamo.comptime import comptime
 
 from graphmend.core.legality import failed
 from graphmend.runtime import claims, operators, restored_frames
@@ -45,6 +44,8 @@ from graphmend.runtime.claims import (
     original_break_keeps_frame_compiled,
     trace_time_declines,
 )
+from graphmend.torch_adapter import ops
+from graphmend.torch_adapter.tracing import comptime
 
 TRAP_MARKER = "[graphmend-trap "
 _FIELD_SEPARATOR = "|"
@@ -189,7 +190,7 @@ def assert_guard(holds, message: str) -> None:
             holds = holds.cpu()
         number = _message_number(message)
         if number < 0:
-            torch._assert_async(holds, message)  # the boundary restores it
+            ops.assert_async(holds, message)  # the boundary restores it
         else:
             torch.ops.graphmend.fail_unless(holds, number)
     elif not holds:
@@ -473,11 +474,9 @@ def _stores_put_back_what_is_there(side_effects, variable) -> bool:
     starts: traced code that only writes it reads no value TorchDynamo would guard on,
     and a program that changes it between calls would otherwise run a graph whose
     failing guard drops a write that is no longer a no-op."""
-    from torch._dynamo.guards import GuardBuilder, install_guard
-    from torch._dynamo.source import AttrSource
-    from torch._dynamo.variables import UserDefinedObjectVariable
-
     from graphmend import torch_adapter
+    from graphmend.torch_adapter import guards
+    from graphmend.torch_adapter.tracing import UserDefinedObjectVariable
 
     if not isinstance(variable, UserDefinedObjectVariable):
         return False
@@ -497,7 +496,7 @@ def _stores_put_back_what_is_there(side_effects, variable) -> bool:
             if not isinstance(value, (type(None), bool, int, float, str)):
                 return False
         for attribute in stores:
-            install_guard(AttrSource(variable.source, attribute).make_guard(GuardBuilder.CONSTANT_MATCH))
+            guards.install_guards((guards.attribute_source(variable.source, attribute), guards.CONSTANT))
     except Exception:  # noqa: BLE001 - TorchDynamo internals changed: count it as a change
         return False
     return True

@@ -1,4 +1,22 @@
-"""The patches graphmend makes to torch, in one table, applied only when asked.
+"""Where graphmend touches torch's private API: here and in this package's modules only.
+
+This module holds the patches graphmend makes to torch, in one table, applied only when
+asked, and TorchDynamo's counters as graphmend's counting reads them. The submodules
+hold the rest, by job (``tests/test_torch_adapter_boundary.py`` keeps every other module
+of graphmend off torch's private names):
+
+* ``tracing``: what the runtime reads of TorchDynamo while traced (``comptime``, the
+  instruction translator, its variable classes, its configuration, ``disable``);
+* ``guards``: the guards the runtime adds to a trace, and the sources they name;
+* ``errors``: TorchDynamo's exceptions, as the runtime raises and tells them apart;
+* ``records``: where ``graphmend.dynamo_records`` listens to TorchDynamo;
+* ``ops``: torch's private operator, shape, autograd and module internals.
+
+Importing this package imports no torch. ``tracing`` (which imports ``torch._dynamo``)
+and ``ops`` (torch alone) are imported by the runtime when it is imported; ``guards``,
+``errors`` and ``records`` where they are used.
+
+The patches:
 
 Mended code needs TorchDynamo to behave a little differently (to restart a trace whose
 claims a later check refuses, to run a rewritten frame eagerly when TorchDynamo fails
@@ -287,6 +305,17 @@ def graph_break_counters():
     from torch._dynamo.utils import counters
 
     return counters
+
+
+def current_compile_key() -> tuple | None:
+    """TorchDynamo's (frame, compilation of that frame) being traced, the same over its
+    restarted attempts; None when not compiling."""
+    import torch
+
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    if compile_id is None:
+        return None
+    return (compile_id.frame_id, compile_id.frame_compile_id)
 
 
 def reset_dynamo() -> None:

@@ -1,0 +1,54 @@
+"""The guards graphmend's runtime adds to a trace, and the sources they guard.
+
+A decision made while tracing (``comptime``) that reads more than the values TorchDynamo
+already guards on must hold on later calls too: the runtime guards the trace on what it
+read, naming it by TorchDynamo's sources (where a value was found: an attribute of a
+module, an item of a list) and guard kinds. Imported only where a guard is made (while
+tracing).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from torch._dynamo.guards import GuardBuilder, install_guard
+from torch._dynamo.source import AttrSource, ImportSource, ListGetItemSource
+
+# Guard kinds: the object itself, its type, its value (a constant), a sequence's length.
+IDENTITY = GuardBuilder.ID_MATCH
+TYPE = GuardBuilder.TYPE_MATCH
+CONSTANT = GuardBuilder.CONSTANT_MATCH
+LENGTH = GuardBuilder.SEQUENCE_LENGTH
+
+
+def absent_from_instance_dict(attribute: str):
+    """The guard kind: ``attribute`` is not in the object's own ``__dict__``."""
+    return functools.partial(GuardBuilder.NOT_PRESENT_IN_GENERIC_DICT, attr=attribute)
+
+
+def attribute_source(base, attribute: str):
+    """Where ``getattr(<base>, attribute)`` is found."""
+    return AttrSource(base, attribute)
+
+
+def module_source(module_name: str):
+    """Where the imported module ``module_name`` is found."""
+    return ImportSource(module_name)
+
+
+def list_item_source(base, index: int):
+    """Where ``<base>[index]`` of a list is found."""
+    return ListGetItemSource(base, index)
+
+
+def is_attribute_source(source) -> bool:
+    """Whether ``source`` names an attribute (``source.base``, ``source.member``)."""
+    return isinstance(source, AttrSource)
+
+
+def install_guards(*guarded) -> None:
+    """Guard the trace being made on each ``(source, kind)`` of ``guarded``: every guard
+    is made first, then all are added together."""
+    # skip=1: TorchDynamo's debug stack of each guard starts at the caller, as it would
+    # had the caller added it.
+    install_guard(*[source.make_guard(kind) for source, kind in guarded], skip=1)

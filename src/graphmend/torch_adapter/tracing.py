@@ -1,0 +1,124 @@
+"""What graphmend's runtime reads of TorchDynamo while TorchDynamo traces it.
+
+The runtime functions rewritten code calls decide, while traced, from TorchDynamo's own
+view of the frame (``comptime``): its instruction translator, the variables it holds for
+the function's locals, its configuration. Every such read goes through here.
+
+Importing this module imports ``torch._dynamo`` (``comptime`` must be the object
+TorchDynamo recognises by identity); only the runtime, which needs it anyway, imports it.
+TorchDynamo's variable classes are read from torch when first asked for
+(``from graphmend.torch_adapter.tracing import TensorVariable``), so a torch without one
+fails where it is used, as importing it from torch there would.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch._dynamo
+from torch._dynamo.comptime import comptime
+
+from graphmend.torch_adapter._lazy import lazy_names
+
+__all__ = [
+    "backends_named",
+    "comptime",
+    "constant_variable",
+    "disable_wrapper_code",
+    "eval_frame_callback",
+    "graph_breaks_nest",
+    "reorders_logging_calls",
+    "resume_function_origins",
+    "root_translator",
+    "run_outside_dynamo",
+    "translator_of",
+]
+
+# TorchDynamo's variables (what it holds for a traced value), as the runtime tells them apart.
+_VARIABLES = (
+    "BaseListVariable",
+    "ConstDictVariable",
+    "ConstantVariable",
+    "SymNodeVariable",
+    "TensorVariable",
+    "UserDefinedObjectVariable",
+)
+__getattr__ = lazy_names(__name__, dict.fromkeys(_VARIABLES, "torch._dynamo.variables"))
+
+
+def translator_of(context):
+    """The instruction translator of the frame a ``comptime`` callback runs in (its
+    ``context``): the symbolic locals, the output graph, the parent translators."""
+    return context._ComptimeContext__tx
+
+
+def root_translator():
+    """TorchDynamo's translator of the frame it is tracing now (None when not tracing,
+    or where this torch keeps it elsewhere)."""
+    try:
+        from torch._dynamo.symbolic_convert import tls
+    except ImportError:  # pragma: no cover - another torch
+        return None
+    return getattr(tls, "current_tx", None)
+
+
+def constant_variable(value):
+    """TorchDynamo's variable for the Python constant ``value``."""
+    from torch._dynamo.variables import ConstantVariable
+
+    return ConstantVariable.create(value)
+
+
+def graph_breaks_nest() -> bool:
+    """Whether TorchDynamo breaks the graph in the innermost traced frame
+    (``config.nested_graph_breaks``), rather than in the outermost one."""
+    from torch._dynamo import config
+
+    return bool(config.nested_graph_breaks)
+
+
+def reorders_logging_calls() -> bool:
+    """Whether TorchDynamo is told to move some output calls to the end of the graph
+    (``config.reorderable_logging_functions``)."""
+    return bool(torch._dynamo.config.reorderable_logging_functions)
+
+
+def run_outside_dynamo(function):
+    """``function`` as TorchDynamo never traces it (``torch._dynamo.disable``): a call
+    of it in traced code breaks the graph and runs eagerly."""
+    return torch._dynamo.disable(function)
+
+
+def _nothing() -> None:
+    return None
+
+
+@functools.cache
+def disable_wrapper_code():
+    """The code of every wrapper ``torch._dynamo.disable`` makes (None where this torch
+    makes them otherwise)."""
+    code = getattr(torch._dynamo.disable(_nothing), "__code__", None)
+    return code if code is not getattr(_nothing, "__code__", None) else None
+
+
+def eval_frame_callback():
+    """TorchDynamo's frame callback in this thread: set (not None, not False) inside a
+    compiled call, also in the frames it runs eagerly. Raises where torch no longer
+    offers the query."""
+    return torch._C._dynamo.eval_frame.get_eval_frame_callback()
+
+
+def resume_function_origins() -> dict:
+    """TorchDynamo's record of the resume functions it generated: code -> metadata
+    whose ``code`` is the code it resumes. Raises ImportError or AttributeError where
+    this torch keeps no such record."""
+    from torch._dynamo.resume_execution import ContinueExecutionCache
+
+    return ContinueExecutionCache.generated_code_metadata
+
+
+def backends_named(names) -> tuple:
+    """The compiler functions TorchDynamo's registry holds under ``names``."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    return tuple(lookup_backend(name) for name in names)
