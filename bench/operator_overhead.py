@@ -19,6 +19,7 @@ import time
 import torch
 
 from graphmend.runtime import checks, deferred, traps
+from graphmend.runtime.store import store
 
 
 def _as_custom_op(name: str, schema: str, kernel, fake):
@@ -58,8 +59,8 @@ def _cases():
 
 def _nothing_effect() -> int:
     """The key of an effect of a kind ``deferred.perform`` does nothing for."""
-    key = -1 - len(deferred._registry)
-    deferred._registry[key] = ("nothing", None, (), (None,), ((0, deferred._TENSOR, None),), {})
+    key = -1 - len(store.output_effects)
+    store.output_effects[key] = ("nothing", None, (), (None,), ((0, deferred._TENSOR, None),), {})
     return key
 
 

@@ -20,11 +20,11 @@ output then and there, in the thread that runs the graph. So:
 Everything about an effect except its tensors, integers and sizes is fixed while
 tracing: it is put in a registry under an integer key that the graph passes to the
 operator, with those as operands (their values at the call). The registration runs at trace
-time (``claims.decide_in_trace``, a constant of the trace) and decides whether the
+time (``trace_decisions.decide_in_trace``, a constant of the trace) and decides whether the
 effect can happen inside the graph exactly as it would eagerly
 (``why_not_exact_in_graph``, ``why_the_call_fails``, ``no_input_written_in_place_before``,
 ``no_output_state_changed_in_trace``, ``no_earlier_output_in_graph``, then the checks of
-the whole trace in ``graphmend.runtime.claims``); when it cannot, the arguments go
+the whole trace in ``graphmend.runtime.whole_trace_conditions``); when it cannot, the arguments go
 back to the rewritten code, which makes the original call with them in the user's own
 frame, at the cost of the graph break the original call had.
 """
@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import builtins
 import io
-import itertools
 import logging
 import sys
-import threading
 import types
 import warnings
 
@@ -44,8 +42,9 @@ import torch
 
 from graphmend.core.legality import failed
 from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS  # noqa: F401 - read by fixed_calls
-from graphmend.runtime import claims, operators, traps
+from graphmend.runtime import backends, claims, graph_inspection, operators, trace_decisions, traps
 from graphmend.runtime import output_call_arguments as arguments
+from graphmend.runtime.store import store
 from graphmend.torch_adapter import ops
 from graphmend.torch_adapter.tracing import (
     comptime,
@@ -138,9 +137,6 @@ _REPRODUCED_LOGGER_METHODS = (
     "makeRecord", "handle", "callHandlers", "isEnabledFor", "getEffectiveLevel", "filter",
 )
 
-_registry: dict[int, tuple] = {}
-_registry_lock = threading.Lock()
-_keys = itertools.count()
 
 
 def _has_fixed_text(value) -> bool:
@@ -301,14 +297,14 @@ def _register(
 ) -> int:
     """Record an effect found while tracing; its key, or -1 to perform it eagerly.
     Decided while TorchDynamo traces this function, as a constant of the trace
-    (``claims.decide_in_trace``); not tracing, -1."""
+    (``trace_decisions.decide_in_trace``); not tracing, -1."""
     key = -1
     comptime(_decide_register)
     return key
 
 
 def _decide_register(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "key", ("kind", "target_id", "detail", "template", "slots", "kwargs"), _registered_key
     )
 
@@ -333,11 +329,11 @@ def _registered_key(translator, kind, target_id, detail, template, slots, kwargs
         return -1
     if not claims.claim_break_at_user_site(translator, claims.OUTPUT):
         return -1
-    with _registry_lock:
-        key = next(_keys)
+    with store.output_effects_lock:
+        key = next(store.output_effect_keys)
         # A standard stream named at the call is kept by its name, and found when the
         # effect is performed: the stream ``sys`` holds then, as the original call read it.
-        _registry[key] = (kind, target_id if isinstance(target_id, str) else target, detail, template, slots, dict(kwargs))
+        store.output_effects[key] = (kind, target_id if isinstance(target_id, str) else target, detail, template, slots, dict(kwargs))
     return key
 
 
@@ -363,11 +359,11 @@ def no_input_written_in_place_before(translator) -> str | None:
     """Inductor frees a graph input it writes in place too early when an output
     operator without tensor operands follows the write: the kernel that writes it then
     reads a deleted name (UnboundLocalError). A
-    backend that runs the graph's ops in order (``claims.backend_keeps_graph_order``)
+    backend that runs the graph's ops in order (``backends.backend_keeps_graph_order``)
     frees nothing early."""
-    if claims.backend_keeps_graph_order(translator.output):
+    if backends.backend_keeps_graph_order(translator.output):
         return None
-    written = claims.input_written_in_place_so_far(translator)
+    written = graph_inspection.input_written_in_place_so_far(translator)
     if written is not None:
         return failed("D201", f"the input `{written}` is written in place before the output")
     return None
@@ -381,7 +377,7 @@ def nothing_lost_if_the_warning_raises(translator) -> str | None:
     traced frame (it would catch the error), no input written in place before it (a
     functionalizing backend writes it back only when the graph ends) and no write to an
     existing object before it (replayed only when the graph ends)."""
-    user = claims.user_translator(translator)
+    user = trace_decisions.user_translator(translator)
     reason = (
         traps.no_handler_in_traced_frames(user)
         or traps.no_input_mutated_before_guard(user)
@@ -396,9 +392,9 @@ def no_earlier_output_in_graph(translator) -> str | None:
     """Inductor does not keep two output operators of one graph in their order: it
     runs each when its operands are ready (the prints of a
     loop's ``finally`` came before the prints above them). A backend that runs the
-    graph's ops in order (``claims.backend_keeps_graph_order``) keeps them; elsewhere a
+    graph's ops in order (``backends.backend_keeps_graph_order``) keeps them; elsewhere a
     graph holds at most one output, and a later one keeps its break."""
-    if claims.backend_keeps_graph_order(translator.output):
+    if backends.backend_keeps_graph_order(translator.output):
         return None
     for node in translator.output.graph.nodes:
         if node.op == "call_function" and node.target in (
@@ -603,7 +599,7 @@ def _why_not_exact_warning(detail: tuple, template: tuple, kwargs: dict) -> str 
 
 def _emit_effect(key: int, tensors: list[torch.Tensor], integers: list[int]) -> None:
     """Perform the registered effect ``key`` with its operands in their places."""
-    kind, target, detail, template, slots, kwargs = _registry[key]
+    kind, target, detail, template, slots, kwargs = store.output_effects[key]
     args = list(template)
     tensor_values, integer_values = iter(tensors), iter(integers)
     for position, slot_kind, extent in slots:
@@ -688,7 +684,7 @@ def _text_fixed_at_the_call(template: tuple, kwargs: dict) -> bool:
 
 
 def _decide_text_fixed_at_the_call(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "fixed", ("template", "kwargs"), _is_text_of_the_call, read=lambda variable: variable
     )
 
@@ -740,7 +736,7 @@ def _print_receiver(target):
 
 
 def _decide_print_receiver(context) -> None:
-    claims.decide_in_trace(context, "receiver", ("target",), _print_receiver_read, read=lambda variable: variable)
+    trace_decisions.decide_in_trace(context, "receiver", ("target",), _print_receiver_read, read=lambda variable: variable)
 
 
 def _print_receiver_read(translator, variable) -> str | None:
@@ -785,7 +781,7 @@ def _identity(target) -> int:
 
 
 def _decide_identity(context) -> None:
-    claims.decide_in_trace(context, "identity", ("target",), _identity_read_while_traced, read=lambda variable: variable)
+    trace_decisions.decide_in_trace(context, "identity", ("target",), _identity_read_while_traced, read=lambda variable: variable)
 
 
 def _identity_read_while_traced(translator, variable) -> int | None:
@@ -818,7 +814,7 @@ def _graph_device() -> str | None:
 
 
 def _decide_graph_device(context) -> None:
-    claims.decide_in_trace(context, "device", (), _device_of_traced_tensors)
+    trace_decisions.decide_in_trace(context, "device", (), _device_of_traced_tensors)
 
 
 def _device_of_traced_tensors(translator) -> str | None:
@@ -881,7 +877,7 @@ def _log_chain_guarded(logger, method_name: str) -> bool:
 
 
 def _decide_log_chain_guarded(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "guarded", ("logger", "method_name"), _guard_on_the_log_chain, read=lambda variable: variable
     )
 
@@ -963,7 +959,7 @@ def _warning_display_guarded() -> bool:
 
 
 def _decide_warning_display_guarded(context) -> None:
-    claims.decide_in_trace(context, "guarded", (), _guard_on_the_warning_display)
+    trace_decisions.decide_in_trace(context, "guarded", (), _guard_on_the_warning_display)
 
 
 def _is_a_disable_wrapper(function) -> bool:

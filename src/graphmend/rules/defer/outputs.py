@@ -257,7 +257,7 @@ def kept_under_a_reordering_backend(
     """What ``check`` must add to "fixed" for an output the run may keep as a break:
     under a backend that may reorder a graph's ops (inductor), a graph holds at most one
     output (``deferred.no_earlier_output_in_graph``) and none beside a lowered guard
-    (``claims.outputs_share_no_graph_with_a_lowered_guard``), checked while tracing.
+    (``whole_trace_conditions.outputs_share_no_graph_with_a_lowered_guard``), checked while tracing.
     Statically: an earlier output of the function rewritten too, the same statement in a
     loop (each pass is another output in one graph), or a guard Trap lowered before it
     may share its graph. None where the output is the only one that may."""
