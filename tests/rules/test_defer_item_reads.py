@@ -1,5 +1,5 @@
 """[Defer] output calls that read ``name.item()``: the read is made when the graph runs,
-from the tensor at the call (``defer.item_reads``, ``deferred._split_item_reads``).
+from the tensor at the call (``defer.item_reads``, ``output_operands._split_item_reads``).
 Must-rewrite cases with counts, one named must-not case per condition, and
 differential runs eagerly and compiled, with gradients where autograd records."""
 

@@ -68,7 +68,7 @@ class RuntimeStore:
         # (``graphmend.dynamo_records`` registers one while it records): installed, so kept.
         self.abandoned_trace_listeners: list = []
         # The output effects found while tracing, by the key a compiled graph passes to
-        # ``graphmend::emit_effect`` (``deferred``): compiled graphs read them.
+        # ``graphmend::emit_effect`` (``output_effects``): compiled graphs read them.
         self.output_effects: dict[int, tuple] = {}
         self.output_effects_lock = threading.Lock()
         self.output_effect_keys = itertools.count()
