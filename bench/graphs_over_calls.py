@@ -26,7 +26,7 @@ def counting_backend(graph_module, example_inputs):
     graphs.append(len(graph_module.graph.nodes))
     return graph_module.forward
 
-counting_backend.runs_the_graph_as_written = True  # on the real tensors (graphmend.runtime.claims)
+counting_backend.runs_the_graph_as_written = True  # on the real tensors (graphmend.runtime.backends)
 compiled = torch.compile(model, backend=counting_backend, dynamic=False)
 per_call = []
 with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):

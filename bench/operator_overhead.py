@@ -18,7 +18,8 @@ import time
 
 import torch
 
-from graphmend.runtime import checks, deferred, traps
+from graphmend.runtime import checks, output_effects, output_operands, traps
+from graphmend.runtime.store import store
 
 
 def _as_custom_op(name: str, schema: str, kernel, fake):
@@ -44,7 +45,7 @@ def _cases():
             lambda op: op(effect_key, [holds], []),
             torch.ops.graphmend.emit_effect.default,
             _as_custom_op("emit_effect", "(int key, Tensor[] tensors, SymInt[] integers) -> ()",
-                          deferred._emit_effect, deferred._emit_effect_while_tracing),
+                          output_effects._emit_effect, output_effects._emit_effect_while_tracing),
         ),
         (
             "check_message",
@@ -57,9 +58,9 @@ def _cases():
 
 
 def _nothing_effect() -> int:
-    """The key of an effect of a kind ``deferred.perform`` does nothing for."""
-    key = -1 - len(deferred._registry)
-    deferred._registry[key] = ("nothing", None, (), (None,), ((0, deferred._TENSOR, None),), {})
+    """The key of an effect of a kind ``output_effects.perform`` does nothing for."""
+    key = -1 - len(store.output_effects)
+    store.output_effects[key] = ("nothing", None, (), (None,), ((0, output_operands.TENSOR, None),), {})
     return key
 
 

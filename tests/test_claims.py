@@ -1,4 +1,4 @@
-"""The checks of the whole trace (``graphmend.runtime.claims``): a statement that lost
+"""The checks of the whole trace (``graphmend.runtime.whole_trace_conditions``): a statement that lost
 its break in a trace keeps it where the rest of the trace shows that joining the graphs
 would change what the program does. One must-not-rewrite test per condition, each with
 the case that is still rewritten beside it, compared with the original run eagerly and
@@ -14,7 +14,8 @@ import pytest
 import torch
 import torch.fx
 
-from graphmend.runtime import claims
+from graphmend.runtime import graph_inspection, reset
+from graphmend.runtime.store import store
 from helpers import breaks, graphs_and_outcomes_over_calls, original_and_mended
 from tools.fuzz.grammar import OWN_STREAM_DEFINITIONS
 
@@ -67,7 +68,7 @@ def _same(first, second) -> bool:
 def _assert_same_as_original(original, mended, make_args, backends=("eager", "aot_eager")):
     """Mended eagerly is the original eagerly; compiled, each piece (value and printed
     text, gradients, generator) is the original's compiled with that backend or eager
-    (mended code draws random numbers as eagerly: ``claims._check_the_compiled_graph``)."""
+    (mended code draws random numbers as eagerly: ``trace_hooks._check_the_compiled_graph``)."""
     eager = _run(original.f, make_args)
     _assert_bit_identical(_run(mended.f, make_args), eager)
     for backend in backends:
@@ -79,9 +80,9 @@ def _assert_same_as_original(original, mended, make_args, backends=("eager", "ao
 
 @pytest.fixture(autouse=True)
 def _fresh_declines():
-    claims.forget_refusals()
+    reset()
     yield
-    claims.forget_refusals()
+    reset()
 
 
 # gradient_sums_keep_their_order -----------------------------------------------------------
@@ -115,7 +116,7 @@ def test_gradient_sums_keep_their_order__an_input_used_twice_before_and_once_aft
     original, mended = _pair(INPUT_USED_ON_BOTH_SIDES)
     make_args = lambda: (torch.linspace(-1.0, 1.0, 7, requires_grad=True),)  # noqa: E731
     assert _graphs_under("aot_eager", mended.f, *make_args()) == _graphs_under("aot_eager", original.f, *make_args()) == 2
-    assert any("contributions in 2 of the original's graphs" in reason for reason in claims.trace_time_declines.values())
+    assert any("contributions in 2 of the original's graphs" in reason for reason in store.trace_time_declines.values())
     _assert_same_as_original(original, mended, make_args)
 
 
@@ -159,7 +160,7 @@ def test_random_draws_stay_on_their_side__draws_before_and_after_an_output():
     )
     make_args = lambda: (torch.ones(5),)  # noqa: E731
     assert breaks(mended.f, *make_args()) == breaks(original.f, *make_args()) == 1
-    assert any("both sides" in reason for reason in claims.trace_time_declines.values())
+    assert any("both sides" in reason for reason in store.trace_time_declines.values())
     _assert_same_as_original(original, mended, make_args, backends=("eager", "aot_eager", "inductor"))
 
 
@@ -190,7 +191,7 @@ def test_random_draws_stay_on_their_side__any_draw_where_the_original_frame_ran_
     )
     make_args = lambda: (torch.ones(5),)  # noqa: E731
     assert breaks(mended.f, *make_args()) == breaks(original.f, *make_args())
-    assert any("ran these random draws eagerly" in reason for reason in claims.trace_time_declines.values())
+    assert any("ran these random draws eagerly" in reason for reason in store.trace_time_declines.values())
     _assert_same_as_original(original, mended, make_args)
 
 
@@ -277,7 +278,7 @@ def test_rest_of_eager_frame_compiles_whole__guard_with_a_break_after_it():
     would leave that rest compiled in resumed frames that no check of this trace sees."""
     original, mended = _pair(GUARD_THEN_AN_ITEM)
     assert breaks(mended.f, torch.ones(3)) == breaks(original.f, torch.ones(3)) == 2
-    assert any("rest of the original frame" in reason for reason in claims.trace_time_declines.values())
+    assert any("rest of the original frame" in reason for reason in store.trace_time_declines.values())
 
 
 def test_rest_of_eager_frame_compiles_whole__guard_in_a_frame_that_is_one_graph_is_lowered():
@@ -307,9 +308,9 @@ def test_trace_checks_unavailable__no_claim_without_the_hooks(monkeypatch):
         """
     )
     assert breaks(mended.f, torch.ones(3)) == 0
-    monkeypatch.setitem(claims._hooks_installed, "check_before_compiling", False)
+    monkeypatch.setitem(store.hooks_installed, "check_before_compiling", False)
     assert breaks(mended.f, torch.ones(3)) == breaks(original.f, torch.ones(3)) == 1
-    assert any("lacks" in reason for reason in claims.trace_time_declines.values())
+    assert any("lacks" in reason for reason in store.trace_time_declines.values())
 
 
 # draws_random_numbers: by the operators' ``nondeterministic_seeded`` tag -------------------
@@ -352,7 +353,7 @@ _ATTENTION_DRAWS = {
 def test_draws_random_numbers_reads_the_operator_tags(training, expected):
     graph = torch.fx.symbolic_trace(_Draws(training)).graph
     found = {
-        node.name: claims.draws_random_numbers(node)
+        node.name: graph_inspection.draws_random_numbers(node)
         for node in graph.nodes
         if node.op in ("call_function", "call_method") and node.name in expected
     }
@@ -419,7 +420,7 @@ def test_outputs_share_no_graph_with_a_lowered_guard__output_after_a_guard_in_a_
     original, mended = _pair(GUARD_IN_A_HELPER_THEN_OUTPUT)
     failing = torch.ones(4)
     assert _outcome(mended.f, "inductor", failing) == _outcome(original.f, None, failing)
-    assert any("lowered guard shares the graph" in reason for reason in claims.trace_time_declines.values())
+    assert any("lowered guard shares the graph" in reason for reason in store.trace_time_declines.values())
     passing = -torch.ones(4)
     for backend in ("eager", "aot_eager"):
         printed, value = _outcome(mended.f, backend, passing)
@@ -619,7 +620,7 @@ def test_ordered_operators_share_no_graph_with_aliased_inputs_written_in_place__
     original, mended = _pair(body)
     expected = _aliased_outcome(original.f, None)
     assert _aliased_outcome(mended.f, "aot_eager") == expected
-    assert any("shares its memory with another input" in reason for reason in claims.trace_time_declines.values())
+    assert any("shares its memory with another input" in reason for reason in store.trace_time_declines.values())
 
 
 @pytest.mark.parametrize("body", [OUTPUT_THEN_A_WRITE_THROUGH_AN_ALIAS, GUARD_THEN_A_WRITE_THROUGH_AN_ALIAS],
@@ -633,7 +634,7 @@ def test_ordered_operators_share_no_graph_with_aliased_inputs_written_in_place__
     x = torch.arange(6.0).reshape(2, 3)
     assert breaks(mended.f, x, x.flatten()) == 0
     assert _aliased_outcome(mended.f, "eager") == _aliased_outcome(original.f, None)
-    assert not claims.trace_time_declines
+    assert not store.trace_time_declines
 
 
 # frame_was_not_given_up_while_tracing -----------------------------------------------------
@@ -658,7 +659,7 @@ def test_frame_was_not_given_up_while_tracing__an_error_raised_after_an_output()
     expected_graphs, expected = graphs_and_outcomes_over_calls(original.f, calls)
     assert expected_graphs == 1
     assert graphs_and_outcomes_over_calls(mended.f, calls) == (expected_graphs, expected)
-    assert any("gave up on the frame" in reason for reason in claims.trace_time_declines.values())
+    assert any("gave up on the frame" in reason for reason in store.trace_time_declines.values())
 
 
 def test_frame_was_not_given_up_while_tracing__the_frame_traced_whole_keeps_the_output_joined():
@@ -668,7 +669,7 @@ def test_frame_was_not_given_up_while_tracing__the_frame_traced_whole_keeps_the_
     original_graphs, expected = graphs_and_outcomes_over_calls(original.f, calls)
     assert original_graphs == 2
     assert graphs_and_outcomes_over_calls(mended.f, calls) == (1, expected)
-    assert not claims.trace_time_declines
+    assert not store.trace_time_declines
 
 
 # --- not_inside_inference_mode -------------------------------------------------------
@@ -757,7 +758,7 @@ def test_not_inside_inference_mode__the_graph_after_the_break_keeps_inference_te
     assert eager[0][0] == "error" and "inference tensor" in eager[0][2]
     for backend in ("eager", "aot_eager"):
         assert _inference_outcome(mended.f, arguments, backend) == _inference_outcome(original.f, arguments, backend), backend
-    assert any("inference_mode" in reason for reason in claims.trace_time_declines.values())
+    assert any("inference_mode" in reason for reason in store.trace_time_declines.values())
 
 
 def test_joined_graph_enters_no_inference_mode__output_after_the_block_keeps_its_break():
@@ -779,7 +780,7 @@ def test_joined_graph_enters_no_inference_mode__output_after_the_block_keeps_its
     arguments = (torch.ones(3), torch.ones(3))
     assert breaks(original.f, *arguments) == 1
     assert breaks(mended.f, *arguments) == 1
-    assert any("inference_mode" in reason for reason in claims.trace_time_declines.values())
+    assert any("inference_mode" in reason for reason in store.trace_time_declines.values())
     assert _inference_outcome(mended.f, arguments, "aot_eager") == _inference_outcome(original.f, arguments, None)
     updated = source.replace('return y + 1.0', 'h.add_(1.0)\n            return y + 1.0')
     original, mended = _pair(updated)
@@ -863,8 +864,8 @@ def test_joined_graph_writes_through_no_out_keyword__a_read_after_the_write_keep
     expected = _graphs_and_outcome_under_aot_eager(original.f, arguments())
     assert expected[0] == 2 and expected[1][1][2] == (3, 1)
     assert _graphs_and_outcome_under_aot_eager(mended.f, arguments()) == expected
-    assert any("out=" in reason for reason in claims.trace_time_declines.values())
-    claims.forget_refusals()
+    assert any("out=" in reason for reason in store.trace_time_declines.values())
+    reset()
     assert breaks(mended.f, *arguments()) == 0
     original, mended = _pair(source.replace("torch.tanh(y, out=x)", "x.copy_(torch.tanh(y))"))
     graphs, outcome = _graphs_and_outcome_under_aot_eager(mended.f, arguments())
@@ -913,8 +914,8 @@ def test_joined_graph_writes_no_inference_tensor_in_place__the_graph_before_retu
         expected = outcome(original, backend)
         assert expected[1] == [1] and "inference tensor" in expected[0][1]
         assert outcome(mended, backend) == expected, backend
-    assert any("inference tensor" in reason for reason in claims.trace_time_declines.values())
-    claims.forget_refusals()
+    assert any("inference tensor" in reason for reason in store.trace_time_declines.values())
+    reset()
     with torch.inference_mode():
         assert breaks(original.f, *arguments()) == 1
         assert breaks(mended.f, *arguments()) == 0

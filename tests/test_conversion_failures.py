@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from graphmend.rewrite.templates import RUNTIME_NAME
-from graphmend.runtime import claims, conversion_failures
+from graphmend.runtime import conversion_failures, graph_inspection
+from graphmend.runtime.store import store
 from helpers import original_and_mended
 
 # TorchDynamo raised "exception table entry start instruction has no offset" building
@@ -60,9 +61,9 @@ def test_a_rewritten_frame_whose_resume_function_failed_to_assemble_compiles():
     expected = _outcome(original.f, x, y)
     assert expected == ("UserWarning", "filtered")
     assert _outcome(torch.compile(original.f, backend="eager"), x, y) == expected
-    conversion_failures.frames_run_eagerly.clear()
+    store.frames_run_eagerly.clear()
     assert _outcome(torch.compile(mended.f, backend="eager"), x, y) == expected
-    assert conversion_failures.frames_run_eagerly == {}
+    assert store.frames_run_eagerly == {}
 
 
 # A break, then a handler long enough that the jump over it takes an ``EXTENDED_ARG``
@@ -91,10 +92,10 @@ def test_a_resume_function_through_a_long_handler_compiles():
     assert result.changed
     x = torch.ones(3)
     torch._dynamo.reset()
-    conversion_failures.frames_run_eagerly.clear()
+    store.frames_run_eagerly.clear()
     backend = CountingBackend()
     assert torch.equal(torch.compile(mended.f, backend=backend)(x), original.f(x))
-    assert conversion_failures.frames_run_eagerly == {}
+    assert store.frames_run_eagerly == {}
     assert backend.graphs == 2  # before the break at `.item()`, and the resume function's
 
 
@@ -117,15 +118,15 @@ def test_the_offsets_are_given_again_only_for_a_rewritten_frame():
         return "table"
 
     repaired = conversion_failures._offsets_of_replaced_extended_args(failing_once, lambda instructions: None)
-    conversion_failures._converting.rewritten = False
+    store.converting.rewritten = False
     with pytest.raises(AssertionError):
         repaired([])
     calls.clear()
-    conversion_failures._converting.rewritten = True
+    store.converting.rewritten = True
     try:
         assert repaired([]) == "table" and len(calls) == 2
     finally:
-        conversion_failures._converting.rewritten = False
+        store.converting.rewritten = False
 
 
 class _Box:
@@ -204,14 +205,14 @@ def test_an_internal_error_in_a_function_that_was_not_rewritten_is_the_originals
     was rewritten; the program now sees the original's error."""
     original, mended, result = original_and_mended(MODULE_WITH_ONE_REWRITTEN_FUNCTION)
     assert result.changed
-    assert claims.is_rewritten_code(mended.g.__code__)
-    assert not claims.is_rewritten_code(mended.f.__code__)
+    assert graph_inspection.is_rewritten_code(mended.g.__code__)
+    assert not graph_inspection.is_rewritten_code(mended.f.__code__)
     outcomes = []
     for module in (original, mended):
         torch._dynamo.reset()
-        conversion_failures.frames_run_eagerly.clear()
+        store.frames_run_eagerly.clear()
         with pytest.raises(Exception, match="exception table entry start instruction has no offset") as caught:
             torch.compile(module.f, backend="eager")(torch.ones(3))
         outcomes.append(type(caught.value))
-        assert conversion_failures.frames_run_eagerly == {}
+        assert store.frames_run_eagerly == {}
     assert outcomes[0] is outcomes[1]

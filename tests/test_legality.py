@@ -32,7 +32,8 @@ from graphmend.core.legality import (
     restated,
 )
 from graphmend.rewrite.findings import Finding
-from graphmend.runtime import claims
+from graphmend.runtime import claims, reset, trace_hooks, whole_trace_conditions
+from graphmend.runtime.store import store
 from helpers import breaks, mend, original_and_mended
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "graphmend"
@@ -129,19 +130,21 @@ def test_refusals_of_each_phase_live_where_that_phase_is_decided():
 
 
 def test_every_whole_trace_check_the_refusals_make_is_registered():
-    """The predicates ``claims`` checks the whole trace with are each a registered
-    condition's check, so ``graphmend rule`` lists every one of them."""
+    """The predicates the claims are checked with over the whole trace (and the ones made
+    when a claim is made) are each a registered condition's check, so ``graphmend rule``
+    lists every one of them."""
     registered = {condition.check for condition in CONDITIONS.values()}
-    for name in dir(claims):
-        function = getattr(claims, name)
-        if name.startswith("_") or not callable(function) or getattr(function, "__module__", "") != claims.__name__:
-            continue
-        source = ast.parse(textwrap.dedent(inspect.getsource(function)))
-        if any(
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "failed"
-            for node in ast.walk(source)
-        ):
-            assert f"graphmend.runtime.claims:{name}" in registered, name
+    for module in (claims, whole_trace_conditions, trace_hooks):
+        for name in dir(module):
+            function = getattr(module, name)
+            if name.startswith("_") or not callable(function) or getattr(function, "__module__", "") != module.__name__:
+                continue
+            source = ast.parse(textwrap.dedent(inspect.getsource(function)))
+            if any(
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "failed"
+                for node in ast.walk(source)
+            ):
+                assert f"{module.__name__}:{name}" in registered, name
 
 
 def test_every_rule_and_phase_has_conditions():
@@ -335,9 +338,9 @@ def test_every_decline_of_the_rule_tests_programs_carries_an_id():
 
 @pytest.fixture
 def fresh_declines():
-    claims.forget_refusals()
-    yield claims.trace_time_declines
-    claims.forget_refusals()
+    reset()
+    yield store.trace_time_declines
+    reset()
 
 
 def test_a_decline_while_tracing_carries_its_condition_id(fresh_declines):

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from graphmend.core.legality import condition_id
-from graphmend.runtime import claims
+from graphmend.runtime import backends, reset
+from graphmend.runtime.store import store
 from helpers import assert_equivalent, graphs_and_breaks, original_and_mended
 from tests.rules.test_trap_checks import known_test_helper  # noqa: F401 - a fixture
 from tests.rules.test_trap_checks import program as check_program
@@ -121,13 +122,13 @@ def _keeps_it_in_a_closure(gm, example_inputs):
     "backend", [_passes_it_on, _reads_its_graph, _replaces_it, _keeps_it_in_a_closure, len, "eager"]
 )
 def test_only_a_backend_that_returns_its_graph_unchanged_is_recognised(backend):
-    assert not claims.returns_its_graph_unchanged(backend)
+    assert not backends.returns_its_graph_unchanged(backend)
 
 
 def test_returning_the_graph_or_its_forward_is_recognised():
-    assert claims.returns_its_graph_unchanged(_other)
-    assert claims.returns_its_graph_unchanged(lambda gm, example_inputs: gm)
-    assert claims.returns_its_graph_unchanged(_CountingObject([0]))
+    assert backends.returns_its_graph_unchanged(_other)
+    assert backends.returns_its_graph_unchanged(lambda gm, example_inputs: gm)
+    assert backends.returns_its_graph_unchanged(_CountingObject([0]))
 
 
 # A count kept a tensor for the check that reads it (Trap's ``.item()``), then refused.
@@ -161,14 +162,14 @@ def test_a_check_of_a_count_refused_under_grad_is_the_helper_traced_with_no_brea
     arguments = (torch.arange(4.0) + 1, torch.ones(4, requires_grad=True))
     counts = []
     for module in (original, mended):
-        claims.forget_refusals()
+        reset()
         counter = [0]
         torch._dynamo.reset()
         counters.clear()
         torch.compile(module.f, backend=_wrapping_the_forward(counter))(*arguments)
         counts.append((counter[0], sum(counters["graph_break"].values())))
     assert counts == [(2, 1), (2, 1)]
-    assert claims.trace_time_declines  # the count's claim was refused while tracing
+    assert store.trace_time_declines  # the count's claim was refused while tracing
     assert_equivalent(original.f, mended.f, *arguments, backends=("eager", "aot_eager"))
 
 
@@ -184,7 +185,7 @@ def test_a_trace_abandoned_for_a_refused_claim_counts_no_break():
     assert graphs_and_breaks(original.f, *arguments) == (2, 2)
     assert graphs_and_breaks(mended.f, *arguments) == (2, 2)
     assert sum(counters["graph_break"].values()) == 2
-    assert claims.trace_time_declines  # the count's claim was refused while tracing
+    assert store.trace_time_declines  # the count's claim was refused while tracing
     assert_equivalent(original.f, mended.f, *arguments, backends=("eager", "aot_eager"))
 
 
@@ -219,12 +220,12 @@ def test_claims_refused_under_grad_count_the_original_breaks():
     original, mended, _ = original_and_mended(TRAINING_FORWARD)
     counts = []
     for module in (original, mended):
-        claims.forget_refusals()
+        reset()
         graphs, printed = _graphs_and_printed_for(module.f, _wrapping_the_forward)
         counts.append((graphs, sum(counters["graph_break"].values()), printed))
     assert counts[0][:2] == (4, 2)
     assert counts[1] == counts[0]
-    assert {condition_id(reason) for reason in claims.trace_time_declines.values()} == {"G303", "G311"}
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G303", "G311"}
 
 
 def _graphs_and_printed_for(function, backend_for_counter):
@@ -289,7 +290,7 @@ def test_a_warning_recorder_made_anew_for_each_call_keeps_the_graph():
     recorder made for each call (``torch._dynamo.disable``d, as tests make them) freed the
     last one, TorchDynamo dropped the graph, and the frame compiled on every call: 3
     graphs over 3 calls where the original compiles 2 once."""
-    claims.forget_refusals()
+    reset()
     original, mended, _ = original_and_mended(ONE_WARNING)
     recorders = [_disabled_recorder] * 3
     before = _calls_with_recorders(original.f, recorders)
@@ -302,7 +303,7 @@ def test_a_warning_recorder_of_python_code_is_decided_again():
     """Guarded on the code of ``torch._dynamo.disable``'s wrappers, a recorder that is
     plain Python code (which the in-graph warning may not call: ``_opaque_to_tracing``)
     fails the guard: the frame is traced again and the warning made eagerly, to it."""
-    claims.forget_refusals()
+    reset()
     original, mended, _ = original_and_mended(ONE_WARNING)
     recorders = [_disabled_recorder, _python_recorder, _disabled_recorder]
     before = _calls_with_recorders(original.f, recorders)
@@ -376,7 +377,7 @@ def test_a_log_handler_made_anew_for_each_call_keeps_the_graph():
     added for each call failed the guard, and the frame compiled on every call (fuzz
     seed 500012: 5 breaks where the original records 3; in 8 calls TorchDynamo's
     recompile limit would run the frame eagerly). Guarded on the handler's type."""
-    claims.forget_refusals()
+    reset()
     original, mended, _ = original_and_mended(ONE_LOG)
     handlers = [_text_stream_handler] * 3
     before = _calls_with_handlers(original, handlers)
@@ -390,7 +391,7 @@ def test_a_log_handler_on_a_python_stream_is_decided_again():
     """A handler of the same type whose stream is another type (one whose ``write`` is
     Python code, which an in-graph record may not reach: ``_stream_is_opaque``) fails the
     stream's type guard: the frame is traced again and the record made eagerly."""
-    claims.forget_refusals()
+    reset()
     original, mended, _ = original_and_mended(ONE_LOG)
     handlers = [_text_stream_handler, _python_stream_handler, _text_stream_handler]
     before = _calls_with_handlers(original, handlers)
@@ -420,10 +421,10 @@ def test_a_selection_made_in_python_keeps_the_originals_one_break():
     assert "select(" in ast_text(result)
     x = torch.rand(4, requires_grad=True)
     y = torch.rand(4, requires_grad=True)
-    claims.forget_refusals()
+    reset()
     assert graphs_and_breaks(mended.f, x, y) == graphs_and_breaks(original.f, x, y) == (2, 1)
-    assert condition_id(next(iter(claims.trace_time_declines.values()))) == "W207"
-    claims.forget_refusals()
+    assert condition_id(next(iter(store.trace_time_declines.values()))) == "W207"
+    reset()
     # Inputs that require no grad select inside the graph: one graph, no break.
     assert graphs_and_breaks(mended.f, x.detach(), y.detach()) == (1, 0)
     assert_equivalent(original.f, mended.f, x, y, backends=("eager", "aot_eager"))

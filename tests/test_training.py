@@ -1,5 +1,5 @@
-"""Mending programs while autograd records (``claims.backend_differentiates_as_written``,
-``claims.gradient_sums_keep_their_order``): a training step's output and guards join
+"""Mending programs while autograd records (``whole_trace_conditions.backend_differentiates_as_written``,
+``whole_trace_conditions.gradient_sums_keep_their_order``): a training step's output and guards join
 its graphs under backends whose gradients are then bit-identical to the original's,
 and keep their breaks elsewhere. Each case trains the original and the mended model
 for three steps (SGD with momentum) and compares printed text, logged records,
@@ -18,15 +18,16 @@ from torch._dynamo.utils import counters
 
 from graphmend.core.legality import condition_id
 from graphmend.counting import recording_graph_breaks
-from graphmend.runtime import claims
+from graphmend.runtime import reset
+from graphmend.runtime.store import store
 from helpers import original_and_mended
 
 
 @pytest.fixture(autouse=True)
 def _fresh_declines():
-    claims.forget_refusals()
+    reset()
     yield
-    claims.forget_refusals()
+    reset()
 
 
 class _Records(logging.Handler):
@@ -113,7 +114,7 @@ def _counts_and_same_behaviour(source, backend, **options):
     eager, _ = _train(original, None, **options)
     _assert_same(_train(mended, None, **options)[0], eager)
     compiled, original_counts = _train(original, backend, **options)
-    claims.forget_refusals()
+    reset()
     mended_compiled, mended_counts = _train(mended, backend, **options)
     _assert_same(mended_compiled, compiled)
     return original_counts, mended_counts
@@ -150,7 +151,7 @@ STATEMENTS = {
 def test_a_training_step_loses_its_break(statement, backend):
     source = LINEAR_RELU_LINEAR.format(statement=STATEMENTS[statement])
     assert _counts_and_same_behaviour(source, backend) == ((2, 1), (1, 0))
-    assert not claims.trace_time_declines
+    assert not store.trace_time_declines
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
@@ -192,7 +193,7 @@ def test_gradient_sums_keep_their_order__tied_weight_used_before_and_after():
     one, where the original added the first graph's two before adding the second's:
     the last bit differs (seen, with the rule allowed, on this model)."""
     assert _counts_and_same_behaviour(TIED_WEIGHTS, "aot_eager") == ((2, 1), (2, 1))
-    (reason,) = claims.trace_time_declines.values()
+    (reason,) = store.trace_time_declines.values()
     assert "`l_self_modules_embed_parameters_weight_` receives gradient contributions in 2 of the original's graphs" in reason
 
 
@@ -203,7 +204,7 @@ def test_backend_differentiates_as_written__a_backend_that_reads_its_graph_keeps
 
     source = LINEAR_RELU_LINEAR.format(statement=STATEMENTS["print of a Python int"])
     assert _counts_and_same_behaviour(source, reads_its_graph) == ((2, 1), (2, 1))
-    (reason,) = set(claims.trace_time_declines.values())
+    (reason,) = set(store.trace_time_declines.values())
     assert "the backend compiles its backward in an order graphmend cannot check" in reason
 
 
@@ -257,7 +258,7 @@ def _gradient_and_graphs(function, backend, later_use: bool = False):
 def test_gradient_sums_keep_their_order__differential(before, after, later_use):
     original, mended, _ = original_and_mended(_function(before, after))
     expected, original_graphs = _gradient_and_graphs(original.f, "aot_eager", later_use)
-    claims.forget_refusals()
+    reset()
     got, mended_graphs = _gradient_and_graphs(mended.f, "aot_eager", later_use)
     assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
     assert original_graphs == 2
@@ -293,13 +294,13 @@ def test_gradient_sums_keep_their_order__a_tensor_made_before_an_inlined_call():
     before the original's boundaries at inlined calls were counted)."""
     original, mended, _ = original_and_mended(INLINED)
     expected, original_graphs = _gradient_and_graphs(original.f, "aot_eager")
-    claims.forget_refusals()
+    reset()
     got, mended_graphs = _gradient_and_graphs(mended.f, "aot_eager")
     assert torch.equal(got[0], expected[0])
     assert original_graphs == mended_graphs == 3
-    (reason,) = claims.trace_time_declines.values()
+    (reason,) = store.trace_time_declines.values()
     assert "the tensor `w` receives 2 gradient contributions in a later graph of the original" in reason
-    claims.forget_refusals()
+    reset()
     got, mended_graphs = _gradient_and_graphs(mended.f, "eager")
     assert torch.equal(got[0], _gradient_and_graphs(original.f, "eager")[0][0]) and mended_graphs == 1
 
@@ -352,12 +353,12 @@ def test_gradient_sums_keep_their_order__a_tensor_used_twice_in_a_middle_graph()
     original's middle graph handed their sum, added to the last graph's."""
     original, mended, _ = original_and_mended(TWO_PRINTS)
     expected, original_graphs = _gradient_and_graphs(original.f, "aot_eager")
-    claims.forget_refusals()
+    reset()
     got, mended_graphs = _gradient_and_graphs(mended.f, "aot_eager")
     assert torch.equal(got[0], expected[0]) and original_graphs == 3 and mended_graphs == 3
     assert any("receives 2 gradient contributions in a later graph of the original, and more in a still later one"
-               in reason for reason in claims.trace_time_declines.values())
-    claims.forget_refusals()
+               in reason for reason in store.trace_time_declines.values())
+    reset()
     got, mended_graphs = _gradient_and_graphs(mended.f, "eager")
     assert torch.equal(got[0], _gradient_and_graphs(original.f, "eager")[0][0]) and mended_graphs == 1
 
@@ -491,13 +492,13 @@ def test_earlier_tensors_stay_in_the_graph__a_tensor_made_before_the_print_is_re
     unused-input regression, after Capture's claims were refused under grad)."""
     original, mended, _ = original_and_mended(ESCAPING)
     (expected_w1, expected_w2), original_graphs = _gradients_of_the_first_output_only(original.f, backend)
-    claims.forget_refusals()
+    reset()
     (w1, w2), mended_graphs = _gradients_of_the_first_output_only(mended.f, backend)
     assert expected_w2 is None and w2 is None
     assert torch.equal(_bits(w1), _bits(expected_w1))
     assert (original_graphs, mended_graphs) == ((2, 1) if backend == "eager" else (2, 2))
     if backend == "aot_eager":
-        (reason,) = claims.trace_time_declines.values()
+        (reason,) = store.trace_time_declines.values()
         assert "the tensor `h`, made before it, leaves the joined graph" in reason
 
 
@@ -516,7 +517,7 @@ def test_a_tensor_made_before_the_print_read_after_it_without_gradient(read, bac
     original, mended, _ = original_and_mended(source)
     outcomes = []
     for function in (original.f, mended.f):
-        claims.forget_refusals()
+        reset()
         torch._dynamo.reset()
         counters.clear()
         torch.manual_seed(0)
@@ -572,21 +573,21 @@ def test_backend_compiles_the_joined_graph__a_tensor_saved_then_written_in_place
     (seed 7713 of the long fuzz run: the call raised BackendCompilerFailed)."""
     original, mended, _ = original_and_mended(SAVED_THEN_WRITTEN_IN_PLACE)
     before = _call_and_backward(original.f, "aot_eager")
-    claims.forget_refusals()
+    reset()
     after = _call_and_backward(mended.f, "aot_eager")
     assert before[0][0] == "backward" and before[0][1] == "RuntimeError"
     assert after == before
-    (reason,) = claims.trace_time_declines.values()
+    (reason,) = store.trace_time_declines.values()
     assert condition_id(reason) == "G314"
 
 
 def test_backend_compiles_the_joined_graph__under_no_grad_it_joins():
     original, mended, _ = original_and_mended(SAVED_THEN_WRITTEN_IN_PLACE)
     before = _call_and_backward(original.f, "aot_eager", grad=False)
-    claims.forget_refusals()
+    reset()
     after = _call_and_backward(mended.f, "aot_eager", grad=False)
     assert after[0] == before[0] and before[1] == (2, 1) and after[1] == (1, 0)
-    assert not claims.trace_time_declines
+    assert not store.trace_time_declines
 
 
 def test_backend_compiles_the_joined_graph__a_backend_failing_on_every_graph_fails_as_on_the_originals():
@@ -595,7 +596,7 @@ def test_backend_compiles_the_joined_graph__a_backend_failing_on_every_graph_fai
 
     original, mended, _ = original_and_mended(SAVED_THEN_WRITTEN_IN_PLACE)
     before = _call_and_backward(original.f, failing)
-    claims.forget_refusals()
+    reset()
     after = _call_and_backward(mended.f, failing)
     assert before[0][:2] == ("call", "BackendCompilerFailed")
     assert after == before

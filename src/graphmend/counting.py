@@ -57,7 +57,7 @@ class CountingBackend:
     """A ``torch.compile`` backend that counts the graphs it is given and runs them as is."""
 
     # It runs each graph's ops in the graph's order, on the real tensors, as traced
-    # (see graphmend.runtime.claims).
+    # (see graphmend.runtime.backends).
     keeps_graph_order = True
     runs_the_graph_as_written = True
 

@@ -161,7 +161,7 @@ class DynamoRecords:
 
     def _forget_attempt(self, attempt: tuple) -> None:
         """Drop the breaks logged so far in the compilation of a frame that graphmend makes
-        TorchDynamo trace again (``graphmend.runtime.claims``): no attempt so far compiled
+        TorchDynamo trace again (``graphmend.runtime.trace_restarts``): no attempt so far compiled
         anything, and the next one logs the breaks that remain. (TorchDynamo logs a break
         in the attempt that finds it, then restarts to compile up to it; so the key is the
         frame's compilation, not the attempt.)"""
@@ -243,7 +243,7 @@ def _install() -> None:
     # not import it (importing it patches TorchDynamo: ``graphmend.torch_adapter``).
     import sys
 
-    claims = sys.modules.get("graphmend.runtime.claims")
+    runtime_store = sys.modules.get("graphmend.runtime.store")
 
     def forget_attempt(output) -> None:
         compile_key = _current_compile()
@@ -251,9 +251,10 @@ def _install() -> None:
             for records in _ACTIVE:
                 records._forget_attempt(compile_key)
 
-    if claims is not None:
-        claims.abandoned_trace_listeners.append(forget_attempt)
-        _RESTORE.append(lambda: claims.abandoned_trace_listeners.remove(forget_attempt))
+    if runtime_store is not None:
+        listeners = runtime_store.store.abandoned_trace_listeners
+        listeners.append(forget_attempt)
+        _RESTORE.append(lambda: listeners.remove(forget_attempt))
 
     trace_log = dynamo.structured_trace_log()
     handler = _TraceHandler()

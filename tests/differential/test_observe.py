@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphmend.runtime import claims
+from graphmend.runtime import reset
 from tools.fuzz.grammar import HEADER, Program
 from tools.fuzz.observe import compare
 
@@ -331,7 +331,7 @@ def test_a_compile_state_test_answering_as_traced_is_reported_apart() -> None:
     with each compile-state test answering True, run eagerly; a mended run whose traced
     arm computes anything else still differs. graphmend now refuses the capture that made
     that trace (the graph broke on the size it made:
-    ``claims.captured_sizes_decide_no_break``), so the mended text given here makes the
+    ``whole_trace_conditions.captured_sizes_decide_no_break``), so the mended text given here makes the
     capture unconditionally, as graphmend did before."""
     from graphmend.rewrite.pipeline import mend_module_source
     from tools.fuzz.grammar import generate
@@ -348,7 +348,7 @@ def test_a_compile_state_test_answering_as_traced_is_reported_apart() -> None:
     assert report.differences == [] and len(report.compile_state_answers) == 1
     changed = captured.replace("x = x + 0.5", "x = x + 0.75")
     assert compare(program, modes=("compiled:eager",), mended_source=changed).differences != []
-    claims.forget_refusals()
+    reset()
     own = compare(program, modes=("compiled:eager",))
     assert own.differences == [] and own.compile_state_answers == []
 

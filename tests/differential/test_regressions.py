@@ -16,7 +16,8 @@ import textwrap
 import pytest
 import torch
 
-from graphmend.runtime import claims
+from graphmend.runtime import reset
+from graphmend.runtime.store import store
 from tools.fuzz.harness import (
     build_variants,
     call_counting,
@@ -36,7 +37,7 @@ def run_both(source: str, x: torch.Tensor, y: torch.Tensor, log_level: int = 10)
 
 def run_counts(source: str, x: torch.Tensor, y: torch.Tensor, log_level: int = 10):
     """(original run eagerly, mended run compiled, original BreakCount, mended BreakCount)."""
-    claims.forget_refusals()  # every program here is compiled from the same file name
+    reset()  # every program here is compiled from the same file name
     variants = build_variants(
         textwrap.dedent(source), "/graphmend-differential/regression.py", f"gm_regression_{next(_numbers)}"
     )
@@ -181,7 +182,7 @@ def test_rest_of_eager_frame_compiles_whole__a_later_break_keeps_the_frame_skipp
     logging breaks after the loop would then compile the rest of the frame in resumed
     frames, which the original ran eagerly (an op that fails while traced, a dropped
     random draw, would behave otherwise). So the trace keeps the loop's break and the
-    frame is skipped as in the original (``graphmend.runtime.claims``)."""
+    frame is skipped as in the original (``graphmend.runtime.whole_trace_conditions``)."""
     source = LOOP_WITH_A_BRANCH.format(after='logger.info("v %s", y.sum().item())\n            return h')
     expected, actual, original, mended = run_counts(source, torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]))
     assert actual.without(resume_function_names=True).events == expected.events
@@ -235,7 +236,7 @@ def test_an_input_the_loss_does_not_use_keeps_no_gradient_under_aot_autograd():
     source = textwrap.dedent(_UNUSED_INPUT_GRADIENT)
     gradients = []
     for mended in (False, True):
-        claims.forget_refusals()
+        reset()
         torch._dynamo.reset()
         filename = "/graphmend-differential/unused_input_gradient.py"
         result = mend_module_source(source, filename=filename) if mended else None
@@ -298,7 +299,7 @@ def test_an_output_without_tensors_gives_its_operator_a_tensor_on_the_graphs_dev
                 operands.append([value.meta["example_value"].device for value in node.args[1]])
         return graph_module.forward
 
-    claims.forget_refusals()
+    reset()
     torch._dynamo.reset()
     try:
         torch.compile(module.f, backend=backend, fullgraph=True)(*_layer_norm_inputs())
@@ -332,7 +333,7 @@ def test_an_output_between_two_fused_layer_norms_runs_under_inductor(capsys):
     mended = _mended_module(_EFFECT_BETWEEN_LAYER_NORMS, "gm_regression_layer_norms")
     expected = original.f(*_layer_norm_inputs())
     eager_text = capsys.readouterr().out
-    claims.forget_refusals()
+    reset()
     torch._dynamo.reset()
     try:
         actual = torch.compile(mended.f, backend="inductor", fullgraph=True)(*_layer_norm_inputs())
@@ -402,7 +403,7 @@ def test_a_failure_explaining_a_recompilation_runs_the_rewritten_frame_eagerly()
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=145052, source=SEED_145052, shape=(2, 3), log_level=20)
     report = compare(program, modes=("eager", "compiled:eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -436,11 +437,11 @@ def test_an_op_failing_while_traced_in_a_rewritten_frame_raises_the_users_error(
     but let its callees compile alone: seed 172167.) Now the capture is refused when
     TorchDynamo gives up the first call's frame, so the resume function after the
     argwhere is the original's, given up on the first call and run eagerly after
-    (claims.frame_was_not_given_up_while_tracing)."""
+    (whole_trace_conditions.frame_was_not_given_up_while_tracing)."""
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=142378, source=SEED_142378, shape=(2, 3), log_level=20, requires_grad=True)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -464,11 +465,11 @@ def test_an_output_kept_apart_from_an_aliased_input_written_in_place():
     `torch.where`, Defer put the print in it, and the resume function's inputs `x` and
     `flat_m1` share memory; AOTAutograd's forward for that graph, writing `x` in place
     beside an ordered operator, raised StopIteration under aot_eager. The print keeps
-    its break in such a graph (claims.ordered_operators_share_no_graph_with_aliased_inputs_written_in_place)."""
+    its break in such a graph (whole_trace_conditions.ordered_operators_share_no_graph_with_aliased_inputs_written_in_place)."""
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=154090, source=SEED_154090, shape=(2, 3), log_level=20)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -502,7 +503,7 @@ def test_a_capture_whose_size_tracing_needs_on_the_host_keeps_its_break():
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=172051, source=SEED_172051, shape=(4,), log_level=20, requires_grad=True)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -538,11 +539,11 @@ def test_unused_draws_of_a_joint_graph_from_mended_code_advance_the_generator_as
     (the batch norm's parameters record autograd); under ``fallback_random`` its
     partition kept one of them, so the generator stood where neither eager (both) nor
     the original compiled (neither) left it. Such draws are now returned from the graph
-    (claims._return_dead_draws)."""
+    (trace_hooks._return_dead_draws)."""
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=182689, source=SEED_182689, shape=(4,), log_level=10)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -558,7 +559,7 @@ def test_a_mended_gradient_with_eagers_draws_and_aotautograds_rounding_is_the_po
     from tools.fuzz.grammar import generate
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = generate(182914, threads=False, handlers=False, grad_modes=False)
     report = compare(program, modes=("compiled:aot_eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -597,7 +598,7 @@ def test_a_property_read_in_an_untaken_arm_runs_no_getter():
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=300019, source=SEED_300019, shape=(4,), log_level=10)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -632,7 +633,7 @@ def test_output_inside_inference_mode_keeps_its_break():
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=220496, source=SEED_220496, shape=(4,), log_level=10)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -667,11 +668,11 @@ def test_output_after_inference_mode_keeps_its_break():
     was lost; the original's graph returned at the print's break first. Under
     ``aot_eager`` the joined graph failed to compile (``BackendCompilerFailed``) where
     the original's update succeeds. No claim survives in a graph that enters the mode
-    now (``claims.joined_graph_enters_no_inference_mode``)."""
+    now (``whole_trace_conditions.joined_graph_enters_no_inference_mode``)."""
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=250224, source=SEED_250224, shape=(2, 3), log_level=10)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -728,11 +729,11 @@ def test_a_capture_that_makes_a_mutated_input_of_the_next_graph_keeps_its_value_
     requiring it), so the mended program returned the wrong value under ``aot_eager``.
     The capture removed no break there: the trace broke at ``len(pos_m1) > 0`` on the
     size it made, and the capture is now refused
-    (``claims.captured_sizes_decide_no_break``), so the graphs are the original's."""
+    (``whole_trace_conditions.captured_sizes_decide_no_break``), so the graphs are the original's."""
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=261872, source=SEED_261872, shape=(2, 3), log_level=10)
     report = compare(program, modes=("compiled:aot_eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -805,7 +806,7 @@ def test_an_op_failing_while_traced_on_a_later_call_raises_the_ops_own_error():
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=221043, source=SEED_221043, shape=(4,), log_level=10)
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -859,7 +860,7 @@ def test_a_refused_capture_in_the_experts_loop_leaves_the_original_loop():
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(
         seed=223137, source=SEED_223137, shape=(2, 3), log_level=20, requires_grad=True, compile_site="module"
     )
@@ -913,7 +914,7 @@ def test_a_rewritten_frame_whose_resume_function_needs_a_prefixed_jump_compiles(
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=222544, source=SEED_222544, shape=(2, 3), log_level=10, requires_grad=True)
     report = compare(program, modes=("compiled:eager", "compiled:aot_eager"))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -950,19 +951,19 @@ def test_torchdynamos_error_escaping_a_suppress_counts_as_its_own_when_the_origi
     stops there as the mended one does (``observe.calls_alone_as_observed``). The trace
     that reached the op came from capturing ``torch.where`` and breaking at
     ``len(pos_m1) > 0`` on the size it made; that capture is refused now, as soon as
-    tracing needs that size on the host (``claims._refuse_captures_whose_sizes_are_needed``,
-    before ``claims.captured_sizes_decide_no_break`` would at the break), the mended program's graphs are the
+    tracing needs that size on the host (``trace_hooks._refuse_captures_whose_sizes_are_needed``,
+    before ``whole_trace_conditions.captured_sizes_decide_no_break`` would at the break), the mended program's graphs are the
     original's and no failure is left to tell apart (the classification itself:
     ``test_observe.test_a_traced_op_error_counts_as_torchs_own_only_when_the_original_alone_raises_it``)."""
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=232488, source=SEED_232488, shape=(4,), log_level=10)
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
     assert report.traced_op_failures == []
-    refused = [reason for (_, line), reason in claims.trace_time_declines.items() if line == 14]
+    refused = [reason for (_, line), reason in store.trace_time_declines.items() if line == 14]
     assert refused == ["tracing needed the size the capture made on the host, so the capture removes no break"]
 
 
@@ -996,7 +997,7 @@ def test_a_compile_state_mixture_left_by_a_break_graphmend_keeps_is_the_programs
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(
         seed=232508, source=SEED_232508, shape=(4,), log_level=10, requires_grad=True, compile_site="other-module"
     )
@@ -1050,7 +1051,7 @@ def test_an_op_failing_past_torchdynamos_assembly_bug_counts_as_the_original_wit
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare, with_backend
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=242676, source=SEED_242676, shape=(2, 3), log_level=20)
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -1120,7 +1121,7 @@ def test_a_traced_op_error_after_an_earlier_call_gave_up_the_frame_is_judged_in_
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=272822, source=SEED_272822, shape=(2, 3), log_level=10, requires_grad=True,
                       compile_site="module")
     report = compare(program, modes=("compiled:eager",))
@@ -1156,7 +1157,7 @@ def test_a_traced_op_error_is_the_originals_whatever_torchdynamo_names_its_sizes
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=290026, source=SEED_290026, shape=(2, 3), log_level=20, compiled_dynamic=True)
     report = compare(program, modes=("compiled:eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -1223,7 +1224,7 @@ def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_compared_with
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=290481, source=SEED_290481, shape=(4,), log_level=20, compiled_dynamic=True)
     report = compare(program, modes=("compiled:aot_eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
@@ -1293,7 +1294,7 @@ def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_not_the_progr
     from tools.fuzz.grammar import Program
     from tools.fuzz.observe import compare
 
-    claims.forget_refusals()
+    reset()
     program = Program(seed=302052, source=SEED_302052, shape=(4,), log_level=10, compiled_dynamic=True)
     report = compare(program, modes=("compiled:aot_eager",))
     assert report.differences == [], [d.describe() for d in report.differences]

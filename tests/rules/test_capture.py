@@ -13,7 +13,8 @@ import warnings
 import pytest
 import torch
 
-from graphmend.runtime import claims, conversion_failures
+from graphmend.runtime import reset
+from graphmend.runtime.store import store
 from helpers import assert_equivalent, finding_reasons, original_and_mended
 from helpers import graphs_and_breaks as counts
 
@@ -140,12 +141,12 @@ def test_a_copy_the_rule_cannot_see_keeps_the_break():
     """
     original, mended, result = original_and_mended(program(source))
     assert result.changed
-    conversion_failures.frames_run_eagerly.clear()
-    claims.forget_refusals()
+    store.frames_run_eagerly.clear()
+    reset()
     assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))
-    assert conversion_failures.frames_run_eagerly == {}
+    assert store.frames_run_eagerly == {}
     assert any(reason.startswith("tracing needed a size it made on the host")
-               for reason in claims.trace_time_declines.values())
+               for reason in store.trace_time_declines.values())
 
 
 def test_other_objects_nonzero_is_called_as_written():
@@ -391,7 +392,7 @@ def test_a_break_on_the_size_the_capture_made_keeps_the_original_break():
     """Traced with the capture, the graph would break at ``if len(rows) > 0:`` instead,
     on the size the capture made: no break removed, only the next graph's start moved,
     which can meet torch's own bugs the original's graphs do not (long fuzz run seed
-    261872, ``claims.captured_sizes_decide_no_break``). The capture is refused and the
+    261872, ``whole_trace_conditions.captured_sizes_decide_no_break``). The capture is refused and the
     original's graphs come back."""
     source = """
         def main(x, w):
@@ -401,11 +402,11 @@ def test_a_break_on_the_size_the_capture_made_keeps_the_original_break():
                 scaled = scaled + 1
             return scaled
     """
-    claims.forget_refusals()
+    reset()
     original, mended, result = original_and_mended(program(source))
     assert result.changed
     assert counts(mended.main, X, W) == counts(original.main, X, W) == (2, 1)
-    declines = [reason for (filename, line), reason in claims.trace_time_declines.items() if line == 6]
+    declines = [reason for (filename, line), reason in store.trace_time_declines.items() if line == 6]
     assert declines == ["tracing needed the size the capture made on the host, so the capture removes no break"]
     assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))
 
@@ -421,12 +422,12 @@ def test_a_later_break_elsewhere_keeps_the_capture():
             torch._dynamo.graph_break()
             return picked + 1
     """
-    claims.forget_refusals()
+    reset()
     original, mended, result = original_and_mended(program(source))
     assert result.changed
     assert counts(original.main, X, W) == (3, 2)
     assert counts(mended.main, X, W) == (2, 1)
-    assert not [line for (_, line) in claims.trace_time_declines if line == 6]
+    assert not [line for (_, line) in store.trace_time_declines if line == 6]
     assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))
 
 
@@ -435,7 +436,7 @@ def test_a_branch_on_the_size_inside_a_helper_keeps_the_original_break():
     at the helper's call instead and traces the frame again, so the captured frame
     would compile 3 graphs with 2 breaks where the original has 2 and 1. Tracing's need
     for the size on the host refuses the capture
-    (``claims._refuse_captures_whose_sizes_are_needed``), and the trace TorchDynamo
+    (``trace_hooks._refuse_captures_whose_sizes_are_needed``), and the trace TorchDynamo
     starts again keeps the original call, from the first call on (the frame is not run
     eagerly for a trace that took another path)."""
     source = """
@@ -450,12 +451,12 @@ def test_a_branch_on_the_size_inside_a_helper_keeps_the_original_break():
             scaled = check(rows, scaled)
             return scaled * rows.numel()
     """
-    claims.forget_refusals()
-    conversion_failures.frames_run_eagerly.clear()
+    reset()
+    store.frames_run_eagerly.clear()
     original, mended, result = original_and_mended(program(source))
     assert result.changed
     assert counts(mended.main, X, W) == counts(original.main, X, W) == (2, 1)
-    assert conversion_failures.frames_run_eagerly == {}
-    declines = [reason for (_, line), reason in claims.trace_time_declines.items() if line == 11]
+    assert store.frames_run_eagerly == {}
+    declines = [reason for (_, line), reason in store.trace_time_declines.items() if line == 11]
     assert declines == ["tracing needed the size the capture made on the host, so the capture removes no break"]
     assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))

@@ -16,7 +16,8 @@ import torch
 import torch.nn as nn
 
 from graphmend.counting import count_breaks
-from graphmend.runtime import claims
+from graphmend.runtime import claims, reset
+from graphmend.runtime.store import store
 from helpers import assert_equivalent, finding_reasons, observe, original_and_mended
 
 
@@ -142,10 +143,10 @@ SEVERAL = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(2))
 
 @pytest.fixture(autouse=True)
 def fresh_claims():
-    claims.forget_refusals()
-    claims.trace_time_declines.clear()
+    reset()
+    store.trace_time_declines.clear()
     yield
-    claims.forget_refusals()
+    reset()
 
 
 def test_must_rewrite_a_mixtral_routing_loop():
@@ -158,7 +159,7 @@ def test_must_rewrite_a_mixtral_routing_loop():
     assert counts(model, ONE_TOKEN) == (2, 3)
     assert counts(mended_model, ONE_TOKEN) == (1, 0)
     assert counts(mended_model, SEVERAL) == (1, 0)
-    assert list(claims.trace_time_declines.values()) == []
+    assert list(store.trace_time_declines.values()) == []
 
 
 @pytest.mark.parametrize("batch", ["one token", "several"])
@@ -230,7 +231,7 @@ def test_must_not_rewrite_while_tracing_an_expert_with_effects():
     with torch.no_grad():
         assert_equivalent(model, mended_model, ONE_TOKEN, backends=("eager", "aot_eager"))
     assert counts(mended_model, ONE_TOKEN)[1] >= 1
-    assert any("does more than call its layers" in r for r in claims.trace_time_declines.values())
+    assert any("does more than call its layers" in r for r in store.trace_time_declines.values())
 
 
 def test_must_not_rewrite_while_tracing_when_gradients_are_recorded():
@@ -245,7 +246,7 @@ def test_must_not_rewrite_while_tracing_when_gradients_are_recorded():
         assert (ours.grad is None) == (theirs.grad is None)
         if theirs.grad is not None:
             assert torch.equal(ours.grad, theirs.grad)
-    assert any("gradients are recorded" in r for r in claims.trace_time_declines.values())
+    assert any("gradients are recorded" in r for r in store.trace_time_declines.values())
 
 
 def test_must_not_rewrite_while_tracing_an_expert_with_a_hook():
@@ -256,7 +257,7 @@ def test_must_not_rewrite_while_tracing_an_expert_with_a_hook():
         m.experts[3].register_forward_hook(lambda *_: calls.append(1))
     with torch.no_grad():
         assert_equivalent(model, mended_model, ONE_TOKEN, backends=("eager",))
-    assert any("expert_calls_are_known" in r and "has a hook" in r for r in claims.trace_time_declines.values())
+    assert any("expert_calls_are_known" in r and "has a hook" in r for r in store.trace_time_declines.values())
 
 
 def _body_where_site(mended_model) -> tuple[str, int]:
@@ -275,7 +276,7 @@ def test_must_not_rewrite_while_tracing_when_the_body_capture_was_refused():
     model, mended_model = original.build(), mended.build()
     claims.refuse_for_good(_body_where_site(mended_model), "refused by the test")
     assert counts(mended_model, ONE_TOKEN) == counts(model, ONE_TOKEN) == (2, 3)
-    assert any("refused by the test" in r and "chosen experts" in r for r in claims.trace_time_declines.values())
+    assert any("refused by the test" in r and "chosen experts" in r for r in store.trace_time_declines.values())
     with torch.no_grad():
         assert_equivalent(model, mended_model, ONE_TOKEN, backends=("eager", "aot_eager"))
 
@@ -296,7 +297,7 @@ def test_must_not_rewrite_while_tracing_inside_inference_mode():
     # chosen experts. ``forward``, compiled alone after the break there, does not see the
     # mode entered in its trace, and its loop runs over every expert: fewer breaks.
     counts(under_inference_mode(mended_model), ONE_TOKEN)
-    assert any("inference" in r and "chosen experts" in r for r in claims.trace_time_declines.values())
+    assert any("inference" in r and "chosen experts" in r for r in store.trace_time_declines.values())
     assert_equivalent(under_inference_mode(model), under_inference_mode(mended_model), ONE_TOKEN, backends=("eager", "aot_eager"))
 
 
@@ -414,14 +415,14 @@ def test_must_not_rewrite_while_tracing_an_expert_whose_call_is_not_known(name):
     output, load, calls = _observed(reference_model, ONE_TOKEN)
     assert sorted(set(load)) == [1, 3]  # the two experts the token chose, not 0 or 2
     for backend in (None, "eager", "aot_eager"):
-        claims.forget_refusals()
-        claims.trace_time_declines.clear()
+        reset()
+        store.trace_time_declines.clear()
         mended_output, mended_load, mended_calls = _observed(_built(mended, change), ONE_TOKEN, backend)
         assert torch.equal(mended_output, output), backend
         assert mended_load == load and mended_calls == calls, backend
         if backend is not None:
-            assert any(expected in r and "chosen experts" in r for r in claims.trace_time_declines.values()), (
-                claims.trace_time_declines
+            assert any(expected in r and "chosen experts" in r for r in store.trace_time_declines.values()), (
+                store.trace_time_declines
             )
     mended_counts = counts(_built(mended, change), ONE_TOKEN)
     assert mended_counts == counts(_built(original, change), ONE_TOKEN), name
@@ -443,7 +444,7 @@ def test_must_not_rewrite_while_tracing_with_a_global_backward_hook():
                 )
     finally:
         handle.remove()
-    assert any("no_module_hooks" in r for r in claims.trace_time_declines.values())
+    assert any("no_module_hooks" in r for r in store.trace_time_declines.values())
 
 
 def test_expert_calls_of_the_suite_are_known():
@@ -519,8 +520,8 @@ def test_a_destination_autograd_saved_is_not_written_for_no_token(backend):
     if backend is not None:
         assert any(
             "destination_is_unseen" in r and "comes from outside the graph" in r
-            for r in claims.trace_time_declines.values()
-        ), claims.trace_time_declines
+            for r in store.trace_time_declines.values()
+        ), store.trace_time_declines
 
 
 def test_a_destination_from_the_caller_keeps_the_original_loop_and_its_counts():
@@ -555,8 +556,8 @@ def test_must_not_rewrite_while_tracing_a_destination_read_before_the_loop():
     model, mended_model = original.build(), mended.build()
     assert counts(mended_model, ONE_TOKEN) == counts(model, ONE_TOKEN)
     assert any(
-        "destination_is_unseen" in r and "reads the destination" in r for r in claims.trace_time_declines.values()
-    ), claims.trace_time_declines
+        "destination_is_unseen" in r and "reads the destination" in r for r in store.trace_time_declines.values()
+    ), store.trace_time_declines
     with torch.no_grad():
         assert_equivalent(model, mended_model, ONE_TOKEN, backends=("eager", "aot_eager"))
 

@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from graphmend.runtime import claims
+from graphmend.runtime.store import store
 from helpers import assert_equivalent, finding_reasons, original_and_mended
 from helpers import graphs_and_breaks as counts
 
@@ -339,7 +339,7 @@ def test_a_body_cond_cannot_capture_is_traced_again_as_written():
         got = [compiled(X, flags) for flags in FLAGS.values()]
     assert all(torch.equal(a, b) for a, b in zip(got, expected))
     assert expected_calls == mended.CALLS
-    site_reasons = [reason for reason in claims.trace_time_declines.values() if "torch.cond could not capture" in reason]
+    site_reasons = [reason for reason in store.trace_time_declines.values() if "torch.cond could not capture" in reason]
     assert site_reasons
 
 
@@ -464,8 +464,8 @@ def test_a_destination_autograd_saved_is_not_written_without_rows(backend):
     if backend is not None:
         assert any(
             "destination_is_unseen" in r and "comes from outside the graph" in r
-            for r in claims.trace_time_declines.values()
-        ), claims.trace_time_declines
+            for r in store.trace_time_declines.values()
+        ), store.trace_time_declines
 
 
 @pytest.mark.parametrize("rows", sorted(FLAGS))
@@ -500,8 +500,8 @@ def test_must_not_rewrite_while_tracing_a_destination_read_before_the_branch():
     with torch.no_grad():
         assert counts(mended.main, X, FLAGS["some rows"]) == counts(original.main, X, FLAGS["some rows"])
         assert any(
-            "destination_is_unseen" in r and "reads the destination" in r for r in claims.trace_time_declines.values()
-        ), claims.trace_time_declines
+            "destination_is_unseen" in r and "reads the destination" in r for r in store.trace_time_declines.values()
+        ), store.trace_time_declines
         for flags in FLAGS.values():
             assert_equivalent(original.main, mended.main, X, flags, backends=("eager", "aot_eager"))
 
@@ -519,7 +519,7 @@ def test_must_not_rewrite_while_tracing_a_destination_that_is_a_view():
     with torch.no_grad():
         assert counts(mended.main, X, FLAGS["some rows"]) == counts(original.main, X, FLAGS["some rows"])
         assert any(
-            "destination_is_unseen" in r and "is a view" in r for r in claims.trace_time_declines.values()
-        ), claims.trace_time_declines
+            "destination_is_unseen" in r and "is a view" in r for r in store.trace_time_declines.values()
+        ), store.trace_time_declines
         for flags in FLAGS.values():
             assert_equivalent(original.main, mended.main, X, flags, backends=("eager", "aot_eager"))

@@ -388,15 +388,15 @@ FSTRING_OF_TENSOR_KEEPS_ITS_BREAK = {
 
 @pytest.mark.parametrize("name", sorted(FSTRING_OF_TENSOR_KEEPS_ITS_BREAK))
 def test_fstring_of_a_tensor_keeps_its_break_while_tracing(name):
-    from graphmend.runtime import claims
+    from graphmend.runtime.store import store
 
     source, argument = FSTRING_OF_TENSOR_KEEPS_ITS_BREAK[name]
     original, mended, result = original_and_mended(PRELUDE + source)
     assert [f.fixed for f in result.findings if f.rule == "Defer"] == [True]
     x = torch.ones(3)
-    claims.trace_time_declines.clear()
+    store.trace_time_declines.clear()
     assert helpers.graphs_and_breaks(mended.f, x, argument) == helpers.graphs_and_breaks(original.f, x, argument)
-    assert any(reason.startswith("message_formatted_at_the_call:") for reason in claims.trace_time_declines.values())
+    assert any(reason.startswith("message_formatted_at_the_call:") for reason in store.trace_time_declines.values())
     assert_equivalent(original.f, mended.f, x, argument, backends=("eager", "aot_eager"))
 
 

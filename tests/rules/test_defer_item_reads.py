@@ -1,5 +1,5 @@
 """[Defer] output calls that read ``name.item()``: the read is made when the graph runs,
-from the tensor at the call (``defer.item_reads``, ``deferred._split_item_reads``).
+from the tensor at the call (``defer.item_reads``, ``output_operands._split_item_reads``).
 Must-rewrite cases with counts, one named must-not case per condition, and
 differential runs eagerly and compiled, with gradients where autograd records."""
 
@@ -14,16 +14,17 @@ import torch
 
 import helpers
 from graphmend.core.legality import condition_id
-from graphmend.runtime import claims
+from graphmend.runtime import reset
+from graphmend.runtime.store import store
 from helpers import assert_equivalent, graphs_and_breaks, mend, original_and_mended
 
 
 @pytest.fixture(autouse=True)
 def comparison_handler_only_records(monkeypatch):
     monkeypatch.setattr(helpers._Records, "graphmend_output_only", True, raising=False)
-    claims.forget_refusals()
+    reset()
     yield
-    claims.forget_refusals()
+    reset()
 
 
 PRELUDE = """
@@ -191,7 +192,7 @@ def test_a_read_handed_back_is_the_original_call_made_again(name):
     assert graphs_and_breaks(mended.f, x) == graphs_and_breaks(original.f, x)
     helpers.observe(mended.f, x).assert_same_as(helpers.observe(original.f, x))
     for backend in ("eager", "aot_eager"):
-        claims.forget_refusals()
+        reset()
         before = helpers.observe(original.f, x, compiled=True, backend=backend)
         helpers.observe(mended.f, x, compiled=True, backend=backend).assert_same_as(before)
 
@@ -229,7 +230,7 @@ def test_a_loss_printed_while_autograd_records(backend):
     eager = _loss_printed_and_gradient(original.compute_loss, None)
     assert _loss_printed_and_gradient(original.compute_loss, backend) == eager
     assert _loss_printed_and_gradient(mended.compute_loss, backend) == eager
-    assert not claims.trace_time_declines
+    assert not store.trace_time_declines
     torch.manual_seed(0)
     arguments = (torch.nn.Linear(4, 2), torch.randn(3, 4), torch.randn(3, 2))
     assert graphs_and_breaks(original.compute_loss, *arguments)[1] == 2

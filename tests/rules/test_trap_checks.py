@@ -16,7 +16,8 @@ import textwrap
 import pytest
 import torch
 
-from graphmend.runtime import checks, claims
+from graphmend.runtime import checks, reset
+from graphmend.runtime.store import store
 from helpers import assert_equivalent, breaks, finding_reasons, observe, original_and_mended
 from tools.fuzz import fuzz_check_helper
 
@@ -31,10 +32,10 @@ TEST_HELPER = fuzz_check_helper._HELPER
 @pytest.fixture(autouse=True)
 def known_test_helper(monkeypatch):
     monkeypatch.setattr(checks, "KNOWN_CHECK_FUNCTIONS", checks.KNOWN_CHECK_FUNCTIONS + (TEST_HELPER,))
-    claims.forget_refusals()
-    claims.trace_time_declines.clear()
+    reset()
+    store.trace_time_declines.clear()
     yield
-    claims.forget_refusals()
+    reset()
 
 
 PRELUDE = f"""
@@ -53,7 +54,7 @@ def program(body: str) -> str:
 
 
 def declined_while_tracing() -> list[str]:
-    return list(claims.trace_time_declines.values())
+    return list(store.trace_time_declines.values())
 
 
 MUST_REWRITE = {

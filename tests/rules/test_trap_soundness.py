@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from graphmend.runtime import traps
+from graphmend.runtime.store import store
 from helpers import (
     breaks,
     finding_reasons,
@@ -229,7 +230,7 @@ def assert_same_everywhere(source, *arguments, entry="main"):
 
 
 def declined_reasons():
-    return list(traps.trace_time_declines.values())
+    return list(store.trace_time_declines.values())
 
 
 def caller_in_another_module(helper_module, caller_source: str):
@@ -284,7 +285,7 @@ def main(x):
 def test_no_handler_in_traced_frames__caller_catches():
     """The helper's guard is inlined into the caller's graph inside its `try`."""
     x = torch.arange(4.0)
-    traps.trace_time_declines.clear()
+    store.trace_time_declines.clear()
     main = assert_same_with_a_caller_elsewhere(HELPER, CAUGHT_BY_CALLER, x - 10)
     assert any("inside a `try` or `with`" in reason for reason in declined_reasons())
     assert breaks(main, x) >= 1  # declined: the original graph break stays
@@ -362,7 +363,7 @@ def test_raised_class_is_exception__factory_behind_an_attribute():
         return x
     """
     x = torch.arange(4.0)
-    traps.trace_time_declines.clear()
+    store.trace_time_declines.clear()
     assert_same_everywhere(source, x - 10)
     assert any("not an exception class" in reason for reason in declined_reasons())
     assert_same_everywhere(source, x)
@@ -394,7 +395,7 @@ def test_no_input_mutated_before_guard__caller_writes_input():
         return helper(x)
     """
     x = torch.arange(4.0)
-    traps.trace_time_declines.clear()
+    store.trace_time_declines.clear()
     assert_same_everywhere(source, x + 200)
     assert any("written in place" in reason for reason in declined_reasons()), declined_reasons()
     assert_same_everywhere(source, x)
@@ -487,7 +488,7 @@ def test_no_pending_side_effect_before_guard__attribute_put_back_is_guarded_betw
 def test_no_pending_side_effect_before_guard__attribute_left_changed():
     source = SET_THEN_RESET.format(tail="").replace('COLLECTOR.active = None', 'COLLECTOR.active = "done"')
     original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(source))
-    traps.trace_time_declines.clear()
+    store.trace_time_declines.clear()
     x = torch.arange(4.0)
     assert breaks(mended.main, x) > 0
     assert any("COLLECTOR" in reason for reason in declined_reasons()), declined_reasons()
@@ -502,7 +503,7 @@ def test_no_pending_side_effect_before_guard__contents_of_a_dict_subclass_change
         .replace("    y = x * 2\n", "    y = x * 2\n    COLLECTOR['seen'] = True\n")
     )
     original, mended, _ = original_and_mended(PRELUDE + textwrap.dedent(source))
-    traps.trace_time_declines.clear()
+    store.trace_time_declines.clear()
     x = torch.arange(4.0)
     assert breaks(original.main, x) > 0 and breaks(mended.main, x) > 0
     assert any("COLLECTOR" in reason for reason in declined_reasons()), declined_reasons()
@@ -555,7 +556,7 @@ def test_no_pending_side_effect_before_guard__closure_cell_seen_by_an_escaped_cl
     assert result.changed, result.findings
     x = torch.arange(4.0) + 200
     seen = []
-    traps.trace_time_declines.clear()
+    store.trace_time_declines.clear()
     for module, compiled in ((original, False), (mended, True)):
         module.READERS.clear()
         torch._dynamo.reset()
@@ -878,7 +879,7 @@ def test_frame_the_original_ran_eagerly__op_failing_while_traced_keeps_the_guard
     (``no_later_op_failed_while_tracing``), so the frame runs eagerly as the original's."""
     original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(source))
     assert result.changed, result.findings
-    traps.trace_time_declines.clear()
+    store.trace_time_declines.clear()
     observed = []
     for module, compiled in ((original, False), (original, True), (mended, True)):
         torch._dynamo.reset()
@@ -927,7 +928,7 @@ def test_frame_the_original_ran_eagerly__random_draws_keep_the_guard():
     """Eagerly, the original's draws advanced the generator as eager does; a claim in a
     graph that draws is refused (``random_draws_stay_on_their_side``)."""
     original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(GUARD_IN_A_LOOP_WITH_A_DRAW))
-    traps.trace_time_declines.clear()
+    store.trace_time_declines.clear()
     x = torch.arange(4.0)
     assert breaks(mended.main, x) == breaks(original.main, x)
     assert any("random draws" in reason for reason in declined_reasons()), declined_reasons()

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 
+from graphmend.runtime.store import store
 from helpers import (
     breaks,
     finding_reasons,
@@ -1076,7 +1077,6 @@ def test_frame_was_not_given_up_while_tracing__a_selection_then_an_error_the_cod
     whole frame (no graph), where the original compiled the test before its break and
     gave up only the resume function after it. The branch keeps its break: the
     original's graphs and outcomes, call after call."""
-    from graphmend.runtime import claims
 
     source = _source(
         """
@@ -1094,7 +1094,7 @@ def test_frame_was_not_given_up_while_tracing__a_selection_then_an_error_the_cod
               for name, module in (("original", original), ("mended", mended))}
     assert counts["original"][0] == 1
     assert counts["mended"] == counts["original"]
-    assert any("gave up on the frame" in reason for reason in claims.trace_time_declines.values())
+    assert any("gave up on the frame" in reason for reason in store.trace_time_declines.values())
 
 
 # --- attribute access that runs the program's code (runtime/attribute_access.py) -----

@@ -50,7 +50,8 @@ import torch
 import graphmend
 import graphmend.runtime  # wraps torch.compile: flushes deferred effects, restores traps
 from graphmend.rewrite.pipeline import mend_module_source
-from graphmend.runtime import claims, conversion_failures
+from graphmend.runtime import reset, trace_hooks
+from graphmend.runtime.store import store
 
 from . import (
     compile_state,
@@ -495,7 +496,7 @@ CHECKS_MADE_EAGERLY = "original-checks-made-eagerly"
 COMPILE_STATE_AS_TRACED = "original-compile-state-as-traced"
 
 # The original program compiled with graphmend's policy for random draws applied to all
-# of its graphs, as to graphs of mended code (``claims._check_the_compiled_graph``:
+# of its graphs, as to graphs of mended code (``trace_hooks._check_the_compiled_graph``:
 # ``fallback_random``, draws nothing uses returned): its numbers are eager's, its
 # rounding the backend's. Under AOTAutograd the original compiled drops draws nothing
 # uses, so its numbers shift, and eager code rounds otherwise (seed 182914: the mended
@@ -1062,7 +1063,7 @@ def compare(
 
     # Refusals are keyed by file and line, and the minimiser's candidates share the
     # program's file name: each comparison starts from none.
-    claims.forget_refusals()
+    reset()
     reference = observe("original", "eager")
     for mode in modes:
         report.modes_run.append(mode)
@@ -1090,7 +1091,7 @@ def compare(
         original_compiled = observe("original", mode)
         under_inductor = mode.endswith("inductor")
         # Under AOTAutograd the original compiled drops a draw nothing uses, which the
-        # mended run keeps (graphmend.runtime.claims): its generator may stand where the
+        # mended run keeps (graphmend.runtime.trace_hooks): its generator may stand where the
         # original compiled with the ``eager`` backend, which keeps such draws, leaves it.
         draws_kept = (lambda: observe("original", "compiled:eager")) if mode != "compiled:eager" else None
         joint_backward = mode != "compiled:eager"
@@ -1171,7 +1172,7 @@ def _failed_on_assembly(observations: list[Observation]) -> bool:
 
 
 class _EveryFrameAsRewritten(threading.local):
-    """``conversion_failures._converting`` answering that every frame is of rewritten code."""
+    """``store.converting`` answering that every frame is of rewritten code."""
 
     rewritten = property(lambda self: True, lambda self, value: None)
 
@@ -1183,12 +1184,12 @@ def _assembly_as_for_rewritten_code(applies: bool):
     if not applies:
         yield
         return
-    converting = conversion_failures._converting
-    conversion_failures._converting = _EveryFrameAsRewritten()
+    converting = store.converting
+    store.converting = _EveryFrameAsRewritten()
     try:
         yield
     finally:
-        conversion_failures._converting = converting
+        store.converting = converting
 
 
 @contextlib.contextmanager
@@ -1198,12 +1199,12 @@ def _draws_as_eagerly(applies: bool):
     if not applies:
         yield
         return
-    taken_as_mended = claims._compiled_from_mended_code
-    claims._compiled_from_mended_code = lambda output: True
+    taken_as_mended = trace_hooks._compiled_from_mended_code
+    trace_hooks._compiled_from_mended_code = lambda output: True
     try:
         yield
     finally:
-        claims._compiled_from_mended_code = taken_as_mended
+        trace_hooks._compiled_from_mended_code = taken_as_mended
 
 
 def _answers_explain(program: Program, observe, original_compiled, actual, draws_kept=None, **comparison) -> bool:
@@ -1315,7 +1316,7 @@ def _each_call_is_the_originals(
     original observed on that call, eagerly or compiled. Where the original compiled
     differs from eager (TorchDynamo's own difference: a dropped random draw, gradients
     summed in another order) the mended run may match either: graphmend keeps an unused
-    draw as eagerly (``graphmend.runtime.claims``) while the gradients are compiled.
+    draw as eagerly (``graphmend.runtime.trace_hooks``) while the gradients are compiled.
     Each global, each argument, and each input's gradient, is a piece of its own (one
     may hold a draw kept as eagerly, another the text of a tensor computed in a graph,
     or the zeros AOTAutograd gives an input of a graph whose output was not used: seed
@@ -1337,7 +1338,7 @@ def _each_call_is_the_originals(
     ``draws_kept`` (called only when needed) gives the original's run compiled with the
     ``eager`` backend: where a call's generator state is neither eager's nor the original
     compiled's, it may be that one's. AOTAutograd drops a random draw whose value nothing
-    uses and graphmend keeps it, as eager code does (``graphmend.runtime.claims``); where
+    uses and graphmend keeps it, as eager code does (``graphmend.runtime.trace_hooks``); where
     TorchDynamo also ran other code than eager code (seed 70303: a check raising inside
     a loop in a ``try`` ended the loop early, as it did without graphmend), the mended
     generator is where TorchDynamo's code with every draw kept leaves it.

@@ -114,9 +114,9 @@ def install_break_recorder(path: str) -> None:
 
 
 def _record_trace_time_declines(records: _RecordFile) -> None:
-    from graphmend.runtime import claims
+    from graphmend.runtime.store import store
 
-    for (file, line), reason in list(claims.trace_time_declines.items()):
+    for (file, line), reason in list(store.trace_time_declines.items()):
         try:
             records.file.write(json.dumps({"declined": [file, line, reason, condition_id(reason)]}) + "\n")
             records.file.flush()

@@ -8,7 +8,7 @@ in one of three phases:
 - ``while tracing``: from the values TorchDynamo holds at the statement
   (``graphmend/runtime/``); a failure runs the original statement, with its break;
 - ``whole trace``: from the graph TorchDynamo is about to compile
-  (``graphmend/runtime/claims.py``); a failure traces the frame again with the
+  (``graphmend/runtime/whole_trace_conditions.py``); a failure traces the frame again with the
   statement's break kept.
 
 Ids are ``<rule letter><phase digit><two digits>``: the letter is the rule's initial
@@ -163,8 +163,8 @@ _CONDITIONS = (
      "each tensor in the message is a 0-d plain tensor and every other value a constant of the trace"),
     (_T, WHILE_TRACING, "T209", "error_type_raisable", "graphmend.runtime.checks:error_type_raisable",
      "the helper's error type is an exception class"),
-    # Trap, whole trace (runtime/claims.py).
-    (_T, WHOLE_TRACE, "T301", "items_stay_with_lowered_checks", "graphmend.runtime.claims:items_stay_with_lowered_checks",
+    # Trap, whole trace (runtime/whole_trace_conditions.py).
+    (_T, WHOLE_TRACE, "T301", "items_stay_with_lowered_checks", "graphmend.runtime.whole_trace_conditions:items_stay_with_lowered_checks",
      "a kept `.item()` shares its graph with a lowered check that reads it"),
     # Where, static (rules/where/conditions.py; the rest in rules/where/branches.py,
     # with analysis/aliasing.py and analysis/safety.py).
@@ -235,29 +235,29 @@ _CONDITIONS = (
      "no lowered guard follows the output in the function"),
     (_D, STATIC, "D109", "item_reads_made_again_unchanged", "graphmend.rules.defer.conditions:item_reads_made_again_unchanged",
      "a print or log call that reads `name.item()` is built of names, constants and f-strings of them"),
-    # Defer, while tracing (runtime/deferred.py, runtime/output_call_arguments.py).
-    (_D, WHILE_TRACING, "D201", "no_input_written_in_place_before", "graphmend.runtime.deferred:no_input_written_in_place_before",
+    # Defer, while tracing (runtime/output_decisions.py, runtime/output_call_arguments.py).
+    (_D, WHILE_TRACING, "D201", "no_input_written_in_place_before", "graphmend.runtime.output_decisions:no_input_written_in_place_before",
      "the traced region writes no input in place before the output"),
-    (_D, WHILE_TRACING, "D202", "no_output_state_changed_in_trace", "graphmend.runtime.deferred:no_output_state_changed_in_trace",
+    (_D, WHILE_TRACING, "D202", "no_output_state_changed_in_trace", "graphmend.runtime.output_decisions:no_output_state_changed_in_trace",
      "the trace changes no state the output reads (the logger, its handlers, filters, `sys.stdout`)"),
-    (_D, WHILE_TRACING, "D203", "no_print_options_changed_in_trace", "graphmend.runtime.deferred:no_print_options_changed_in_trace",
+    (_D, WHILE_TRACING, "D203", "no_print_options_changed_in_trace", "graphmend.runtime.output_decisions:no_print_options_changed_in_trace",
      "the trace does not change torch's print options before the output"),
-    (_D, WHILE_TRACING, "D204", "no_earlier_output_in_graph", "graphmend.runtime.deferred:no_earlier_output_in_graph",
+    (_D, WHILE_TRACING, "D204", "no_earlier_output_in_graph", "graphmend.runtime.output_decisions:no_earlier_output_in_graph",
      "no earlier output in the graph would be shown out of order"),
-    (_D, WHILE_TRACING, "D205", "nothing_lost_if_the_warning_raises", "graphmend.runtime.deferred:nothing_lost_if_the_warning_raises",
+    (_D, WHILE_TRACING, "D205", "nothing_lost_if_the_warning_raises", "graphmend.runtime.output_decisions:nothing_lost_if_the_warning_raises",
      "a warning that a filter turns into an error loses nothing the graph did before it"),
-    (_D, WHILE_TRACING, "D206", "exact_in_graph", "graphmend.runtime.deferred:why_not_exact_in_graph",
+    (_D, WHILE_TRACING, "D206", "exact_in_graph", "graphmend.runtime.output_decisions:why_not_exact_in_graph",
      "the logger, handlers, filters and warning filters allow the exact text inside the graph"),
-    (_D, WHILE_TRACING, "D207", "call_does_not_fail", "graphmend.runtime.deferred:why_the_call_fails",
+    (_D, WHILE_TRACING, "D207", "call_does_not_fail", "graphmend.runtime.output_decisions:why_the_call_fails",
      "the call's arguments are those the callee accepts (separators, level, message, `extra`)"),
-    (_D, WHILE_TRACING, "D208", "message_formatted_at_the_call", "graphmend.runtime.deferred:_text_fixed_at_the_call",
+    (_D, WHILE_TRACING, "D208", "message_formatted_at_the_call", "graphmend.runtime.output_decisions:text_fixed_at_the_call",
      "every formatted argument is text TorchDynamo made at the call, not a format applied when the graph ends"),
-    # Defer, whole trace (runtime/claims.py).
+    # Defer, whole trace (runtime/whole_trace_conditions.py).
     (_D, WHOLE_TRACE, "D301", "outputs_share_no_graph_with_a_lowered_guard",
-     "graphmend.runtime.claims:outputs_share_no_graph_with_a_lowered_guard",
+     "graphmend.runtime.whole_trace_conditions:outputs_share_no_graph_with_a_lowered_guard",
      "output shares no graph with a lowered guard, unless the backend keeps the graph's order"),
     (_D, WHOLE_TRACE, "D302", "outputs_share_no_graph_with_an_input_written_in_place",
-     "graphmend.runtime.claims:outputs_share_no_graph_with_an_input_written_in_place",
+     "graphmend.runtime.whole_trace_conditions:outputs_share_no_graph_with_an_input_written_in_place",
      "output shares no graph with an input written in place, unless the backend keeps the graph's order"),
     # Capture, static (rules/capture/conditions.py: rules/capture/positions.py, loops.py,
     # merges.py).
@@ -309,10 +309,10 @@ _CONDITIONS = (
      "the tensor written with no rows is one this graph made, that nothing has read or saved"),
     (_C, WHILE_TRACING, "C206", "body_keeps_its_captures", "graphmend.runtime.dynamic_shapes:body_keeps_its_captures",
      "the loop body's capture of positions may be made in this trace"),
-    # Capture, whole trace (runtime/claims.py).
-    (_C, WHOLE_TRACE, "C301", "captured_sizes_decide_no_break", "graphmend.runtime.claims:captured_sizes_decide_no_break",
+    # Capture, whole trace (runtime/whole_trace_conditions.py).
+    (_C, WHOLE_TRACE, "C301", "captured_sizes_decide_no_break", "graphmend.runtime.whole_trace_conditions:captured_sizes_decide_no_break",
      "the graph does not break on a size a capture made, and tracing never needs it on the host"),
-    (_C, WHOLE_TRACE, "C302", "merged_branches_were_traced", "graphmend.runtime.claims:merged_branches_were_traced",
+    (_C, WHOLE_TRACE, "C302", "merged_branches_were_traced", "graphmend.runtime.whole_trace_conditions:merged_branches_were_traced",
      "TorchDynamo did not break the graph at a merged branch's `torch.cond`"),
     # Every rule, static (rewrite/suppressions.py).
     (_G, STATIC, "G101", "not_suppressed", "graphmend.rewrite.suppressions:is_suppressed",
@@ -322,45 +322,45 @@ _CONDITIONS = (
      "this torch has the TorchDynamo functions the whole-trace checks wrap"),
     (_G, WHILE_TRACING, "G202", "not_inside_inference_mode", "graphmend.runtime.claims:not_inside_inference_mode",
      "the statement is not traced inside `torch.inference_mode()`"),
-    # Every rule, whole trace (runtime/claims.py).
-    (_G, WHOLE_TRACE, "G301", "no_later_op_failed_while_tracing", "graphmend.runtime.claims:no_later_op_failed_while_tracing",
+    # Every rule, whole trace (runtime/whole_trace_conditions.py).
+    (_G, WHOLE_TRACE, "G301", "no_later_op_failed_while_tracing", "graphmend.runtime.whole_trace_conditions:no_later_op_failed_while_tracing",
      "no op after the statement fails while TorchDynamo traces it"),
     (_G, WHOLE_TRACE, "G302", "frame_was_not_given_up_while_tracing",
-     "graphmend.runtime.claims:frame_was_not_given_up_while_tracing",
+     "graphmend.runtime.whole_trace_conditions:frame_was_not_given_up_while_tracing",
      "TorchDynamo does not give up on the frame after the statement"),
-    (_G, WHOLE_TRACE, "G303", "joined_graph_records_no_autograd", "graphmend.runtime.claims:joined_graph_records_no_autograd",
+    (_G, WHOLE_TRACE, "G303", "joined_graph_records_no_autograd", "graphmend.runtime.whole_trace_conditions:joined_graph_records_no_autograd",
      "a joined graph with a selection or a capture records no autograd"),
     (_G, WHOLE_TRACE, "G304", "joined_graph_enters_no_inference_mode",
-     "graphmend.runtime.claims:joined_graph_enters_no_inference_mode",
+     "graphmend.runtime.whole_trace_conditions:joined_graph_enters_no_inference_mode",
      "the joined graph does not enter `torch.inference_mode()`"),
     (_G, WHOLE_TRACE, "G305", "joined_graph_writes_no_inference_tensor_in_place",
-     "graphmend.runtime.claims:joined_graph_writes_no_inference_tensor_in_place",
+     "graphmend.runtime.whole_trace_conditions:joined_graph_writes_no_inference_tensor_in_place",
      "the joined graph writes no inference tensor it is given in place"),
     (_G, WHOLE_TRACE, "G306", "joined_graph_writes_through_no_out_keyword",
-     "graphmend.runtime.claims:joined_graph_writes_through_no_out_keyword",
+     "graphmend.runtime.whole_trace_conditions:joined_graph_writes_through_no_out_keyword",
      "the joined graph writes through no `out=`, unless the backend runs the graph as written"),
-    (_G, WHOLE_TRACE, "G307", "random_draws_stay_on_their_side", "graphmend.runtime.claims:random_draws_stay_on_their_side",
+    (_G, WHOLE_TRACE, "G307", "random_draws_stay_on_their_side", "graphmend.runtime.whole_trace_conditions:random_draws_stay_on_their_side",
      "random draws do not sit on both sides of the statement"),
     (_G, WHOLE_TRACE, "G308", "batch_norms_read_contiguous_tensors",
-     "graphmend.runtime.claims:batch_norms_read_contiguous_tensors",
+     "graphmend.runtime.whole_trace_conditions:batch_norms_read_contiguous_tensors",
      "every batch norm reads a contiguous tensor, unless the backend runs the graph as written"),
     (_G, WHOLE_TRACE, "G309", "ordered_operators_share_no_graph_with_aliased_inputs_written_in_place",
-     "graphmend.runtime.claims:ordered_operators_share_no_graph_with_aliased_inputs_written_in_place",
+     "graphmend.runtime.whole_trace_conditions:ordered_operators_share_no_graph_with_aliased_inputs_written_in_place",
      "output and lowered guards share no graph with an input written in place that aliases another input"),
     (_G, WHOLE_TRACE, "G310", "rest_of_eager_frame_compiles_whole",
-     "graphmend.runtime.claims:rest_of_eager_frame_compiles_whole",
+     "graphmend.runtime.whole_trace_conditions:rest_of_eager_frame_compiles_whole",
      "where the rest of the original frame ran eagerly, the mended frame compiles to its end in one graph"),
     (_G, WHOLE_TRACE, "G311", "backend_differentiates_as_written",
-     "graphmend.runtime.claims:backend_differentiates_as_written",
+     "graphmend.runtime.whole_trace_conditions:backend_differentiates_as_written",
      "under autograd, the backend runs the graph as written or is aot_eager"),
     (_G, WHOLE_TRACE, "G312", "gradient_sums_keep_their_order",
-     "graphmend.runtime.claims:gradient_sums_keep_their_order",
+     "graphmend.runtime.whole_trace_conditions:gradient_sums_keep_their_order",
      "under aot_eager, every tensor's gradient contributions are summed in the original's order"),
     (_G, WHOLE_TRACE, "G313", "earlier_tensors_stay_in_the_graph",
-     "graphmend.runtime.claims:earlier_tensors_stay_in_the_graph",
+     "graphmend.runtime.whole_trace_conditions:earlier_tensors_stay_in_the_graph",
      "under aot_eager, no tensor that autograd records, made before the statement, leaves the joined graph"),
     (_G, WHOLE_TRACE, "G314", "backend_compiles_the_joined_graph",
-     "graphmend.runtime.claims:backend_compiles_the_joined_graph",
+     "graphmend.runtime.whole_trace_conditions:backend_compiles_the_joined_graph",
      "the backend compiles the joined graph (else the frame is traced again with the breaks)"),
 )
 

@@ -6,6 +6,10 @@ with it. Everything a rewritten statement calls while TorchDynamo traces it must
 traceable without a graph break. Output (printing, logging, warning) happens inside
 the graph at the point of the call (``deferred``); the user's exception for a failed
 lowered guard is raised here when the compiled region raises (``traps``).
+
+What the runtime keeps for the process is in ``store``; ``reset()`` forgets what the
+process learned (refusals and their reasons, frames run eagerly), for tests and tools
+that compile many programs from one file name (``graphmend.runtime.store``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from graphmend.runtime.deferred import (
 # that wrapper: this module itself never prints.
 from graphmend.runtime.fixed_calls import log, print, warn  # noqa: A004
 from graphmend.runtime.selection import moves_nothing, operands_combine, select
+from graphmend.runtime.store import reset
 from graphmend.runtime.traps import (
     TRAP_MARKER,
     TrapFailure,
@@ -90,6 +95,7 @@ __all__ = [
     "raise_original_for_trap_failure",
     "reads_plainly",
     "register_pure_functions",
+    "reset",
     "select",
     "torch",
     "trap_message",

@@ -10,7 +10,7 @@ write would not have run a ``__setattr__`` or a property setter either. A call
 function, not a subclass's override or a wrapper.
 
 Each check is decided while TorchDynamo traces, from the real object behind the traced
-value (``claims.decide_in_trace``), as a constant of the trace; TorchDynamo guards the
+value (``trace_decisions.decide_in_trace``), as a constant of the trace; TorchDynamo guards the
 owner's type wherever the traced code reads its attributes. Anything unknown answers
 False: the compiled form keeps the original branch.
 """
@@ -22,7 +22,7 @@ import types
 import torch
 
 from graphmend.core.legality import failed
-from graphmend.runtime import claims
+from graphmend.runtime import claims, trace_decisions
 from graphmend.runtime.selection import PLAIN_TENSOR_TYPES
 from graphmend.torch_adapter.tracing import comptime
 
@@ -177,7 +177,7 @@ def reads_plainly(owner, name) -> bool:
 
 
 def _decided(reason_for, what: str, condition: str):
-    """A ``decide`` for ``claims.decide_in_trace`` that records why it answers False
+    """A ``decide`` for ``trace_decisions.decide_in_trace`` that records why it answers False
     (``condition``: the id of the condition it decides)."""
 
     def decide(translator, *arguments) -> bool:
@@ -190,7 +190,7 @@ def _decided(reason_for, what: str, condition: str):
 
 
 def _decide_read(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "plain", ("owner", "name"), _decided(why_reading_runs_code, "reading an attribute runs code", "W203"),
         read=_traced_object,
     )
@@ -204,7 +204,7 @@ def writes_plainly(owner, name) -> bool:
 
 
 def _decide_write(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "plain", ("owner", "name"), _decided(why_writing_runs_code, "a write left out would run code", "W204"),
         read=_traced_object,
     )
@@ -219,7 +219,7 @@ def is_the_method(owner, name, qualified_name, module) -> bool:
 
 
 def _decide_method(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "same", ("owner", "name", "qualified_name", "module"),
         _decided(why_not_the_method, "the method called is not the one analysed", "W205"),
         read=_traced_object,

@@ -24,7 +24,8 @@ import torch
 
 from graphmend.core.legality import failed
 from graphmend.core.runtime_names import KNOWN_CHECK_FUNCTIONS, KNOWN_CHECK_NAMES, CheckFunction  # noqa: F401
-from graphmend.runtime import claims, operators, traps
+from graphmend.runtime import claims, operators, trace_decisions, traps
+from graphmend.runtime.store import store
 from graphmend.torch_adapter.tracing import (
     comptime,
     eval_frame_callback,
@@ -105,7 +106,7 @@ def _decide_lowerable(context) -> None:
         reason = holes_renderable(holes)
     except Exception:  # noqa: BLE001 - TorchDynamo internals changed: keep the call
         return
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "lowerable", ("callee", "error_type", "line", "function_name"),
         lambda tracer, *arguments: _lowerable(tracer.parent, *arguments, holes_reason=reason),
     )
@@ -139,7 +140,7 @@ def _lowerable(translator, callee, error_type, line: int, function_name: str, ho
     error_type = _resolved_error_type(check, error_type)
     reason = reason or error_type_raisable(error_type)
     if reason is not None:
-        claims.trace_time_declines[site] = reason
+        store.trace_time_declines[site] = reason
         return False
     if not traps._lowerable(translator, error_type, line, function_name):
         return False
@@ -168,7 +169,7 @@ def _decide_runs_eagerly(context) -> None:
         python_value = False
 
     def decide(tracer, callee):
-        user = claims.user_translator(tracer)
+        user = trace_decisions.user_translator(tracer)
         check = known_check_function(callee)
         if check is None or check.disabled():
             return False  # a disabled helper's traced call checks nothing and keeps the graph whole
@@ -185,7 +186,7 @@ def _decide_runs_eagerly(context) -> None:
         root = user.output.root_tx
         return not (getattr(root, "one_graph", False) or getattr(root, "error_on_graph_break", False))
 
-    claims.decide_in_trace(context, "eagerly", ("callee",), decide)
+    trace_decisions.decide_in_trace(context, "eagerly", ("callee",), decide)
 
 
 def called_outside_torchdynamo(callee) -> bool:
@@ -232,7 +233,7 @@ def keeps_item_tensor(value, check_lines: tuple = ()) -> bool:
     int64 or bool tensor, which compares with integers in int64's range and formats
     exactly as its Python int does (a narrower integer dtype could not hold the integer
     it is compared with); and a claim that stands only where one of those checks is
-    lowered in the same graph (``claims.items_stay_with_lowered_checks``). A constant of
+    lowered in the same graph (``whole_trace_conditions.items_stay_with_lowered_checks``). A constant of
     the trace; not tracing, False."""
     return (
         torch.compiler.is_compiling()
@@ -251,7 +252,7 @@ def _item_claimed(check_lines: tuple) -> bool:
 
 
 def _decide_item_claimed(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "claimed", ("check_lines",),
         lambda tracer, check_lines: claims.claim_item_for_checks(tracer, tuple(check_lines)),
     )
@@ -269,7 +270,7 @@ def _decide_site(context) -> None:
         check = known_check_function(callee)
         return traps.site_number_in_trace(tracer, _resolved_error_type(check, error_type), line, function_name)
 
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "number", ("callee", "error_type", "line", "function_name"), number_of
     )
 
@@ -296,7 +297,6 @@ def check_holds(cond):
 # ---------------------------------------------------------------------------
 # Messages with tensor values: rendered inside the graph when the check fails.
 
-_templates = claims.Numbering()
 
 
 def assert_check(holds, site_number: int, line: int, function_name: str, pieces: tuple) -> None:
@@ -335,7 +335,7 @@ def _is_traced_size(value) -> bool:
 def _decide_traced_size(context) -> None:
     from graphmend.torch_adapter.tracing import SymNodeVariable
 
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "symbolic", ("value",), lambda _tracer, symbolic: symbolic,
         read=lambda variable: isinstance(variable, SymNodeVariable) and variable.python_type() is int,
     )
@@ -349,7 +349,7 @@ def _template_number(template: tuple) -> int:
 
 
 def _decide_template(context) -> None:
-    _templates.decide(context, "template")
+    store.check_templates.decide(context, "template")
 
 
 def render(template_number: int, values: list) -> str:
@@ -358,7 +358,7 @@ def render(template_number: int, values: list) -> str:
     (``Tensor.__format__``)."""
     remaining = iter(values)
     text = []
-    for piece in _templates.values[template_number]:
+    for piece in store.check_templates.values[template_number]:
         if isinstance(piece, tuple):
             text.append(piece[0])
         else:

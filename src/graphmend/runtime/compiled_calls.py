@@ -17,13 +17,10 @@ from __future__ import annotations
 import sys
 
 from graphmend.runtime import restored_frames
+from graphmend.runtime.store import store
 from graphmend.runtime.traps import raise_original_for_trap_failure
 
 _original_compile = None
-# The code objects of the functions ``torch.compile`` returned (one for all, in
-# practice), by id: how ``is_boundary`` tells the boundary's frame from others. (A code
-# object hashes its constants, and code TorchDynamo generates can hold unhashable ones.)
-_boundary_codes: dict = {}
 
 
 def _leave_compiled_call() -> None:
@@ -76,7 +73,7 @@ def install_boundary(compiled):
         if _enter_compiled_call not in hooks:
             # Last: a hook that raises skips the hooks after it.
             hooks.append(_enter_compiled_call)
-        _boundary_codes[id(code)] = code
+        store.compile_boundary_codes[id(code)] = code
     return compiled
 
 
@@ -87,7 +84,7 @@ def has_boundary(compiled) -> bool:
 
 def is_boundary(frame) -> bool:
     """Whether ``frame`` runs a compiled call whose end is the boundary."""
-    if _boundary_codes.get(id(frame.f_code)) is not frame.f_code:
+    if store.compile_boundary_codes.get(id(frame.f_code)) is not frame.f_code:
         return False
     try:
         context = frame.f_locals.get("self")

@@ -18,7 +18,7 @@ code that tracing surfaces) and for a data-dependent size graphmend made that tr
 then had to know (``dynamic_shapes``: the original broke the graph where the size was
 made; the frame is first traced again with those captures refused, so that its graphs
 are the original's), and never under ``fullgraph=True``, where the user asked for
-errors. Each such frame is listed in ``frames_run_eagerly``.
+errors. Each such frame is listed in ``store.frames_run_eagerly``.
 
 One such failure is TorchDynamo's own bookkeeping, and is repaired instead, for
 rewritten frames only (``_offsets_of_replaced_extended_args``): rewritten code is longer,
@@ -31,14 +31,11 @@ answered otherwise).
 from __future__ import annotations
 
 import logging
-import threading
 
-from graphmend.runtime.claims import is_rewritten_code
+from graphmend.runtime.graph_inspection import is_rewritten_code
+from graphmend.runtime.store import store
 
 log = logging.getLogger(__name__)
-
-# (file, first line, function name) -> TorchDynamo's error, for explain and tests
-frames_run_eagerly: dict[tuple[str, int, str], str] = {}
 
 
 def _is_rewritten(frame) -> bool:
@@ -113,8 +110,8 @@ def _run_eagerly_on_internal_error(convert):
 
     def wrapped(self, frame, *args, **kwargs):
         sizes_before = dynamic_shapes.sizes_made()
-        converting_before = getattr(_converting, "rewritten", False)
-        _converting.rewritten = _is_rewritten(frame)
+        converting_before = getattr(store.converting, "rewritten", False)
+        store.converting.rewritten = _is_rewritten(frame)
         try:
             return convert_without_sizes_needed_on_the_host(self, frame, *args, **kwargs)
         except Exception as error:  # only the internal errors below are handled
@@ -128,18 +125,17 @@ def _run_eagerly_on_internal_error(convert):
             if not _is_rewritten(frame) or getattr(box, "error_on_graph_break", True) is not False:
                 raise
             code = frame.f_code
-            frames_run_eagerly[(code.co_filename, code.co_firstlineno, code.co_name)] = f"{type(error).__name__}: {error}"
+            store.frames_run_eagerly[(code.co_filename, code.co_firstlineno, code.co_name)] = f"{type(error).__name__}: {error}"
             log.debug("graphmend: TorchDynamo failed on rewritten %s; it runs eagerly", code.co_name, exc_info=True)
             return ConvertFrameReturn(skip_reason="graphmend: TorchDynamo failed on the rewritten frame")
         finally:
-            _converting.rewritten = converting_before
+            store.converting.rewritten = converting_before
 
     wrapped._graphmend_wrapped = True
     return wrapped
 
 
 # Whether this thread is converting a frame whose code graphmend rewrote.
-_converting = threading.local()
 
 
 def _offsets_of_replaced_extended_args(compute_exception_table, update_offsets):
@@ -156,7 +152,7 @@ def _offsets_of_replaced_extended_args(compute_exception_table, update_offsets):
         try:
             return compute_exception_table(instructions)
         except AssertionError:
-            if not getattr(_converting, "rewritten", False):
+            if not getattr(store.converting, "rewritten", False):
                 raise
             update_offsets(instructions)
             return compute_exception_table(instructions)

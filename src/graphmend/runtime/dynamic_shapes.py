@@ -26,22 +26,20 @@ the uses it can see; for any other, the frame runs eagerly as its original would
 from __future__ import annotations
 
 import inspect
-import threading
 
 import torch
 
 from graphmend.core.legality import failed, restated
-from graphmend.runtime import claims, expert_calls
+from graphmend.runtime import claims, expert_calls, trace_decisions
 from graphmend.runtime.selection import is_plain_tensor
+from graphmend.runtime.store import store
 from graphmend.torch_adapter import ops
 from graphmend.torch_adapter.tracing import comptime, translator_of
-
-_state = threading.local()
 
 
 def sizes_made() -> int:
     """How many sizes ``graphmend::nonzero`` made on this thread while tracing."""
-    return getattr(_state, "sizes_made", 0)
+    return getattr(store.captures, "sizes_made", 0)
 
 
 @torch.library.custom_op("graphmend::nonzero", mutates_args=())
@@ -55,7 +53,7 @@ def _nonzero_while_tracing(x: torch.Tensor) -> torch.Tensor:
     # the way it makes it, for this operator alone.
     shape_env = ops.fake_shape_env()
     count = ops.allocate_data_dependent_size(shape_env)
-    _state.sizes_made = sizes_made() + 1
+    store.captures.sizes_made = sizes_made() + 1
     # The capture claimed last is this call's: the captured calls run only once claimed.
     claimed = captures_claimed()
     if claimed:
@@ -75,7 +73,7 @@ def _captured(x) -> bool:
 def may_capture() -> bool:
     """While tracing: whether the user's statement may lose its break in this trace (a
     claim the whole-trace checks may refuse, as Where's and Defer's: a joined graph that
-    records autograd, random draws on both sides; ``graphmend.runtime.claims``). Not
+    records autograd, random draws on both sides; ``graphmend.runtime.whole_trace_conditions``). Not
     tracing, False. Refused, the statement runs as written, with its break where the
     original had it."""
     claimed = False
@@ -84,13 +82,13 @@ def may_capture() -> bool:
 
 
 def _claim(context) -> None:
-    claims.decide_in_trace(context, "claimed", (), _claim_capture)
+    trace_decisions.decide_in_trace(context, "claimed", (), _claim_capture)
 
 
 def _claim_capture(tracer) -> bool:
     if not claims.claim_break_at_user_site(tracer, kind=claims.CAPTURE):
         return False
-    user = claims.user_translator(tracer)
+    user = trace_decisions.user_translator(tracer)
     captures_claimed().append((user.f_code.co_filename, user.lineno))
     return True
 
@@ -99,9 +97,9 @@ def captures_claimed() -> list:
     """The sites of calls ``may_capture`` let into the graph on this thread, in the order
     claimed (``conversion_failures`` traces a frame again without them when tracing
     needs a size they made on the host)."""
-    if not hasattr(_state, "captures"):
-        _state.captures = []
-    return _state.captures
+    if not hasattr(store.captures, "captures"):
+        store.captures.captures = []
+    return store.captures.captures
 
 
 def captured_nonzero(x, *args, **kwargs):
@@ -151,7 +149,7 @@ def experts_run_empty_exactly(experts, classes, body_lines=(), destination=None)
 
 
 def _decide_experts(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "exact", ("experts", "classes", "body_lines", "destination"), _experts_exact,
         read=_module_node_or_constant,
     )
@@ -175,7 +173,7 @@ def body_keeps_its_captures(translator, body_lines) -> str | None:
     frame would run eagerly (code before the loop that the
     original compiled traced ran eagerly, and the program's own ``is_compiling()`` test
     answered otherwise); the original loop breaks at ``.tolist()``, before it."""
-    user = claims.user_translator(translator)
+    user = trace_decisions.user_translator(translator)
     if user is None:
         return failed("C206", "the loop's frame is not known")
     unavailable = claims.trace_checks_unavailable() or claims.not_inside_inference_mode(user)
@@ -339,7 +337,7 @@ def _nonempty_positions_while_tracing(positions: torch.Tensor) -> torch.Tensor:
     # that are not empty: what tracing learns from it (a batch norm's "is the input
     # empty?") holds in that branch alone.
     count = ops.allocate_data_dependent_size(ops.fake_shape_env(), min_val=1)
-    _state.sizes_made = sizes_made() + 1
+    store.captures.sizes_made = sizes_made() + 1
     return positions.new_empty((count,))
 
 
@@ -367,7 +365,7 @@ def may_merge_rows(positions, destination) -> bool:
 
 
 def _decide_merge(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "merged", ("positions", "destination"), _merge_claimed, read=_node,
     )
 
@@ -393,7 +391,7 @@ def _merge_claimed(translator, positions_node, destination_node) -> bool:
         return False
     if not claims.claim_break_at_user_site(translator, kind=claims.MERGE):
         return False
-    site = claims.user_site(translator)
+    site = trace_decisions.user_site(translator)
     if site is not None:
         merges_claimed().append(site)
     return True
@@ -403,9 +401,9 @@ def merges_claimed() -> list:
     """The sites of branches ``may_merge_rows`` let into the graph on this thread, in
     the order claimed (``conversion_failures`` traces a frame again without them when
     ``torch.cond`` cannot capture a branch)."""
-    if not hasattr(_state, "merges"):
-        _state.merges = []
-    return _state.merges
+    if not hasattr(store.captures, "merges"):
+        store.captures.merges = []
+    return store.captures.merges
 
 
 def merge_rows(positions, destination, compute):

@@ -32,6 +32,7 @@ import textwrap
 
 import torch
 
+from graphmend.runtime.store import store
 from graphmend.torch_adapter import ops
 
 _Module = torch.nn.Module
@@ -69,7 +70,6 @@ _TRANSFORMERS_ACTIVATIONS = frozenset(
 )
 
 _ABSENT = object()
-_forward_analyses: dict[object, tuple[str | None, frozenset[str]]] = {}
 
 
 def global_hooks() -> str | None:
@@ -194,9 +194,9 @@ def _analyse_forward(kind: type) -> tuple[str | None, frozenset[str]]:
     """(why not, the names of ``self.name(...)`` it calls) for ``kind.forward``."""
     forward = inspect.getattr_static(kind, "forward", None)
     key = (kind, forward)
-    if key not in _forward_analyses:
-        _forward_analyses[key] = _analyse_forward_source(kind, forward)
-    return _forward_analyses[key]
+    if key not in store.forward_analyses:
+        store.forward_analyses[key] = _analyse_forward_source(kind, forward)
+    return store.forward_analyses[key]
 
 
 def _analyse_forward_source(kind: type, forward: object) -> tuple[str | None, frozenset[str]]:

@@ -25,7 +25,7 @@ import warnings
 
 import torch
 
-from graphmend.runtime import claims, deferred
+from graphmend.runtime import deferred, trace_decisions
 from graphmend.torch_adapter.tracing import comptime
 
 _RESUMED = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
@@ -34,7 +34,7 @@ is_compiling = torch.compiler.is_compiling
 
 def _caller_site(translator):
     """(module, line, function, file) of the first traced frame outside this package."""
-    translator = claims.user_translator(translator)
+    translator = trace_decisions.user_translator(translator)
     if translator is None:
         return None
     code = translator.f_code
@@ -52,7 +52,7 @@ def _caller_location():
 
 
 def _decide_site(context) -> None:
-    claims.decide_in_trace(context, "site", (), _caller_site)
+    trace_decisions.decide_in_trace(context, "site", (), _caller_site)
 
 
 def print(*args, **kwargs):  # noqa: A001 - the builtin's name, on purpose

@@ -1,7 +1,7 @@
 """Whether an output call's own arguments make it fail at the call.
 
 Defer performs a print, log record or warning inside the graph only when the graph
-shows exactly what the call would (``deferred.why_not_exact_in_graph``). A call whose
+shows exactly what the call would (``output_decisions.why_not_exact_in_graph``). A call whose
 arguments its callee rejects (``print(end=5)``, ``logger.log("loud", ...)``,
 ``logger.warning()``, an ``extra=`` key a record has already, a warning's message given
 twice) raises at the call, where the function's own ``try`` may catch it and before the
@@ -12,7 +12,7 @@ and after the rest of the graph, and the second would report a stack inside grap
 So such a call is made by the original call, with its graph break.
 
 Decided while tracing, from the call's template (its constant arguments, ``None``
-where an operand goes) and the kind of each operand (``deferred._TENSOR`` and so on).
+where an operand goes) and the kind of each operand (``output_operands.TENSOR`` and so on).
 Each predicate returns None when the call cannot fail that way, or the reason.
 """
 

@@ -21,9 +21,10 @@ import ast
 import builtins
 import dis
 import linecache
-import threading
 import types
 from dataclasses import dataclass
+
+from graphmend.runtime.store import store
 
 # In the globals of every made frame: what the boundary looks for.
 _MARK = "__graphmend_restored_frame__"
@@ -124,17 +125,13 @@ def _raise_statement() -> ast.stmt:
     return ast.Raise(exc=_name(_RAISED), cause=None)
 
 
-_codes_lock = threading.Lock()
-_codes: dict[tuple[FramePlace, ...], tuple[types.CodeType, ...]] = {}
-
-
 def _codes_for(places: tuple[FramePlace, ...]) -> tuple[types.CodeType, ...]:
-    with _codes_lock:
-        codes = _codes.get(places)
+    with store.restored_frame_codes_lock:
+        codes = store.restored_frame_codes.get(places)
         if codes is None:
             codes = tuple(_code(place, _call_statement()) for place in places[:-1])
             codes += (_code(places[-1], _raise_statement()),)
-            _codes[places] = codes
+            store.restored_frame_codes[places] = codes
         return codes
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from graphmend.runtime.claims import is_runtime_file
+from graphmend.runtime.trace_decisions import is_runtime_file
 
 _CALLS = ("call_function", "call_method", "call_module")
 _FRAME_FILE = re.compile(r'^\s*File "([^"]+)", line \d+')

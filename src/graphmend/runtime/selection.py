@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from graphmend.core.legality import failed
-from graphmend.runtime import claims
+from graphmend.runtime import claims, graph_inspection, trace_decisions
 from graphmend.torch_adapter.tracing import comptime, translator_of
 
 # Tensors whose operations run none of the program's Python code: a subclass's
@@ -31,7 +31,7 @@ def is_plain_tensor(value) -> bool:
 
 
 def _decide_plain(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "plain", ("value",), lambda _tracer, kind: kind in PLAIN_TENSOR_TYPES,
         read=lambda variable: variable.python_type(),
     )
@@ -118,14 +118,14 @@ def _note_graph_so_far(context) -> None:
     bind that function's local ``may_continue`` to whether the graph captured so far
     neither draws random numbers nor computes a value autograd records. Anything
     unexpected leaves it False: the original branch is kept."""
-    claims.decide_in_trace(context, "may_continue", (), _may_continue)
+    trace_decisions.decide_in_trace(context, "may_continue", (), _may_continue)
 
 
 def _may_continue(tracer) -> bool:
     output = tracer.output
     if any(
-        claims.draws_random_numbers(node, output) or claims.records_autograd(node)
-        for node in claims.computed_nodes(output)
+        graph_inspection.draws_random_numbers(node, output) or graph_inspection.records_autograd(node)
+        for node in graph_inspection.computed_nodes(output)
     ):
         return False
     return claims.claim_break_at_user_site(tracer)

@@ -30,19 +30,18 @@ import builtins
 import dis
 import os
 import sys
-import threading
 import types
 from dataclasses import dataclass
 
 import torch
 
 from graphmend.core.legality import failed
-from graphmend.runtime import claims, operators, restored_frames
-from graphmend.runtime.claims import (
+from graphmend.runtime import claims, graph_inspection, operators, restored_frames, trace_decisions
+from graphmend.runtime.claims import original_break_keeps_frame_compiled
+from graphmend.runtime.store import store
+from graphmend.runtime.whole_trace_conditions import (
     frame_was_not_given_up_while_tracing,
     no_later_op_failed_while_tracing,
-    original_break_keeps_frame_compiled,
-    trace_time_declines,
 )
 from graphmend.torch_adapter import ops
 from graphmend.torch_adapter.tracing import comptime
@@ -135,8 +134,8 @@ def _raise_for_message(text: str, context, error: BaseException | None) -> None:
     if site_and_message is not None:
         site, message = site_and_message
         if message == RENDERED_MESSAGE:
-            message = getattr(_rendered, "message", None)
-            _rendered.message = None
+            message = getattr(store.rendered, "message", None)
+            store.rendered.message = None
             if message is None:
                 raise TrapFailure(text) from error
         # Made in the call, not held in a local: this frame stays reachable from the
@@ -157,11 +156,10 @@ def _raise_for_message(text: str, context, error: BaseException | None) -> None:
 # The message of a lowered check whose text holds tensor values: the graph renders it
 # when the check fails (``checks.check_message``), just before the assertion fails.
 RENDERED_MESSAGE = "<rendered when the check failed>"
-_rendered = threading.local()
 
 
 def render_failed_message(text: str) -> None:
-    _rendered.message = text
+    store.rendered.message = text
 
 
 def guard_holds(value, expected_truth: bool):
@@ -197,9 +195,6 @@ def assert_guard(holds, message: str) -> None:
         raise RuntimeError(message)
 
 
-_messages = claims.Numbering()
-
-
 def _message_number(message: str) -> int:
     """The number of a guard's message (a constant of the trace): the graph names the
     message by number, so its code shows no marker text (a traceback prints that line)."""
@@ -209,7 +204,7 @@ def _message_number(message: str) -> int:
 
 
 def _decide_message_number(context) -> None:
-    _messages.decide(context, "message")
+    store.trap_messages.decide(context, "message")
 
 
 def _fail_unless(holds: torch.Tensor, message: int) -> None:
@@ -219,9 +214,9 @@ def _fail_unless(holds: torch.Tensor, message: int) -> None:
     an eager caller's ``try`` between the graph and the compiled-call boundary sees
     what the original raised (a graph is reused under callers its trace never saw)."""
     if not bool(holds):
-        if not 0 <= message < len(_messages.values):
+        if not 0 <= message < len(store.trap_messages.values):
             raise TrapFailure(f"a lowered guard failed; its message {message} is not known in this process")
-        text = _messages.values[message]
+        text = store.trap_messages.values[message]
         _raise_for_message(text, sys.exc_info()[1], None)
         raise RuntimeError(text)
 
@@ -285,18 +280,13 @@ class TrapSite:
     places: tuple[restored_frames.FramePlace, ...] = ()
 
 
-_sites_lock = threading.Lock()
-_sites: list[TrapSite] = []
-_site_numbers: dict[TrapSite, int] = {}
-
-
 def _register_site(site: TrapSite) -> int:
-    with _sites_lock:
-        number = _site_numbers.get(site)
+    with store.trap_sites_lock:
+        number = store.trap_site_numbers.get(site)
         if number is None:
-            number = len(_sites)
-            _sites.append(site)
-            _site_numbers[site] = number
+            number = len(store.trap_sites)
+            store.trap_sites.append(site)
+            store.trap_site_numbers[site] = number
         return number
 
 
@@ -324,15 +314,12 @@ def _parse_site(error_text: str):
     if not separator or len(fields) != 4 or not fields[0].isdigit() or not fields[1].isdigit():
         return None
     number, line, function_name, has_message = fields
-    if int(number) >= len(_sites):
+    if int(number) >= len(store.trap_sites):
         return None
-    site = _sites[int(number)]
+    site = store.trap_sites[int(number)]
     if site.line != int(line) or site.function_name != function_name:
         return None
     return site, (message if has_message == "1" else None)
-
-
-_raise_code_cache: dict[tuple[str, int, str], types.CodeType] = {}
 
 
 def _raise_code(site: TrapSite) -> types.CodeType:
@@ -340,7 +327,7 @@ def _raise_code(site: TrapSite) -> types.CodeType:
     line, in a frame named after the user's function (a site whose frames were not
     read while tracing)."""
     key = (site.filename, site.line, site.function_name)
-    code = _raise_code_cache.get(key)
+    code = store.raise_codes.get(key)
     if code is None:
         source = "\n" * (max(site.line, 1) - 1) + f"raise {_RAISED_NAME}\n"
         code = compile(source, site.filename, "exec", dont_inherit=True)
@@ -348,7 +335,7 @@ def _raise_code(site: TrapSite) -> types.CodeType:
         if hasattr(code, "co_qualname"):  # Python 3.11 and later
             names["co_qualname"] = site.function_name
         code = code.replace(**names)
-        _raise_code_cache[key] = code
+        store.raise_codes[key] = code
     return code
 
 
@@ -399,18 +386,15 @@ def no_handler_in_traced_frames(translator) -> str | None:
     return None
 
 
-# Keyed by ``id``: a code object hashes its constants, and code that TorchDynamo
-# generates (resume functions) can hold unhashable ones. The code is kept beside its
-# ranges, so the id cannot be reused while the entry exists.
-_handler_ranges: dict[int, tuple[types.CodeType, tuple]] = {}
-
-
 def _has_active_handler(frame: types.FrameType) -> bool:
+    # ``store.handler_ranges`` is keyed by ``id``: a code object hashes its constants,
+    # and code that TorchDynamo generates (resume functions) can hold unhashable ones.
+    # The code is kept beside its ranges, so the id cannot be reused while the entry exists.
     code = frame.f_code
-    known = _handler_ranges.get(id(code))
+    known = store.handler_ranges.get(id(code))
     if known is None or known[0] is not code:
         ranges = tuple((entry.start, entry.end) for entry in dis.Bytecode(code).exception_entries)
-        known = _handler_ranges[id(code)] = (code, ranges)
+        known = store.handler_ranges[id(code)] = (code, ranges)
     return any(start <= frame.f_lasti < end for start, end in known[1])
 
 
@@ -438,7 +422,7 @@ def no_input_mutated_before_guard(translator) -> str | None:
     """Under a functionalizing backend (aot_eager, inductor) in-place writes to a graph
     input are applied after the graph runs, so a failed assertion would lose a write
     the original made before raising."""
-    written = claims.input_written_in_place_so_far(translator)
+    written = graph_inspection.input_written_in_place_so_far(translator)
     if written is not None:
         return failed("T204", f"the input `{written}` is written in place before the guard")
     return None
@@ -531,7 +515,7 @@ _AFTER_A_FAILED_GUARD = "once the guard fails, TorchDynamo runs the rest of the 
 def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
     """Whether the guard being traced may become a graph assertion.
 
-    Decided while TorchDynamo traces this function (``claims.decide_in_trace``), as a
+    Decided while TorchDynamo traces this function (``trace_decisions.decide_in_trace``), as a
     constant of the trace: no guard on it (the answer depends only on the code traced,
     and on the eager callers checked by ``no_handler_in_eager_callers``). Not tracing,
     the answer is False: the original ``if`` runs.
@@ -542,7 +526,7 @@ def trap_lowerable(exception_class, line: int, function_name: str) -> bool:
 
 
 def _decide_lowerable(context) -> None:
-    claims.decide_in_trace(
+    trace_decisions.decide_in_trace(
         context, "lowerable", ("exception_class", "line", "function_name"),
         lambda tracer, *arguments: _lowerable(tracer.parent, *arguments),
     )
@@ -574,7 +558,7 @@ def _lowerable(translator, exception_class, line: int, function_name: str) -> bo
         rest_ran_eagerly = original_break_keeps_frame_compiled(translator) or _AFTER_A_FAILED_GUARD
         claims.record_claim(translator, site, rest_ran_eagerly=rest_ran_eagerly, kind=claims.GUARD)
         return True
-    trace_time_declines[site] = reason
+    store.trace_time_declines[site] = reason
     return False
 
 
@@ -586,7 +570,7 @@ def trap_site(exception_class, line: int, function_name: str) -> int:
 
 
 def _decide_site(context) -> None:
-    claims.decide_in_trace(context, "number", ("exception_class", "line", "function_name"), site_number_in_trace)
+    trace_decisions.decide_in_trace(context, "number", ("exception_class", "line", "function_name"), site_number_in_trace)
 
 
 def site_number_in_trace(tracer, exception_class, line: int, function_name: str) -> int:

@@ -51,8 +51,9 @@ _SUPPORTED_TEXT = "2.13 to 2.15"
 @dataclass(frozen=True)
 class Patch:
     """Replace ``module.owner.attribute`` (``module.attribute`` without an owner) with
-    ``wrapper(original)``. ``name`` is what ``graphmend.runtime.claims`` calls the
-    hook (None: a patch no trace check depends on)."""
+    ``wrapper(original)``. ``name`` is what ``graphmend.runtime.store`` calls the
+    hook in ``store.hooks_installed`` (where ``claims_hook``: a hook the whole-trace
+    checks depend on)."""
 
     name: str
     module: str
@@ -96,9 +97,9 @@ def _count_only_the_programs_calls(original):
     return _runtime("resumable_states")._count_only_the_programs_calls(original)
 
 
-def _claims(factory_name: str):
+def _trace_hook(factory_name: str):
     def make(original):
-        return getattr(_runtime("claims"), factory_name)(original)
+        return getattr(_runtime("trace_hooks"), factory_name)(original)
 
     make.__name__ = factory_name
     return make
@@ -116,27 +117,27 @@ PATCHES: tuple[Patch, ...] = (
     # Resumable states counted over the program's own calls (runtime.resumable_states).
     Patch("count_only_the_programs_calls", "torch._dynamo.symbolic_convert", "InstructionTranslatorBase",
           "is_non_empty_graph", _count_only_the_programs_calls),
-    # The checks of the whole trace (runtime.claims); a torch lacking one of these gets
+    # The checks of the whole trace (runtime.trace_hooks); a torch lacking one of these gets
     # no rewrite that needs it (claims.trace_checks_unavailable).
     Patch("restart_on_given_up_frame", "torch._dynamo.symbolic_convert", "InstructionTranslator", "run",
-          _claims("_restart_given_up_frame_without_claims"), claims_hook=True),
+          _trace_hook("_restart_given_up_frame_without_claims"), claims_hook=True),
     Patch("restart_on_failed_op", "torch._dynamo.utils", None, "_wrap_graph_break_with_torch_runtime_err",
-          _claims("_restart_trace_without_claims"), claims_hook=True),
+          _trace_hook("_restart_trace_without_claims"), claims_hook=True),
     # Where a failed fake-tensor op becomes an exception of the traced program instead
     # (torch 2.14 on), the same restart from where that exception is handled.
     Patch("restart_on_observed_failed_op", "torch._dynamo.symbolic_convert", "InstructionTranslatorBase",
-          "exception_handler", _claims("_restart_on_observed_failed_op"), claims_hook=True,
+          "exception_handler", _trace_hook("_restart_on_observed_failed_op"), claims_hook=True,
           only_where=(("torch._dynamo.exc", "FakeTensorObservedException"),)),
     Patch("check_before_compiling", "torch._dynamo.output_graph", "OutputGraph", "compile_subgraph",
-          _claims("_check_before_compiling"), claims_hook=True),
+          _trace_hook("_check_before_compiling"), claims_hook=True),
     Patch("refuse_captures_whose_sizes_are_needed", "torch.fx.experimental.symbolic_shapes", "ShapeEnv",
-          "_make_data_dependent_error", _claims("_refuse_captures_whose_sizes_are_needed"), claims_hook=True),
+          "_make_data_dependent_error", _trace_hook("_refuse_captures_whose_sizes_are_needed"), claims_hook=True),
     Patch("note_the_calls_inference_mode", "torch._dynamo.convert_frame", None, "maybe_disable_inference_mode",
-          _claims("_note_the_calls_inference_mode"), claims_hook=True),
+          _trace_hook("_note_the_calls_inference_mode"), claims_hook=True),
     Patch("check_the_compiled_graph", "torch._dynamo.output_graph", "OutputGraph", "call_user_compiler",
-          _claims("_check_the_compiled_graph"), claims_hook=True),
+          _trace_hook("_check_the_compiled_graph"), claims_hook=True),
     Patch("note_inlined_call_spans", "torch._dynamo.symbolic_convert", "InliningInstructionTranslator",
-          "inline_call_", _claims("_note_inlined_call_spans"), claims_hook=True),
+          "inline_call_", _trace_hook("_note_inlined_call_spans"), claims_hook=True),
 )
 
 # Features a patch needs beyond its own target.
@@ -219,7 +220,7 @@ def available(patch: Patch) -> bool:
 
 def _set_claims_hook(patch: Patch, installed: bool) -> None:
     if patch.claims_hook:
-        _runtime("claims")._hooks_installed[patch.name] = installed
+        _runtime("store").store.hooks_installed[patch.name] = installed
     if patch.name == "count_only_the_programs_calls":
         _runtime("resumable_states").hook_installed = installed
 

@@ -31,7 +31,7 @@ makes tracing fail on the captured size; that frame then runs eagerly, as its
 original would (``graphmend.runtime.conversion_failures``). A capture that would remove
 no break (the graph breaks on its size, or tracing needs its size on the host, as a
 branch on ``len(positions)`` in a helper does) is refused while tracing and the frame
-traced again with the original call (``graphmend.runtime.claims.captured_sizes_decide_no_break``).
+traced again with the original call (``graphmend.runtime.whole_trace_conditions.captured_sizes_decide_no_break``).
 """
 
 from __future__ import annotations

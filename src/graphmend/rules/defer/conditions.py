@@ -2,7 +2,7 @@
 
 Each returns None when it holds or the reason it fails; ``outputs.py`` calls them on
 every output call it finds and marks each reason with its id. What only tracing can
-decide is in ``graphmend.runtime.deferred`` and
+decide is in ``graphmend.runtime.output_decisions`` and
 ``graphmend.runtime.output_call_arguments``.
 """
 

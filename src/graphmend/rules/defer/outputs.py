@@ -35,7 +35,7 @@ failing lowered guard after the output is not established).
 
 An f-string may format a value the analysis cannot type (a parameter, a number derived
 from one): it is accepted here unless the value depends on tensor data, and decided
-while tracing (``message_formatted_at_the_call``, ``runtime/deferred.py``). TorchDynamo
+while tracing (``message_formatted_at_the_call``, ``runtime/output_decisions.py``). TorchDynamo
 formats a Python value at the call, into a constant it guards on, but holds an f-string
 that formats a tensor as a format applied when the graph ends; that call is handed back
 and keeps its break, as the original had it.
@@ -256,8 +256,8 @@ def kept_under_a_reordering_backend(
 ) -> str | None:
     """What ``check`` must add to "fixed" for an output the run may keep as a break:
     under a backend that may reorder a graph's ops (inductor), a graph holds at most one
-    output (``deferred.no_earlier_output_in_graph``) and none beside a lowered guard
-    (``claims.outputs_share_no_graph_with_a_lowered_guard``), checked while tracing.
+    output (``output_decisions.no_earlier_output_in_graph``) and none beside a lowered guard
+    (``whole_trace_conditions.outputs_share_no_graph_with_a_lowered_guard``), checked while tracing.
     Statically: an earlier output of the function rewritten too, the same statement in a
     loop (each pass is another output in one graph), or a guard Trap lowered before it
     may share its graph. None where the output is the only one that may."""

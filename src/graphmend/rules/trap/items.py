@@ -20,7 +20,7 @@ double that compares with Python floats in double precision (the tensor in float
 and a narrower integer dtype cannot hold every integer it may be compared with, which
 ``keeps_item_tensor`` checks while tracing (with a plain 0-d tensor type). ``(3,)`` are
 the lines of the checks that read the value: the ``.item()`` stays a tensor only in a
-graph where one of them is lowered (``claims.items_stay_with_lowered_checks``, checked
+graph where one of them is lowered (``whole_trace_conditions.items_stay_with_lowered_checks``, checked
 while tracing); where none is, the ``.item()`` keeps its break, as in the original.
 
 ``check`` reports the ``.item()`` (the break of the original program); the check it

@@ -1,0 +1,687 @@
+"""The conditions of the whole trace: facts that decide whether a claim stands come only
+later in the trace that made it, and each is checked before TorchDynamo compiles the
+graph (by the hooks of ``graphmend.runtime.trace_hooks``):
+
+- an op after the statement fails while TorchDynamo traces it (``no_later_op_failed_while_tracing``);
+- TorchDynamo gives up on the whole frame after the statement (an error the code
+  raises escapes the frame while traced, a construct it cannot resume after), which it
+  then runs eagerly (``frame_was_not_given_up_while_tracing``);
+- the joined graph records autograd: a selection or a capture is then refused
+  (``joined_graph_records_no_autograd``); output and lowered guards stay joined where the
+  backend runs the graph as written, or traces its backward (``aot_eager``), no tensor's
+  gradient would be summed in another order, and no tensor made before the statement
+  leaves the graph (``backend_differentiates_as_written``,
+  ``gradient_sums_keep_their_order``, ``earlier_tensors_stay_in_the_graph``, the last
+  checked when the graph, with its outputs, is handed to the backend);
+- the joined graph draws random numbers on both sides of the statement
+  (``random_draws_stay_on_their_side``);
+- the joined graph holds a batch norm of a tensor that is not contiguous, which torch
+  traces with the wrong strides (``batch_norms_read_contiguous_tensors``);
+- the joined graph enters ``torch.inference_mode()`` (``joined_graph_enters_no_inference_mode``);
+- the graph breaks on a size a capture made, or tracing needs that size on the host
+  anywhere, an inlined function too (``captured_sizes_decide_no_break``,
+  ``trace_hooks._refuse_captures_whose_sizes_are_needed``);
+- output shares the graph with a lowered guard (``outputs_share_no_graph_with_a_lowered_guard``)
+  or with an input written in place (``outputs_share_no_graph_with_an_input_written_in_place``);
+- TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
+  eagerly, and the mended frame does not compile to its end in one graph
+  (``rest_of_eager_frame_compiles_whole``);
+- a ``.item()`` kept as a tensor has no check that reads it lowered in the same graph
+  (``items_stay_with_lowered_checks``);
+- the backend compiles the joined graph (``backend_compiles_the_joined_graph``).
+
+``whole_trace_refusals`` applies them, in order, to a trace's claims. Each is registered
+in ``graphmend.core.legality`` by its ``module:function``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphmend.core.legality import failed
+from graphmend.runtime.backends import backend_is, backend_keeps_graph_order
+from graphmend.runtime.claims import (
+    ALWAYS,
+    CALL_BEGAN_ATTRIBUTE,
+    CALL_ENDED_ATTRIBUTE,
+    CAPTURE,
+    CHECKS_LOWERED_ATTRIBUTE,
+    GUARD,
+    ITEM,
+    MERGE,
+    MERGES_ENTERED_ATTRIBUTE,
+    OUTPUT,
+    UNDER_GRAD,
+    refused_for_good_as,
+    refused_reason,
+)
+from graphmend.runtime.graph_inspection import (
+    computed_nodes,
+    draw_positions,
+    inputs_written_in_place,
+    known_contiguous,
+    records_autograd,
+    tensors_requiring_grad,
+    unbacked_symbols,
+)
+from graphmend.runtime.store import store
+from graphmend.torch_adapter import ops
+
+
+def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
+    """An op TorchDynamo cannot run on fake tensors (an in-place write to a leaf that
+    requires grad, a shape mismatch) fails the whole traced region while tracing, before
+    any of it runs. The original statement was a graph break: the code before it ran
+    (compiled), and the op after it was traced only when reached, in a frame of its own.
+    A claim made in a trace that failed so is refused when TorchDynamo traces the frame
+    again (``trace_hooks._restart_trace_without_claims``)."""
+    return refused_for_good_as(site, FAILED_OP_REASON)
+
+
+FAILED_OP_REASON = "an op after it fails while TorchDynamo traces it"
+
+
+def frame_was_not_given_up_while_tracing(site: tuple[str, int]) -> str | None:
+    """TorchDynamo gives up on a frame whose trace fails as a whole (an exception the
+    code raises escapes the frame while traced, a construct it cannot resume after) and
+    runs that frame eagerly from then on. The original statement was a graph break: the
+    code before it compiled, and only the resume function after it was given up, which
+    later calls reach from every path through the frame (an op that fails on a later call ran eagerly and raised its own error, where
+    the mended frame, its capture refused only then, traced the op afresh and raised
+    TorchDynamo's). A claim made in a trace given up so is refused when TorchDynamo
+    traces the frame again (``trace_hooks._restart_given_up_frame_without_claims``)."""
+    return refused_for_good_as(site, GIVEN_UP_REASON)
+
+
+GIVEN_UP_REASON = "TorchDynamo gave up on the frame after it"
+
+
+def joined_graph_records_no_autograd(output) -> str | None:
+    """A selection (Where), a merged branch or a capture (Capture) joins no graph that
+    records autograd: autograd differentiates the untaken arm of a ``torch.where`` too
+    (zero gradients where the original gave none, and zero times an infinite derivative
+    is NaN), and Capture's writes of rows are not proved to differentiate as the
+    original's indexing did. Under ``torch.no_grad`` nothing is recorded. Output and
+    lowered guards are judged by ``backend_differentiates_as_written`` and
+    ``gradient_sums_keep_their_order`` instead."""
+    for node in computed_nodes(output):
+        if records_autograd(node):
+            return failed(
+                "G303",
+                "the joined graph records autograd, which would differentiate a selection's "
+                "untaken arm or a capture's writes unlike the original"
+            )
+    return None
+
+
+# Claims that may join graphs that record autograd: they put no value of their own in
+# the graph's differentiable computation (an ``.item()`` kept for a check only feeds it).
+_JOINS_UNDER_GRAD = frozenset({OUTPUT, GUARD, ITEM})
+
+
+def backend_differentiates_as_written(output) -> str | None:
+    """Under autograd, a joined graph keeps the original's gradients only where the
+    backend's backward is known: one that runs the graph as written on the real tensors
+    (TorchDynamo's ``eager``, a backend that returns its graph unchanged, one marked
+    ``runs_the_graph_as_written``) records the same operators for autograd, one by one,
+    as the original's graphs did; ``aot_eager`` traces one backward graph, which sums
+    gradients in the autograd engine's order (``gradient_sums_keep_their_order``).
+    Inductor compiles the backward into kernels of its own: its gradients are not
+    bit-identical to the original's compiled graphs, and graphmend does not yet check
+    that they are at least as close to a float64 reference, so it joins nothing there
+    under autograd."""
+    if backend_is(output, ("eager", "aot_eager"), "runs_the_graph_as_written"):
+        return None
+    return failed(
+        "G311",
+        "the joined graph records autograd, and the backend compiles its backward in an order graphmend cannot check",
+    )
+
+
+def gradient_sums_keep_their_order(output, claims) -> list[tuple[tuple[str, int], str]]:
+    """The CPU autograd engine runs backward nodes from the last made to the first, and
+    adds a tensor's gradient contributions in that order, one at a time. Where the
+    original broke, each graph's backward was one node, which handed the engine one
+    summed contribution per tensor; joined under a backend that traces one backward
+    graph (``aot_eager``), the graph's contributions are added one at a time, or handed
+    over as one sum where the original handed several. Floating-point addition is not
+    associative, so the claim keeps its break where, counting contributions on the
+    autograd graph TorchDynamo's fake tensors recorded (``w * w`` and ``F.normalize(w)``
+    give two), and splitting them where the original's graphs met:
+
+    - a graph input (a parameter, a tensor made before the frame) receives
+      contributions in more than one of the original's graphs: their sums reached the
+      engine apart, the joined graph's as one (``e + (b + a)`` where the original added
+      ``(e + b) + a``, ``e`` coming from a later graph or eager code);
+    - a tensor made inside the graph receives two or more contributions in a later
+      graph of the original that is not the last to contribute: that graph handed the
+      one that made the tensor their sum, added to what the still later graph handed,
+      where the joined graph adds them one at a time (``(c + b2) + b1`` where the
+      original added ``c + (b2 + b1)``). The first sum to arrive, and the contributions
+      in the graph that made the tensor, are added one at a time either way. Where the
+      tensor leaves the joined graph, later code could send it the first contribution
+      instead: ``earlier_tensors_stay_in_the_graph`` refuses that.
+
+    The original's graphs met at each claimed statement and, for a statement in a
+    function TorchDynamo inlined, where each enclosing inlined call began and where it
+    returned (TorchDynamo broke the graph at the outermost call and resumed the caller
+    after it). Returns (site, reason) for each claim that keeps its break."""
+    if backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return []
+    joined = [claim for claim in claims.values() if claim.kind in _JOINS_UNDER_GRAD]
+    boundaries_of = {claim.site: _original_boundaries(claim) for claim in joined}
+    refusals = [(site, failed("G312", _UNKNOWN_BOUNDARY_REASON)) for site, owned in boundaries_of.items() if owned is None]
+    if refusals or not joined:
+        return refusals
+    contributions = _gradient_contributions(output)
+    if contributions is None:
+        reason = "cannot tell which gradient contributions the graph's tensors receive"
+        return [(claim.site, failed("G312", reason)) for claim in joined]
+    boundaries = sorted({boundary for owned in boundaries_of.values() for boundary in owned})
+    offending = _boundaries_summed_across(boundaries, contributions)
+    for site, owned in boundaries_of.items():
+        reasons = [offending[boundary] for boundary in sorted(owned) if boundary in offending]
+        if reasons:
+            refusals.append((site, failed("G312", reasons[0])))
+    return refusals
+
+
+_UNKNOWN_BOUNDARY_REASON = "cannot tell where the original's graphs began and ended around it"
+
+
+def _original_boundaries(claim) -> set[int] | None:
+    """The autograd sequence numbers where the original's graphs met around the claimed
+    statement: at it and, for each inlined call it is in, where the call began and
+    where it returned. None where one is not known."""
+    boundaries = {claim.autograd_sequence}
+    for translator in claim.inlined_calls:
+        began = getattr(translator, CALL_BEGAN_ATTRIBUTE, None)
+        ended = getattr(translator, CALL_ENDED_ATTRIBUTE, None)
+        if began is None or ended is None:
+            return None
+        boundaries |= {began, ended}
+    return None if min(boundaries) < 0 else boundaries
+
+
+def _boundaries_summed_across(boundaries: list[int], contributions) -> dict[int, str]:
+    """The boundaries (sorted autograd sequence numbers where the original's graphs
+    met) across which the joined graph would sum some tensor's gradient in another
+    order, each with why."""
+    import bisect
+
+    offending: dict[int, str] = {}
+    for name, (made, sequences) in contributions.items():
+        groups: dict[int, int] = {}
+        for sequence in sequences:
+            group = bisect.bisect_right(boundaries, sequence)
+            groups[group] = groups.get(group, 0) + 1
+        if made is None:
+            if len(groups) > 1:
+                reason = (f"{name} receives gradient contributions in {len(groups)} of the original's graphs: "
+                          "one backward graph would hand the engine their sum where the original handed one each")
+                for boundary in boundaries[min(groups):max(groups)]:
+                    offending.setdefault(boundary, reason)
+            continue
+        home = bisect.bisect_right(boundaries, made)
+        latest = max(groups)
+        for group, count in groups.items():
+            if home < group < latest and count >= 2:
+                reason = (f"{name} receives {count} gradient contributions in a later graph of the original, "
+                          "and more in a still later one: one backward graph would add them one at a time "
+                          "where the original added their sum")
+                for boundary in boundaries[home:group]:
+                    offending.setdefault(boundary, reason)
+    return offending
+
+
+def earlier_tensors_stay_in_the_graph(output, graph_module, claims) -> list[tuple[tuple[str, int], str]]:
+    """Under a backend that traces one backward graph (``aot_eager``), a tensor that
+    autograd records, made before a claimed statement (or a view of one), must not
+    leave the joined graph. Where the original broke, such a tensor left an earlier
+    graph: a loss that reads only it ran that graph's backward alone, and the inputs
+    of the later graphs kept no gradient (``None``); joined, its gradient runs the whole
+    backward, which gives them zeros (an optimizer with momentum then moves them).
+    Checked when TorchDynamo hands the graph to the backend, once its outputs are
+    known; a claim refused here is traced again with its break. Returns (site, reason)
+    for each such claim."""
+    if backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return []
+    joined = [claim for claim in claims.values() if claim.kind in _JOINS_UNDER_GRAD]
+    results = next((node for node in reversed(graph_module.graph.nodes) if node.op == "output"), None)
+    if not joined or results is None:
+        return []
+    made_at = []
+    for node in results.all_input_nodes:
+        if node.op == "placeholder":
+            continue
+        for value in tensors_requiring_grad(node.meta.get("example_value")):
+            sequences = [
+                tensor.grad_fn._sequence_nr()
+                for tensor in (value, value._base if value._is_view() else None)
+                if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None
+            ]
+            if sequences:
+                made_at.append((min(sequences), node.name))
+    last_recorded = max(
+        (tensor.grad_fn._sequence_nr() for node in computed_nodes(output)
+         for tensor in tensors_requiring_grad(node.meta.get("example_value")) if tensor.grad_fn is not None),
+        default=-1,
+    )
+    refusals = []
+    for claim in joined:
+        boundaries = _original_boundaries(claim)
+        if boundaries is None:
+            refusals.append((claim.site, failed("G313", _UNKNOWN_BOUNDARY_REASON)))
+            continue
+        if last_recorded < max(boundaries):
+            # Nothing after the statement records autograd (a loss printed last): the
+            # joined backward is the earlier graph's.
+            continue
+        for sequence, name in made_at:
+            if sequence < max(boundaries):
+                refusals.append((claim.site, failed("G313",
+                    f"the tensor `{name}`, made before it, leaves the joined graph: a gradient reaching it alone "
+                    "would run the whole joined backward, where the original ran only an earlier graph's"
+                )))
+                break
+    return refusals
+
+
+def _gradient_contributions(output) -> dict[str, tuple[int | None, list[int]]] | None:
+    """For each tensor that receives a gradient from the graph's autograd nodes: the
+    sequence number of the node that made it (None for a graph input or another leaf),
+    and the sequence numbers of the nodes that send it a contribution, one per edge
+    (None: not known)."""
+    names: dict[tuple[int, int], str] = {}
+    made: dict[tuple[int, int], int | None] = {}
+    held = []
+    outside = set()
+    for node in output.graph.nodes:
+        for value in tensors_requiring_grad(node.meta.get("example_value")):
+            function = value.grad_fn
+            if function is None:
+                if node.op not in ("placeholder", "get_attr"):
+                    continue
+                held.append(value)
+                names[(id(value), -1)] = f"the graph input `{node.name}`"
+            elif node.op in ("placeholder", "get_attr"):
+                held.append(function)
+                outside.add(id(function))
+                names[(id(function), value.output_nr)] = f"the graph input `{node.name}`"
+            else:
+                held.append(function)
+                names.setdefault((id(function), value.output_nr), f"the tensor `{node.name}`")
+    contributions: dict[tuple[int, int], list[int]] = {}
+    try:
+        pending = [
+            value.grad_fn
+            for node in computed_nodes(output)
+            for value in tensors_requiring_grad(node.meta.get("example_value"))
+            if value.grad_fn is not None and id(value.grad_fn) not in outside
+        ]
+        # Held so that each node's Python object, and so its id, stays the same.
+        seen: dict[int, object] = {}
+        while pending:
+            function = pending.pop()
+            if id(function) in seen:
+                continue
+            seen[id(function)] = function
+            sequence = function._sequence_nr()
+            for child, input_number in function.next_functions:
+                if child is None:
+                    continue
+                variable = getattr(child, "variable", None)
+                key = (id(variable), -1) if variable is not None else (id(child), input_number)
+                if key not in made:
+                    inside = variable is None and id(child) not in outside
+                    made[key] = child._sequence_nr() if inside else None
+                    # A leaf the graph reads some other way than as an input (a module's
+                    # parameter kept as an attribute) is an input all the same.
+                    default = f"a tensor made by `{type(child).__name__}`" if inside else "a leaf"
+                    names.setdefault(key, default)
+                    held.append(variable if variable is not None else child)
+                contributions.setdefault(key, []).append(sequence)
+                if variable is None and id(child) not in outside and hasattr(child, "next_functions"):
+                    pending.append(child)
+    except Exception:  # noqa: BLE001 - autograd's Python view changed: not known
+        return None
+    return {names[key]: (made[key], sequences) for key, sequences in contributions.items()}
+
+
+def _autograd_refusals(output, claims) -> list[tuple[tuple[str, int], str]]:
+    """(site, reason) for each claim refused because the joined graph records autograd."""
+    recorded = joined_graph_records_no_autograd(output)
+    if recorded is None:
+        return []
+    selections = [claim.site for claim in claims.values() if claim.kind not in _JOINS_UNDER_GRAD]
+    if selections:
+        return [(site, recorded) for site in selections]
+    backend = backend_differentiates_as_written(output)
+    if backend is not None:
+        return [(site, backend) for site in claims]
+    return gradient_sums_keep_their_order(output, claims)
+
+
+def random_draws_stay_on_their_side(output, claims) -> str | None:
+    """Where the original broke, its graphs drew random numbers apart: inductor takes
+    seeds from the generator once per graph that draws, so draws on both sides of a
+    claimed statement, joined in one graph, take one set of seeds where the original
+    took two. Where TorchDynamo ran the rest of the original frame eagerly, every draw
+    ran eagerly, with eager's generator. Draws on one
+    side only, in a frame the original compiled, are compiled the same either way."""
+    positions = draw_positions(output)
+    if not positions:
+        return None
+    if any(claim.rest_ran_eagerly for claim in claims.values()):
+        return failed("G307", "the original ran these random draws eagerly; compiled they would not advance the generator as eagerly")
+    for claim in claims.values():
+        if positions[0] < claim.position <= positions[-1]:
+            return failed("G307", "random draws on both sides of it would share one graph's seeds, where the original's graphs drew apart")
+    return None
+
+
+def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
+    """Where the rest of the original frame ran eagerly (TorchDynamo gave up on a frame
+    whose break was in a loop; or, after a guard's ``raise`` was traced once, on the
+    frame resumed at the guard), the mended frame may compile, but only as one graph to
+    its end: the graph's own checks then cover all of it. A break left after the claim
+    would compile the rest in resumed frames that no check sees, whose ops fail while
+    traced where the original raised the user's error eagerly, or whose random draws
+    are dropped."""
+    if graph_break:
+        return failed(
+            "G310",
+            "the rest of the original frame ran eagerly, and the mended frame still breaks "
+            "later, so the rest would run compiled"
+        )
+    return None
+
+
+def outputs_share_no_graph_with_a_lowered_guard(output, claims) -> str | None:
+    """A lowered guard is an assertion, which inductor fuses into a kernel; graphmend's
+    output is an operator ordered only with other output. Inductor may then run the
+    output before a guard that comes first (the output is made although the original
+    raised first, and the kernels after it read freed buffers) or after
+    one that comes later (the output is lost). So output keeps its break in a graph
+    with a lowered guard, unless the backend runs the graph's ops in order (TorchDynamo's
+    ``eager`` and ``aot_eager``, or one marked ``keeps_graph_order``)."""
+    kinds = {claim.kind for claim in claims.values()}
+    if GUARD in kinds and OUTPUT in kinds and not backend_keeps_graph_order(output):
+        return failed("D301", "a lowered guard shares the graph, and the backend may not keep output and guards in order")
+    return None
+
+
+def outputs_share_no_graph_with_an_input_written_in_place(output, claims) -> str | None:
+    """Inductor frees a graph input too early when the graph holds an output operator
+    and writes an input in place from another tensor (``x.copy_(y)``, ``torch.exp(y,
+    out=x)``, ``x.add_(y)``), before the output or after it: the kernel that writes the
+    input then reads a deleted name (UnboundLocalError, with the write before the output
+    or after it; the same with any ordered-effect operator in place of graphmend's). Output in such a graph keeps its break, unless the backend
+    runs the graph's ops in order."""
+    if not any(claim.kind == OUTPUT for claim in claims.values()) or backend_keeps_graph_order(output):
+        return None
+    for node in inputs_written_in_place(output):
+        return failed("D302", f"the graph writes its input `{node.name}` in place, and the backend may free it early")
+    return None
+
+
+def ordered_operators_share_no_graph_with_aliased_inputs_written_in_place(output, claims) -> str | None:
+    """AOTAutograd fails on a graph holding an ordered operator (graphmend's output or
+    lowered guard) that writes in place an input sharing its memory with another input
+    (``x.sub_(y)`` with ``x.flatten()`` also an input): the forward it builds for the
+    effect tokens reads a token it was not given (StopIteration under ``aot_eager``,
+    InductorError under inductor; seen where Capture joined the
+    graph around ``torch.where(x.flatten() > 0)`` and Defer put a print in it). Output
+    and lowered guards in such a graph keep their breaks, unless the backend runs the
+    graph as written (TorchDynamo's ``eager``, or one marked ``runs_the_graph_as_written``)."""
+    if not any(claim.kind in (OUTPUT, GUARD) for claim in claims.values()):
+        return None
+    if backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return None
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    inputs_by_memory: dict = {}
+    for node in output.graph.nodes:
+        example = node.meta.get("example_value") if node.op == "placeholder" else None
+        if isinstance(example, torch.Tensor) and not example.is_sparse:
+            inputs_by_memory.setdefault(StorageWeakRef(example.untyped_storage()).cdata, []).append((node, example))
+    for sharing in inputs_by_memory.values():
+        written = [node.name for node, example in sharing if example._version > 0]
+        if len(sharing) > 1 and written:
+            return failed(
+                "G309",
+                f"the graph writes its input `{written[0]}` in place, which shares its memory with another"
+                " input, and the backend fails on such a graph holding an ordered operator"
+            )
+    return None
+
+
+_BATCH_NORM_FUNCTIONS = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit_no_training"})
+
+
+def batch_norms_read_contiguous_tensors(output) -> str | None:
+    """torch 2.13 traces a batch norm of a tensor that is not contiguous (``bn(x.transpose(1,
+    3))``) with an output laid out as its input, where the CPU kernel returns a
+    contiguous one. A backend that plans views by the traced strides (``aot_eager``,
+    inductor) then fails on the real tensor at a later ``reshape`` in the same graph
+    ("view size is not compatible": CLAP's audio encoder, whose original graph ends at
+    the break just after its batch norm). Joined graphs may put such a reshape after
+    it, so no claim survives in a graph holding one, unless the backend runs the graph
+    as written on the real tensors (TorchDynamo's ``eager``, or one marked
+    ``runs_the_graph_as_written``). Inductor is no exception: it checks the strides of
+    what it hands a kernel it does not generate (CLAP's audio features entering a
+    ``torch.cond`` branch: "expected size 4==4, stride 1==4096")."""
+    if backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return None
+    modules = getattr(output, "nn_modules", {})
+    for node in computed_nodes(output):
+        if node.op == "call_module":
+            if not isinstance(modules.get(node.target), ops.batch_norm_module_types()):
+                continue
+        elif getattr(node.target, "__name__", None) not in _BATCH_NORM_FUNCTIONS:
+            continue
+        read = node.args[0] if node.args else node.kwargs.get("input")
+        value = read.meta.get("example_value") if isinstance(read, torch.fx.Node) else None
+        if not known_contiguous(value):
+            return failed(
+                "G308",
+                "a batch norm in the joined graph reads a tensor that is not contiguous, whose "
+                "output strides torch traces unlike the kernel's; the backend plans views by them"
+            )
+    return None
+
+
+def joined_graph_writes_no_inference_tensor_in_place(output) -> str | None:
+    """An inference tensor (made inside ``torch.inference_mode()``, in an earlier graph or
+    eagerly) given to the joined graph and written in place there fails at run time
+    outside the mode. In the original the write sat in a graph of its own: the graphs
+    before it had returned (TorchDynamo applying their side effects) and, under a
+    functionalizing backend, whose write to an input comes after the graph's ops, the
+    output and guards the joined graph holds came after the failure (for example
+    ``F.relu(h, inplace=True)`` of a helper's result inside the mode, then a
+    print that Defer put in the graph after a Capture; the mended run printed it before
+    failing). A call made inside the mode (serving code) writes its inference tensors
+    as the program does."""
+    if getattr(store.conversion, "inference_mode", None):
+        return None
+    for node in inputs_written_in_place(output):
+        try:
+            given = node.meta["grapharg"].example
+        except Exception:  # noqa: BLE001 - no real tensor recorded: not known to be ordinary
+            given = None
+        if not isinstance(given, torch.Tensor) or given.is_inference():
+            return failed("G305", f"the joined graph writes its input `{node.name}` in place, an inference tensor, which fails")
+    return None
+
+
+def joined_graph_writes_through_no_out_keyword(output) -> str | None:
+    """torch 2.13's functionalization gives a tensor written through ``out=`` the layout of
+    the op's result, not its own: read later in the same graph (``torch.tanh(y,
+    out=x)`` with ``y`` laid out transposed, then ``torch.tanh(x)``), it computes a
+    result laid out as ``y`` where eager code keeps ``x``'s (seen where Capture joined the read to the write's graph; the original read ``x`` as an
+    input of the next graph). No claim survives in a graph writing through ``out=``,
+    unless the backend runs the graph as written (TorchDynamo's ``eager``, or one
+    marked ``runs_the_graph_as_written``)."""
+    if backend_is(output, ("eager",), "runs_the_graph_as_written"):
+        return None
+    for node in computed_nodes(output):
+        if node.kwargs.get("out") is not None:
+            return failed("G306", "the joined graph writes through `out=`, whose layout the backend may not keep")
+    return None
+
+
+def joined_graph_enters_no_inference_mode(output) -> str | None:
+    """A claim made outside a ``torch.inference_mode()`` block joins the graph holding the
+    block with code after it (or before it) that the original ran in another graph.
+    The block's outputs are inference tensors when the graph runs under ``eager``, and
+    an in-place update of one after the block then fails at run time inside the joined
+    graph, losing the side effects TorchDynamo applies after a graph returns (a
+    forward hook's ``HISTORY.append``), where the original's
+    graph had returned before the update failed; a functionalizing backend fails to
+    compile the update instead (``BackendCompilerFailed``). Claims made inside the
+    block are refused when made (``not_inside_inference_mode``)."""
+    for node in computed_nodes(output):
+        if getattr(node.target, "__name__", None) == "_enter_inference_mode" and (not node.args or node.args[0]):
+            return failed("G304", "the joined graph enters `torch.inference_mode()`, whose outputs are inference tensors")
+    return None
+
+
+# Capture's operators whose output size is a fresh unbacked symbol (``dynamic_shapes``).
+_SIZE_MAKING_OPERATORS = ("graphmend::nonzero", "graphmend::nonempty_positions")
+
+
+def captured_sizes_decide_no_break(output, translator, claims, graph_break: bool) -> str | None:
+    """A capture removes the break at its call only when the trace goes past every use of
+    the size it made. When the graph breaks with that size on TorchDynamo's stack (the
+    branch ``if len(positions) > 0:`` whose merged form was refused, a print of the
+    count), the break is still there, only later: the graph after it starts elsewhere
+    than the original's and takes as inputs tensors the original's computes itself.
+    Such a graph can meet torch's own bugs where the original's does not (one wrote an
+    input not requiring grad with rows that do, and wrote and
+    returned another input, and AOTAutograd in torch 2.13 returned one output's values
+    for another). A capture that removes no break keeps the original call and its break."""
+    if not graph_break:
+        return None
+    refused = refused_capture_reason(claims)
+    if refused is not None:
+        return refused
+    made = set()
+    for node in output.graph.nodes:
+        overload = getattr(node.target, "_overloadpacket", None) if node.op == "call_function" else None
+        if getattr(overload, "_qualified_op_name", None) in _SIZE_MAKING_OPERATORS:
+            made |= unbacked_symbols(node.meta.get("example_value"))
+    if not made:
+        return None
+    frame = translator
+    while frame is not None:
+        for variable in getattr(frame, "stack", ()):
+            if unbacked_symbols(getattr(variable, "sym_num", None)) & made:
+                return failed("C301", "the graph breaks on the size the capture made, so the capture removes no break")
+        frame = getattr(frame, "parent", None)
+    return None
+
+
+def refused_capture_reason(claims) -> str | None:
+    """Why the first capture claim of a trace was refused since it was made, if one was."""
+    for claim in claims.values():
+        if claim.kind == CAPTURE and refused_reason(claim.site):
+            return refused_reason(claim.site)
+    return None
+
+
+def merged_branches_were_traced(output, claims) -> list[tuple[str, int]]:
+    """The merged branches claimed in this trace whose ``torch.cond`` it never reached:
+    TorchDynamo broke the graph at the call (a size in the body it had to know, which
+    it turns into a break and a trace that stops before the call) and would run the
+    rewritten branch eagerly, where the original's branch was compiled."""
+    entered = getattr(output, MERGES_ENTERED_ATTRIBUTE, set())
+    return [claim.site for claim in claims.values() if claim.kind == MERGE and claim.site not in entered]
+
+
+def items_stay_with_lowered_checks(output, claims, refused_sites) -> list[tuple[str, int]]:
+    """A ``.item()`` stays a tensor only for a check lowered into the same graph. Where
+    no check that reads it is lowered in this trace (or each such check's claim is
+    refused), the original breaks at the ``.item()``, and its resume function starts with
+    a Python number: under ``dynamic=True`` a symbolic one, which the check's f-string
+    message cannot format while traced, so TorchDynamo gave up that resume function and
+    ran the rest of the frame eagerly; the mended frame, holding a tensor, broke only at
+    the check's eager call and traced the rest, and an op there that fails made
+    TorchDynamo's error where the original raised the op's own. Returns the sites of such ITEM claims."""
+    lowered = getattr(output, CHECKS_LOWERED_ATTRIBUTE, {})
+    unsupported = []
+    for claim in claims.values():
+        if claim.kind != ITEM or claim.site in refused_sites:
+            continue
+        guards = [lowered.get((claim.site[0], line)) for line in claim.checks]
+        if not any(guard is not None and guard not in refused_sites for guard in guards):
+            unsupported.append(claim.site)
+    return unsupported
+
+
+_ITEM_WITHOUT_CHECK_REASON = failed("T301", "no check that reads it stays lowered in the same graph")
+
+
+def whole_trace_refusals(output, translator, claims, graph_break: bool):
+    """(site, kind, reason) for each claim the whole trace refuses; an ITEM claim goes
+    with the checks it was kept for."""
+    refusals = _claim_refusals(output, translator, claims, graph_break)
+    refused_sites = {site for site, kind, _reason in refusals if kind == ALWAYS or torch.is_grad_enabled()}
+    return refusals + [
+        (site, ALWAYS, _ITEM_WITHOUT_CHECK_REASON)
+        for site in items_stay_with_lowered_checks(output, claims, refused_sites)
+    ]
+
+
+def _claim_refusals(output, translator, claims, graph_break: bool):
+    stopped = merged_branches_were_traced(output, claims)
+    if stopped:
+        reason = failed("C302", "TorchDynamo broke the graph at the branch's `torch.cond`")
+        return [(site, ALWAYS, reason) for site in stopped]
+    decided = captured_sizes_decide_no_break(output, translator, claims, graph_break)
+    if decided is not None:
+        return [(claim.site, ALWAYS, decided) for claim in claims.values() if claim.kind == CAPTURE]
+    with_guard = outputs_share_no_graph_with_a_lowered_guard(output, claims) or (
+        outputs_share_no_graph_with_an_input_written_in_place(output, claims)
+    )
+    if with_guard is not None:
+        return [(claim.site, ALWAYS, with_guard) for claim in claims.values() if claim.kind == OUTPUT]
+    aliased = ordered_operators_share_no_graph_with_aliased_inputs_written_in_place(output, claims)
+    if aliased is not None:
+        return [(claim.site, ALWAYS, aliased) for claim in claims.values() if claim.kind in (OUTPUT, GUARD)]
+    for_all = (
+        random_draws_stay_on_their_side(output, claims)
+        or batch_norms_read_contiguous_tensors(output)
+        or joined_graph_enters_no_inference_mode(output)
+        or joined_graph_writes_no_inference_tensor_in_place(output)
+        or joined_graph_writes_through_no_out_keyword(output)
+    )
+    if for_all is not None:
+        return [(site, ALWAYS, for_all) for site in claims]
+    under_grad = _autograd_refusals(output, claims)
+    if under_grad:
+        return [(site, UNDER_GRAD, reason) for site, reason in under_grad]
+    rest_compiled = rest_of_eager_frame_compiles_whole(graph_break)
+    if rest_compiled is None:
+        return []
+    return [(claim.site, ALWAYS, rest_compiled) for claim in claims.values() if claim.rest_ran_eagerly]
+
+
+def backend_compiles_the_joined_graph(output, raised: BaseException) -> str | None:
+    """The backend compiles the joined graph. Where the original broke, the backend
+    compiled each of its graphs apart, and one may compile where the joined graph does
+    not: AOTAutograd traces the backward of the whole graph at once, and fails while
+    compiling where a tensor it saves for backward is written in place later in the same
+    graph (``torch.relu(y)`` then ``y.mul_(2)``), where the original's graphs saved it in
+    one graph and wrote it in the next, and the error came from ``backward()``, as
+    eagerly. A claim whose joined graph the backend fails on keeps its break; the frame
+    is traced again, and an error the original's own graphs raise is raised as theirs.
+    TorchDynamo's own signals (a restart, a frame to skip) pass through."""
+    from graphmend.torch_adapter.errors import is_dynamo_signal, what_the_backend_raised
+
+    if is_dynamo_signal(raised):
+        return None
+    cause = what_the_backend_raised(raised)
+    return failed(
+        "G314", f"the backend failed to compile the joined graph ({type(cause).__name__}), "
+        "where the original's graphs compiled apart"
+    )
