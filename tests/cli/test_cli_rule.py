@@ -27,7 +27,7 @@ def test_a_rewritten_category_shows_its_rule_and_legality_conditions(cli, code, 
     assert outcome.code == 0
     assert outcome.out.startswith(f"{code.upper()}: {CATEGORY_TITLES[code.upper()]}, rewritten by {rule}")
     assert condition in outcome.out
-    assert "graphmend.runtime.claims" in outcome.out
+    assert "graphmend.runtime.whole_trace_conditions" in outcome.out
 
 
 def test_a_rewritten_category_lists_every_condition_of_its_rule_and_those_every_rule_passes(cli):

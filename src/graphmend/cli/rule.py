@@ -83,8 +83,8 @@ _PHASE_TITLES = {
     "static": "Static, when the source is rewritten (a failure leaves the source as it was)",
     "while tracing": "While tracing, at the statement (a failure runs the original statement)",
     WHOLE_TRACE: (
-        "Whole trace, before the graph is compiled (graphmend.runtime.claims: a failure\n"
-        "traces the frame again with the statement's break kept)"
+        "Whole trace, before the graph is compiled (graphmend.runtime.whole_trace_conditions:\n"
+        "a failure traces the frame again with the statement's break kept)"
     ),
 }
 

@@ -20,8 +20,6 @@ from graphmend.runtime import restored_frames
 from graphmend.runtime.store import store
 from graphmend.runtime.traps import raise_original_for_trap_failure
 
-_original_compile = None
-
 
 def _leave_compiled_call() -> None:
     """Run by torch when a compiled call ends (its compile wrapper's ``finally``)."""
@@ -93,15 +91,16 @@ def is_boundary(frame) -> bool:
     return _enter_compiled_call in (getattr(context, "enter_exit_hooks", None) or ())
 
 
-def _compile_with_boundary(model=None, **options):
+def _compile_with_boundary(original_compile, model=None, **options):
+    """``torch.compile`` (``original_compile``), with the boundary installed on what it returns."""
     if model is None:
-        decorator = _original_compile(**options)
+        decorator = original_compile(**options)
 
         def decorate(fn):
             return install_boundary(decorator(fn))
 
         return decorate
-    return install_boundary(_original_compile(model, **options))
+    return install_boundary(original_compile(model, **options))
 
 
 def install_compile_wrappers() -> None:

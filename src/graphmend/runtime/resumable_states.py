@@ -24,9 +24,6 @@ from graphmend.runtime.trace_decisions import is_runtime_file
 _CALLS = ("call_function", "call_method", "call_module")
 _FRAME_FILE = re.compile(r'^\s*File "([^"]+)", line \d+')
 
-hook_installed = False
-
-
 def made_by_the_runtime(node) -> bool:
     """Whether the innermost frame TorchDynamo recorded for ``node`` is in graphmend's
     runtime (a node without a recorded frame is the program's)."""

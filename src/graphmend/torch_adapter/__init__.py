@@ -72,10 +72,9 @@ def _runtime(name: str):
 
 def _compile_boundary(original):
     compiled_calls = _runtime("compiled_calls")
-    compiled_calls._original_compile = original
 
     def compile_with_boundary(model=None, **options):
-        return compiled_calls._compile_with_boundary(model, **options)
+        return compiled_calls._compile_with_boundary(original, model, **options)
 
     functools.update_wrapper(compile_with_boundary, original)
     return compile_with_boundary
@@ -221,8 +220,6 @@ def available(patch: Patch) -> bool:
 def _set_claims_hook(patch: Patch, installed: bool) -> None:
     if patch.claims_hook:
         _runtime("store").store.hooks_installed[patch.name] = installed
-    if patch.name == "count_only_the_programs_calls":
-        _runtime("resumable_states").hook_installed = installed
 
 
 def active() -> bool:
