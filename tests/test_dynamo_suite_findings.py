@@ -40,7 +40,7 @@ def test_an_exception_out_of_a_compiled_function_has_the_frames_it_has_without_g
     torch_adapter.activate()
     try:
         torch._dynamo.reset()
-        bare = compiled_calls._original_compile(function, backend="eager", fullgraph=True)
+        bare = compiled_calls.original_compile()(function, backend="eager", fullgraph=True)
         through_the_boundary = torch.compile(function, backend="eager", fullgraph=True)
         assert _frames_below_the_call(through_the_boundary) == _frames_below_the_call(bare)
     finally:

@@ -95,13 +95,13 @@ def test_unrelated_runtime_errors_propagate_unchanged():
     from graphmend.runtime.traps import TRAP_MARKER
 
     assert torch_adapter.activate()
-    assert torch.compile is not compiled_calls._original_compile
+    assert torch.compile is not compiled_calls.original_compile()
 
     def broken(x):
         return x @ torch.ones(5, 5)
 
     raised = []
-    for compile_ in (compiled_calls._original_compile, torch.compile):
+    for compile_ in (compiled_calls.original_compile(), torch.compile):
         torch._dynamo.reset()
         with pytest.raises(Exception) as caught:
             compile_(broken, backend="eager")(torch.ones(3, 3))

@@ -307,7 +307,7 @@ def test_an_exception_out_of_a_compiled_function_has_exactly_torchs_frames(tmp_p
     ``call_compiled`` and ``run_compiled``."""
     module = _unrewritten(tmp_path)
     arguments = (torch.ones(2), "b")
-    without = _raised(module.main, *arguments, backend=backend, compile_=compiled_calls._original_compile)
+    without = _raised(module.main, *arguments, backend=backend, compile_=compiled_calls.original_compile())
     through = _raised(module.main, *arguments, backend=backend)
     assert type(through) is type(without) and str(through) == str(without)
     assert _all_frames(through) == _all_frames(without)
@@ -317,7 +317,7 @@ def test_an_exception_out_of_a_compiled_function_has_exactly_torchs_frames(tmp_p
 def test_a_raise_from_chain_out_of_a_compiled_function_is_unchanged(tmp_path):
     module = _unrewritten(tmp_path)
     arguments = (torch.ones(2), "b")
-    without = _raised(module.chained, *arguments, backend="eager", compile_=compiled_calls._original_compile)
+    without = _raised(module.chained, *arguments, backend="eager", compile_=compiled_calls.original_compile())
     through = _raised(module.chained, *arguments, backend="eager")
     assert type(through) is type(without) is LookupError
     assert type(through.__cause__) is KeyError and through.__suppress_context__
@@ -334,7 +334,7 @@ def test_a_compiled_modules_exception_has_exactly_torchs_frames(tmp_path):
             return x @ torch.ones(5, 5)
 
     raised = []
-    for compile_ in (compiled_calls._original_compile, torch.compile):
+    for compile_ in (compiled_calls.original_compile(), torch.compile):
         torch._dynamo.reset()
         model = compile_(Failing(), backend="eager")
         with pytest.raises(RuntimeError) as caught:

@@ -937,7 +937,7 @@ def _torch_compile_of(variant: str, applies: bool):
     tracebacks, a compile of a compiled function) is the mended program's difference."""
     from graphmend.runtime import compiled_calls
 
-    plain = compiled_calls._original_compile
+    plain = compiled_calls.original_compile()
     if not applies or variant == "mended" or plain is None:
         yield
         return

@@ -91,6 +91,13 @@ def is_boundary(frame) -> bool:
     return _enter_compiled_call in (getattr(context, "enter_exit_hooks", None) or ())
 
 
+def original_compile():
+    """torch's own ``torch.compile`` while graphmend's boundary replaces it (else None)."""
+    from graphmend import torch_adapter
+
+    return torch_adapter.replaced("compile_boundary")
+
+
 def _compile_with_boundary(original_compile, model=None, **options):
     """``torch.compile`` (``original_compile``), with the boundary installed on what it returns."""
     if model is None:

@@ -291,6 +291,12 @@ def applied() -> dict[str, object]:
     return {name: getattr(owner, next(p.attribute for p in PATCHES if p.name == name)) for name, (owner, _, _) in _applied.items()}
 
 
+def replaced(name: str):
+    """What the patch called ``name`` replaced, while it is applied (else None)."""
+    saved = _applied.get(name)
+    return None if saved is None else saved[2]
+
+
 def is_patched(value) -> bool:
     return getattr(value, _MARK, None) is not None
 
