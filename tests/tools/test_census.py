@@ -150,3 +150,30 @@ def test_summary_counts_per_model_and_cause_and_flags_worse_and_differing() -> N
     assert summary["sites"][0]["site"] == "models/m/modeling_m.py:7"
     report = text_report(summary)
     assert "breaks 4 -> 3" in report and "WORSE: b" in report and "DIFFERS: c" in report
+
+
+def test_a_waveform_leaves_the_feature_encoder_frames_for_two_specaugment_masks() -> None:
+    # In training mode wav2vec2-style models mask spans of `mask_time_length` frames;
+    # fewer frames than that raise in both arms, and the model is never counted.
+    transformers = pytest.importorskip("transformers")
+    import math
+
+    from tools.census.models import _waveform, tiny_config
+
+    config = tiny_config(transformers.HubertConfig)
+    samples = _waveform(config).shape[-1]
+    frames = samples // math.prod(config.conv_stride)
+    assert frames >= 2 * config.mask_time_length
+
+
+def test_an_arm_draws_the_same_numbers_from_numpy_and_python_in_each_process() -> None:
+    # SpecAugment draws from numpy: unseeded, the two arms' processes computed other masks.
+    numpy = pytest.importorskip("numpy")
+    import random
+
+    from tools.census.child import _seed_every_generator
+
+    _seed_every_generator()
+    first = (numpy.random.rand(), random.random())
+    _seed_every_generator()
+    assert (numpy.random.rand(), random.random()) == first

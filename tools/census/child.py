@@ -6,7 +6,7 @@ before anything of the model is imported. The result is written as JSON even whe
 fails; tensors are not written, only a SHA-256 of each one's bytes, dtype and shape, so
 two arms compare bit for bit wherever they ran.
 
-Steps, each after ``torch.manual_seed(0)`` and with fresh TorchDynamo state:
+Steps, each after seeding torch, Python and numpy, and with fresh TorchDynamo state:
 1. eager call (eval: under ``no_grad``; train: backward of the main output's sum);
 2. compiled call with the asked backend, counted: graphs, and each break as TorchDynamo
    records it (``graphmend.counting``, ``graphmend.dynamo_records``);
@@ -99,7 +99,7 @@ def _call(function, model, inputs: dict, mode: str, result: dict, prefix: str) -
 
     clear_warning_once_caches()
     model.zero_grad(set_to_none=True)
-    torch.manual_seed(0)
+    _seed_every_generator()
     with contextlib.redirect_stdout(io.StringIO()):
         if mode == "eval":
             with torch.no_grad():
@@ -165,6 +165,23 @@ def measure_model(model, inputs: dict, mode: str, backend: str, result: dict) ->
         result["fullgraph"] = False
         result["fullgraph_error"] = _headline(error)
     torch._dynamo.reset()
+
+
+def _seed_every_generator() -> None:
+    """Seed torch's, Python's and numpy's generators: training code draws from all three
+    (SpecAugment masks from numpy, LayerDrop from torch), and the two arms run in
+    processes of their own."""
+    import random
+
+    import torch
+
+    torch.manual_seed(0)
+    random.seed(0)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(0)
 
 
 def _build(entry: Entry, max_parameters: int, result: dict):

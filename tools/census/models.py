@@ -204,9 +204,17 @@ def _features(config):
 
 
 def _waveform(config):
+    """Samples enough for the feature encoder to leave twice the SpecAugment mask's frames,
+    which its training mode masks (fewer frames than a mask raise in both arms)."""
+    import math
+
     import torch
 
-    return torch.randn(BATCH, 1600)
+    strides = getattr(config, "conv_stride", None) or (320,)
+    kernels = getattr(config, "conv_kernel", None) or (0,)
+    frames = max(16, 2 * _find(config, "mask_time_length", default=10) + 2)
+    samples = max(1600, math.prod(strides) * frames + sum(kernels))
+    return torch.randn(BATCH, samples)
 
 
 # name forward takes -> a maker of that input from the config. The token inputs are the
