@@ -74,6 +74,11 @@ class Block(nn.Module):
         self.gate_up_proj = nn.Parameter(torch.randn(experts, 4 * width, width) / width)
         self.down_proj = nn.Parameter(torch.randn(experts, width, 2 * width) / width)
         self.act_fn = nn.SiLU()
+        self.scaled = 0
+
+    def scale(self, hidden_states):
+        self.scaled += 1
+        return hidden_states * 2.0
 
     def route(self, hidden_states):
         hidden_states = hidden_states.view(-1, hidden_states.shape[-1])
@@ -195,6 +200,13 @@ MUST_REWRITE = {
     "stacked, hits in no_grad": (program(), (1, 2), (1, 0)),
     "stacked, hits after the mask": (program(HITS), (1, 2), (1, 0)),
     "stacked, a copy of the hits": (program(loop=STACKED_LOOP.replace("in expert_hit:", "in expert_hit[:]:")), (1, 2), (1, 0)),
+    "stacked, `> 0` and `as_tuple=False`": (program(HITS.replace(
+        "torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()",
+        "(expert_mask.sum(dim=(-1, -2)) > 0).nonzero(as_tuple=False)",
+    )), (1, 2), (1, 0)),
+    "stacked, `F.silu` for the shared activation": (
+        program(loop=STACKED_LOOP.replace("self.act_fn(gate)", "F.silu(gate)")), (1, 2), (1, 0)
+    ),
     "module list, the class unpacked": (program(loop=LISTED_LOOP), (2, 2), (1, 0)),
     "module list, the row as index": (program(HITS, ROW_LOOP), (2, 2), (1, 0)),
 }
@@ -445,3 +457,24 @@ def test_must_not_rewrite_while_tracing_with_a_global_hook():
     finally:
         handle.remove()
     assert _declined("no_module_hooks")
+
+
+def test_must_not_rewrite_while_tracing_a_shared_call_that_is_a_method():
+    """``expert_calls_are_known``: ``self.scale(gate)`` looks like a shared module's
+    call, but is a method that counts: it would count for every expert."""
+    loop = STACKED_LOOP.replace("self.act_fn(gate) * up", "self.scale(gate) * up")
+    original, mended, result = original_and_mended(program(loop=loop))
+    assert result.changed and all(f.fixed for f in capture_findings(result))
+    model = original.build()
+    with torch.no_grad():
+        expected = model(ONE_TOKEN)
+    assert model.scaled == 2  # the two experts the token chose
+    for backend in ("eager", "aot_eager"):
+        mended_model = mended.build()
+        torch._dynamo.reset()
+        with torch.no_grad():
+            got = torch.compile(mended_model, backend=backend, dynamic=False)(ONE_TOKEN)
+        assert torch.equal(got, expected) and mended_model.scaled == model.scaled, backend
+    assert _declined("expert_calls_are_known: `Routed.scale` is set on the instance or the class"), (
+        store.trace_time_declines
+    )

@@ -68,7 +68,8 @@ Legality conditions (each a function, returning the reason it fails):
   ``C[e]`` (or reads stacked experts ``O.N[e]``, only as ``F.linear``'s weight or
   bias), the positions ``torch.where(M[e])``, values computed only from those
   positions (indexing by them, ``reshape(-1, ...)``, ``to``, arithmetic, the expert's
-  call, a shared module's call ``O.N(x)``, ``F.linear``, its ``.chunk(n, dim=-1)``), and
+  call, a shared module's call ``O.N(x)``, ``F.linear``, its ``.chunk(n, dim=-1)``,
+  torch's elementwise ``F.silu``, ``F.gelu``, ``torch.sigmoid``...), and
   ends in ``acc.index_add_(0, positions, value)``; nothing else. The loop variable is
   read only as those indices: a ``print`` of it, an ``append`` of it, is refused.
 - ``loop_names_stay_in_the_loop``: no name the loop binds (its variable included) is
@@ -112,6 +113,11 @@ from graphmend.rules.capture.positions import RULE
 
 _SHAPE_METHODS = frozenset({"to", "float", "half", "bfloat16", "double", "type_as", "contiguous"})
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+# torch's elementwise functions of one tensor: no rows give no rows, with no effect.
+_ELEMENTWISE = frozenset(
+    {f"torch.nn.functional.{name}" for name in ("silu", "gelu", "relu", "sigmoid", "tanh", "mish", "softplus")}
+    | {f"torch.{name}" for name in ("relu", "sigmoid", "tanh", "exp")}
+)
 
 
 def _is_name(node, name: str | None = None) -> bool:
@@ -360,6 +366,8 @@ class _Body:
             # Experts stacked in one tensor: ``F.linear(rows, O.N[e])`` maps no rows to none.
             return (not node.keywords and len(node.args) in (2, 3) and self.is_derived(node.args[0])
                     and all(self.is_expert_tensor(a) for a in node.args[1:]))
+        if isinstance(node, ast.Call) and self.qualified(node.func) in _ELEMENTWISE:
+            return len(node.args) == 1 and not node.keywords and self.is_derived(node.args[0])
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and self.is_derived(node.func.value):
             method, arguments = node.func.attr, node.args
             if node.keywords or any(self.reads_loop_names(a) or _calls(a) for a in arguments):
