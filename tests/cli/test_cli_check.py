@@ -416,3 +416,50 @@ def test_an_output_the_run_may_keep_under_inductor_is_not_fixed_alone(cli, write
     as_json = json.loads(cli("check", "--format", "json", "model.py").out)
     findings = as_json["findings"] if isinstance(as_json, dict) else as_json
     assert [finding["caveat"] is None for finding in findings] == [True, False, False, True, False, False]
+
+
+# transformers 5's routing loop over the experts a batch hit, experts stacked in tensors.
+EXPERT_HIT_MODULE = """\
+import torch
+import torch.nn as nn
+
+
+class Experts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.num_experts = 4
+        self.gate_up_proj = nn.Parameter(torch.randn(4, 16, 8))
+        self.down_proj = nn.Parameter(torch.randn(4, 8, 8))
+        self.act_fn = nn.SiLU()
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        final_hidden_states = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            expert_mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts)
+            expert_mask = expert_mask.permute(2, 1, 0)
+            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        for expert_idx in expert_hit:
+            expert_idx = expert_idx[0]
+            if expert_idx == self.num_experts:
+                continue
+            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+            current_state = hidden_states[token_idx]
+            gate, up = nn.functional.linear(current_state, self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
+            current_hidden_states = self.act_fn(gate) * up
+            current_hidden_states = nn.functional.linear(current_hidden_states, self.down_proj[expert_idx])
+            current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
+            final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
+        return final_hidden_states
+"""
+
+
+def test_a_loop_over_the_experts_hit_is_fixed_by_capture(cli, write):
+    write("experts.py", EXPERT_HIT_MODULE)
+    result = cli("check", "--all", "experts.py")
+    assert result.code == 1
+    assert result.out.splitlines() == [
+        "experts.py:18:13: DS loop over the chosen classes `expert_hit` (`.nonzero()`) (fixed by Capture)",
+        "experts.py:21:13: DC data-dependent branch `if expert_idx == self.num_experts:` (fixed by Capture)",
+        "experts.py:23:36: DS `torch.where` has a data-dependent output shape (fixed by Capture)",
+        "Found 3 break candidates in 1 file (3 fixable, 0 not fixable); 1 file checked.",
+    ]

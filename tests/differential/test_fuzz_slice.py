@@ -39,7 +39,7 @@ EVERY_CONSTRUCT = {
     "stderr-swapped", "stderr-to-stdout", "stderr-held",
     "own-stream-read", "check-call", "check-call-caught", "check-call-item", "finally-read",
     "positions-where", "positions-nonzero", "positions-argwhere", "positions-printed", "positions-copied",
-    "positions-copied-in-helper", "positions-routing", "positions-mask-index",
+    "positions-copied-in-helper", "positions-routing", "positions-routing-hit-rows", "positions-mask-index",
     "positions-branched-in-helper",
     "layout-grid-where", "layout-grid-nonzero", "layout-norm-of-transpose",
     "merge-plain", "merge-random", "merge-norm", "merge-hooked", "merge-count", "merge-print", "merge-read-after",

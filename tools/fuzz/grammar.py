@@ -355,6 +355,7 @@ class _Generator:
         self.mask_rng = random.Random(f"mask-index-{seed}")
         # Positions handed to a helper that branches on their count, own stream.
         self.helper_branch_rng = random.Random(f"positions-helper-branch-{seed}")
+        self.hit_rows_rng = random.Random(f"positions-hit-rows-{seed}")
         self.helper_branches_enabled = helper_branches
         self.helper_branches = False
         # Output calls whose own arguments make them fail, from a stream of their own.
@@ -904,6 +905,8 @@ class _Generator:
             kind = "mask-index"
         if self.helper_branches_enabled and self.helper_branch_rng.random() < 0.15:  # own stream, as above
             kind = "branched-in-helper"
+        if kind == "routing" and self.hit_rows_rng.random() < 0.5:  # own stream, as above
+            kind = "routing-hit-rows"
         self.feature(f"positions-{kind}")
         scatter_back = [
             f"{total} = torch.zeros_like({flat})",
@@ -944,6 +947,26 @@ class _Generator:
             lines += [
                 f"{positions} = ({flat} > {threshold}).nonzero()",
                 f'print("positions", positions_as_list({positions}))',
+            ]
+        elif kind == "routing-hit-rows":
+            # transformers 5's form: the rows of ``nonzero()``, each row's class unpacked.
+            mask, hits, expert, part, chosen = (f"mask{suffix}", f"hits{suffix}", f"expert{suffix}",
+                                                f"part{suffix}", f"e{suffix}")
+            lines += [
+                f"{total} = torch.zeros_like({flat})",
+                "with torch.no_grad():",
+                f"    {mask} = F.one_hot(({flat} > {threshold}).long(), num_classes=2)",
+                f"    {mask} = {mask}.permute(1, 0)",
+                f"    {hits} = torch.greater({mask}.sum(dim=(-1,)), 0).nonzero()",
+                f"for {chosen} in {hits}:",
+                f"    {chosen} = {chosen}[0]",
+                f"    if {chosen} == 2:",
+                "        continue",
+                f"    {expert} = ROUTER.experts[{chosen}]",
+                f"    ({positions},) = torch.where({mask}[{chosen}])",
+                f"    {part} = {expert}({flat}[{positions}]) * 2.0",
+                f"    {total}.index_add_(0, {positions}, {part})",
+                f"{target} = {target} + {total}.reshape({target}.shape)",
             ]
         else:
             mask, hits, expert, part, chosen = (f"mask{suffix}", f"hits{suffix}", f"expert{suffix}",

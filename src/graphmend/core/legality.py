@@ -296,6 +296,11 @@ _CONDITIONS = (
     (_C, STATIC, "C115", "destination_is_bound_at_the_branch",
      "graphmend.rules.capture.merges:destination_is_bound_at_the_branch",
      "the tensor the branch writes rows into is bound at the branch"),
+    (_C, STATIC, "C116", "hit_rows_unpacked_as_classes", "graphmend.rules.capture.loops:hit_rows_unpacked_as_classes",
+     "a loop over the rows of `nonzero()` takes each row's class first (`e = e[0]`) or reads the row only as an index"),
+    (_C, STATIC, "C117", "skip_tests_only_the_class_count",
+     "graphmend.rules.capture.loops:skip_tests_only_the_class_count",
+     "a leading `if e == E: continue` compares the class with the mask's own number of classes"),
     # Capture, while tracing (runtime/dynamic_shapes.py, runtime/expert_calls.py).
     (_C, WHILE_TRACING, "C201", "experts_are_a_module_list", "graphmend.runtime.dynamic_shapes:why_not_run_empty_exactly",
      "the experts are a torch `ModuleList` or `Sequential` with an expert for every class"),
@@ -309,6 +314,9 @@ _CONDITIONS = (
      "the tensor written with no rows is one this graph made, that nothing has read or saved"),
     (_C, WHILE_TRACING, "C206", "body_keeps_its_captures", "graphmend.runtime.dynamic_shapes:body_keeps_its_captures",
      "the loop body's capture of positions may be made in this trace"),
+    (_C, WHILE_TRACING, "C207", "expert_tensors_cover_every_class",
+     "graphmend.runtime.dynamic_shapes:why_not_run_empty_exactly",
+     "each tensor stacking the experts is a plain parameter or buffer, read with no code, with a row for every class"),
     # Capture, whole trace (runtime/whole_trace_conditions.py).
     (_C, WHOLE_TRACE, "C301", "captured_sizes_decide_no_break", "graphmend.runtime.whole_trace_conditions:captured_sizes_decide_no_break",
      "the graph does not break on a size a capture made, and tracing never needs it on the host"),

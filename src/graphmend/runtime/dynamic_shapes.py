@@ -135,14 +135,17 @@ def captured_argwhere(x, *args, **kwargs):
 # ------------------------------------------------------------------------------------
 # A loop over the experts a batch chose, run over every expert (``rules/capture/loops.py``).
 
-def experts_run_empty_exactly(experts, classes, body_lines=(), destination=None) -> bool:
+def experts_run_empty_exactly(experts, classes, body_lines=(), destination=None, tensors=(), modules=()) -> bool:
     """Whether running the loop's body for every class ``< classes`` is exact: each
-    expert ``experts[e]`` maps rows to rows with no effect (so no token, no effect), no
-    gradient is recorded for it, and the ``index_add_`` of no rows into ``destination``
-    writes a tensor nothing outside this graph or autograd can see. ``body_lines``
-    (first, last) are the loop body's lines in the caller's file: a claim refused there
-    (the positions' capture) leaves the original loop, whose break is before it. A
-    constant of the trace; not tracing, False."""
+    expert ``experts[e]`` (None where the experts are stacked in tensors) maps rows to
+    rows with no effect (so no token, no effect), each stacked tensor ``owner.name`` of
+    ``tensors`` has a row for every class, each module ``owner.name`` of ``modules``
+    (shared by the experts) is known as an expert is, no gradient is recorded for any
+    of them, and the ``index_add_`` of no rows into ``destination`` writes a tensor
+    nothing outside this graph or autograd can see. ``body_lines`` (first, last) are the
+    loop body's lines in the caller's file: a claim refused there (the positions'
+    capture) leaves the original loop, whose break is before it. A constant of the
+    trace; not tracing, False."""
     exact = False
     comptime(_decide_experts)
     return exact
@@ -150,14 +153,23 @@ def experts_run_empty_exactly(experts, classes, body_lines=(), destination=None)
 
 def _decide_experts(context) -> None:
     trace_decisions.decide_in_trace(
-        context, "exact", ("experts", "classes", "body_lines", "destination"), _experts_exact,
-        read=_module_node_or_constant,
+        context, "exact", ("experts", "classes", "body_lines", "destination", "tensors", "modules"), _experts_exact,
+        read=_read_nested,
     )
 
 
-def _experts_exact(translator, experts, classes, body_lines, destination) -> bool:
+def _read_nested(variable):
+    """``_module_node_or_constant`` of a variable, item by item for a tuple of them."""
+    from graphmend.torch_adapter.tracing import TupleVariable
+
+    if type(variable) is TupleVariable:
+        return tuple(_read_nested(item) for item in variable.items)
+    return _module_node_or_constant(variable)
+
+
+def _experts_exact(translator, experts, classes, body_lines, destination, tensors, modules) -> bool:
     reason = (
-        why_not_run_empty_exactly(experts, classes)
+        why_not_run_empty_exactly(experts, classes, tensors, modules)
         or why_destination_may_be_seen(translator, destination)
         or body_keeps_its_captures(translator, body_lines)
     )
@@ -201,32 +213,65 @@ def _module_node_or_constant(variable):
     return variable.as_python_constant()
 
 
-def why_not_run_empty_exactly(experts, classes) -> str | None:
+def why_not_run_empty_exactly(experts, classes, tensors=(), modules=()) -> str | None:
     """The while-tracing conditions on the experts (``rules/capture/loops.py``), each
     reason naming its condition:
-    - ``experts_are_a_module_list``: ``classes`` an int, ``experts`` a ``ModuleList`` or
-      ``Sequential`` as torch defines it (its ``__getitem__`` runs for every class), with
-      an expert for every class;
+    - ``experts_are_a_module_list``: ``classes`` an int, ``experts`` (where the body
+      takes its expert from a container) a ``ModuleList`` or ``Sequential`` as torch
+      defines it (its ``__getitem__`` runs for every class), with an expert for every
+      class;
+    - ``expert_tensors_cover_every_class``: each stacked tensor ``owner.name`` is a
+      parameter or buffer of the module ``owner``, read with no code of its own, a
+      plain tensor with a row for every class;
     - ``no_module_hooks``: no global module hook (forward, pre-forward, backward);
-    - ``no_expert_gradients``: no gradient recorded for an expert's parameters (one that
-      ran on no token would get a zero gradient where the original's has none);
-    - ``expert_calls_are_known``: each expert's whole call is known to do nothing on no
-      rows (``graphmend.runtime.expert_calls``): its class's ``forward`` and every
-      module it reaches, no instance attribute replacing a method, no hook on it or on a
-      module it calls, no tensor of a subclass."""
+    - ``no_expert_gradients``: no gradient recorded for an expert's parameters, a
+      stacked tensor or a shared module's parameters (one that ran on no token would
+      get a zero gradient where the original's has none);
+    - ``expert_calls_are_known``: each expert's whole call, and each shared module's,
+      is known to do nothing on no rows (``graphmend.runtime.expert_calls``): its
+      class's ``forward`` and every module it reaches, no instance attribute replacing
+      a method, no hook on it or on a module it calls, no tensor of a subclass."""
     if type(classes) is not int or classes < 0:
         return failed("C201", "experts_are_a_module_list: the number of classes is not an int")
-    kind = type(experts)
-    if kind not in (torch.nn.ModuleList, torch.nn.Sequential) or len(experts) < classes:
-        return failed("C201", "experts_are_a_module_list: the experts are not a module list with an expert for every class")
-    if inspect.getattr_static(kind, "__getitem__") is not _CONTAINER_ITEMS[kind]:
-        return failed("C201", f"experts_are_a_module_list: `{kind.__name__}.__getitem__` is not torch's")
+    if experts is not None:
+        kind = type(experts)
+        if kind not in (torch.nn.ModuleList, torch.nn.Sequential) or len(experts) < classes:
+            return failed(
+                "C201", "experts_are_a_module_list: the experts are not a module list with an expert for every class"
+            )
+        if inspect.getattr_static(kind, "__getitem__") is not _CONTAINER_ITEMS[kind]:
+            return failed("C201", f"experts_are_a_module_list: `{kind.__name__}.__getitem__` is not torch's")
+    stacked = []
+    for owner, name in tensors:
+        value, reason = _plain_member(owner, name, ("_parameters", "_buffers"))
+        if reason is None and not (type(value) in (torch.Tensor, torch.nn.Parameter) and value.dim() >= 1
+                                   and value.shape[0] >= classes):
+            reason = f"`{name}` is not a plain tensor with a row for each of the {classes} classes"
+        if reason is not None:
+            return failed("C207", f"expert_tensors_cover_every_class: {reason}")
+        stacked.append((name, value))
+    shared = []
+    for owner, name in modules:
+        module, reason = _plain_member(owner, name, ("_modules",))
+        if reason is not None:
+            return failed("C204", f"expert_calls_are_known: {reason}")
+        shared.append((name, module))
     hooked = expert_calls.global_hooks()
     if hooked:
         return failed("C202", f"no_module_hooks: {hooked}")
-    for index in range(classes):
+    recording = torch.is_grad_enabled()
+    for name, value in stacked:
+        if recording and value.requires_grad:
+            return failed("C203", f"no_expert_gradients: gradients are recorded for the stacked experts `{name}`")
+    for name, module in shared:
+        if recording and any(p.requires_grad for p in module.parameters()):
+            return failed("C203", f"no_expert_gradients: gradients are recorded for the shared `{name}`'s parameters")
+        reason = expert_calls.why_call_not_known(module)
+        if reason:
+            return failed("C204", f"expert_calls_are_known: the shared `{name}`: {reason}")
+    for index in range(classes if experts is not None else 0):
         expert = experts[index]
-        if torch.is_grad_enabled() and any(p.requires_grad for p in expert.parameters()):
+        if recording and any(p.requires_grad for p in expert.parameters()):
             return failed("C203", f"no_expert_gradients: gradients are recorded for expert {index}'s parameters")
         reason = expert_calls.why_call_not_known(expert)
         if reason:
@@ -234,6 +279,27 @@ def why_not_run_empty_exactly(experts, classes) -> str | None:
     return None
 
 
+def _plain_member(owner, name: str, tables: tuple[str, ...]):
+    """(value, None) where ``owner.name`` is found in one of ``owner``'s tables
+    (``_parameters``, ``_buffers``, ``_modules``) with no code of its own on the way: no
+    instance attribute or class attribute (a property) of that name, torch's
+    ``__getattr__`` and ``object.__getattribute__``. Otherwise (None, the reason)."""
+    if not isinstance(owner, torch.nn.Module):
+        return None, f"`{name}` does not belong to a module"
+    kind = type(owner)
+    if (inspect.getattr_static(kind, "__getattr__", None) is not torch.nn.Module.__dict__["__getattr__"]
+            or inspect.getattr_static(kind, "__getattribute__", None) is not object.__getattribute__):
+        return None, f"`{kind.__name__}` changes attribute lookup"
+    if name in vars(owner) or inspect.getattr_static(kind, name, _ABSENT) is not _ABSENT:
+        return None, f"`{kind.__name__}.{name}` is set on the instance or the class"
+    for table in tables:
+        found = vars(owner).get(table, {})
+        if name in found and found[name] is not None:
+            return found[name], None
+    return None, f"`{kind.__name__}.{name}` is not a {' or '.join(t.strip('_').rstrip('s') for t in tables)}"
+
+
+_ABSENT = object()
 _CONTAINER_ITEMS = {kind: kind.__dict__["__getitem__"] for kind in (torch.nn.ModuleList, torch.nn.Sequential)}
 
 

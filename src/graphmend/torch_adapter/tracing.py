@@ -41,6 +41,7 @@ _VARIABLES = (
     "ConstantVariable",
     "SymNodeVariable",
     "TensorVariable",
+    "TupleVariable",
     "UserDefinedObjectVariable",
 )
 __getattr__ = lazy_names(__name__, dict.fromkeys(_VARIABLES, "torch._dynamo.variables"))

@@ -1,4 +1,4 @@
-"""Capture's static legality conditions (ids ``C101``-``C115`` in ``core/legality.py``).
+"""Capture's static legality conditions (ids ``C101``-``C117`` in ``core/legality.py``).
 
 Each check stays beside the pass that calls it, since it reads that pass's helpers
 (the loop body's shape, the branch's positions); this module gathers them so that
@@ -9,9 +9,11 @@ holds or the reason it fails (some return it with what the later checks read).
 from graphmend.rules.capture.loops import (  # a loop over the experts a batch chose
     body_does_nothing_for_an_unchosen_expert,  # C106
     destination_is_bound_at_the_loop,  # C108
+    hit_rows_unpacked_as_classes,  # C116
     hits_are_classes_in_order,  # C104
     hits_read_only_by_the_loop,  # C105
     loop_names_stay_in_the_loop,  # C107
+    skip_tests_only_the_class_count,  # C117
 )
 from graphmend.rules.capture.merges import (  # a branch on whether positions are empty
     body_names_stay_in_the_body,  # C113
@@ -38,10 +40,12 @@ __all__ = [
     "destination_is_bound_at_the_branch",
     "destination_is_bound_at_the_loop",
     "ends_by_writing_rows_at_the_positions",
+    "hit_rows_unpacked_as_classes",
     "hits_are_classes_in_order",
     "hits_read_only_by_the_loop",
     "loop_names_stay_in_the_loop",
     "positions_stay_tensors",
+    "skip_tests_only_the_class_count",
     "statement_is_simple",
     "tests_whether_positions_are_empty",
 ]
