@@ -935,9 +935,9 @@ def _torch_compile_of(variant: str, applies: bool):
     ``torch.compile``, not the one ``graphmend.runtime`` wraps: the original program is
     what a user runs without graphmend, and what the wrapper adds (its frames in
     tracebacks, a compile of a compiled function) is the mended program's difference."""
-    from graphmend.runtime import compiled_calls
-
-    plain = compiled_calls._original_compile
+    # The wrapper graphmend installs keeps torch's own as ``__wrapped__``
+    # (``torch_adapter._compile_boundary``).
+    plain = getattr(torch.compile, "__wrapped__", None)
     if not applies or variant == "mended" or plain is None:
         yield
         return
