@@ -251,7 +251,7 @@ _CONDITIONS = (
     (_D, WHILE_TRACING, "D207", "call_does_not_fail", "graphmend.runtime.output_decisions:why_the_call_fails",
      "the call's arguments are those the callee accepts (separators, level, message, `extra`)"),
     (_D, WHILE_TRACING, "D208", "message_formatted_at_the_call", "graphmend.runtime.output_decisions:text_fixed_at_the_call",
-     "every value an argument formats or converts is text TorchDynamo made at the call, not a tensor's format applied when the graph ends"),
+     "every value an argument formats or converts is text TorchDynamo made at the call, not a format it applies when the graph ends (a tensor's, an object's own)"),
     # Defer, whole trace (runtime/whole_trace_conditions.py).
     (_D, WHOLE_TRACE, "D301", "outputs_share_no_graph_with_a_lowered_guard",
      "graphmend.runtime.whole_trace_conditions:outputs_share_no_graph_with_a_lowered_guard",
