@@ -177,8 +177,9 @@ def _is_static_value(context: FunctionContext, expression: ast.expr, node, seen=
 def _formatted_values(call: ast.Call):
     """Each value an argument formats or converts at the call, with the form that does:
     an f-string's ``{value}``, the right side of ``"..." % value``, the arguments of
-    ``"...".format(...)`` and of ``str``/``repr``/``format``/``int``/``float``
-    (``(form, value, node)``; ``node`` is the call for a conversion, else the part)."""
+    ``"...".format(...)``, as ``(form, value, part)``; and every other call as
+    ``("call", None, call)``, for the caller to tell ``str``/``repr``/``format``/``int``/
+    ``float`` and ``.item()`` apart."""
     for argument in list(call.args) + [k.value for k in call.keywords]:
         for part in ast.walk(argument):
             if isinstance(part, ast.FormattedValue):

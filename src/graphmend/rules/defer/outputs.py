@@ -30,8 +30,9 @@ record's or warning's line is where the call's attribute ends), ``not_inside_wit
 context manager may redirect or capture output), ``warning_not_caught_here`` (a
 warning an ``error`` filter raises inside a graph would escape this function's
 ``try``), ``arguments_do_not_format_tensor_values`` (a value computed from tensor
-data, formatted or converted at the call, would be read later, or break there) and ``no_trap_after`` (whether inductor keeps a
-failing lowered guard after the output is not established).
+data, formatted or converted at the call, would be read later, or break there) and
+``no_trap_after`` (whether inductor keeps a failing lowered guard after the output is
+not established).
 
 An argument may format or convert a value the analysis cannot type (a parameter, a
 number derived from one, an attribute), in an f-string, with ``%``, ``.format()``, or
@@ -255,6 +256,7 @@ def _refusal(context: FunctionContext, statement: ast.Expr, kind: str) -> str | 
         lambda: failed("D107", arguments_do_not_format_tensor_values(context, call, node)),
         lambda: failed("D108", no_trap_after(context, statement)),
     )
+
 
 def formatted_while_tracing(context: FunctionContext, statement: ast.Expr) -> str | None:
     """What ``check`` adds to "fixed" for a call that formats values the analysis cannot
