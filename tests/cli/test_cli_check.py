@@ -95,6 +95,7 @@ def test_json_document(cli, write, compiled_module):
         "outcome": "fixed by Defer",
         "follows": None,
         "caveat": None,
+        "while_tracing": None,
     }
     assert [f["code"] for f in document["findings"]] == ["LC", "DC", "TI"]
     assert document["errors"] == [
@@ -462,4 +463,50 @@ def test_a_loop_over_the_experts_hit_is_fixed_by_capture(cli, write):
         "experts.py:21:13: DC data-dependent branch `if expert_idx == self.num_experts:` (fixed by Capture)",
         "experts.py:23:36: DS `torch.where` has a data-dependent output shape (fixed by Capture)",
         "Found 3 break candidates in 1 file (3 fixable, 0 not fixable); 1 file checked.",
+    ]
+
+
+FORMATTED_VALUES_MODULE = """
+import logging
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def buckets_for(length):
+    return 2 ** ((2 * length).bit_length() - 1)
+
+
+@torch.compile
+def f(x, n):
+    y = x.sin()
+    buckets = buckets_for(x.shape[1])
+    logger.warning(f"Setting num_buckets to {buckets}...")
+    return y.cos()
+
+
+@torch.compile
+def g(x, n):
+    print("n is %d of %d" % (n, x.shape[0]))
+    print(f"mean {x.mean()}")
+    return x
+"""
+
+
+def test_a_fix_decided_while_tracing_names_the_values_and_the_condition(cli, write):
+    """A call that formats values the analysis cannot show are not tensors is fixed if
+    they are not, while tracing (D208); one that formats a value computed from tensor
+    data is declined (D107)."""
+    write("model.py", FORMATTED_VALUES_MODULE)
+    result = cli("check", "model.py")
+    condition = "while tracing [D208 message_formatted_at_the_call]"
+    assert result.out.splitlines()[:3] == [
+        f"model.py:16:5: LC `logger.warning(...)` call (fixed by Defer if `buckets` is not a tensor {condition})",
+        f"model.py:22:5: LC `print(...)` call (fixed by Defer if `n` is not a tensor {condition})",
+        "model.py:23:5: LC `print(...)` call (Defer declined [D107 arguments_do_not_format_tensor_values]: "
+        "an argument formats `x.mean()`, computed from tensor data, at the call)",
+    ]
+    findings = json.loads(cli("check", "--format", "json", "model.py").out)["findings"]
+    assert [finding["while_tracing"] for finding in findings] == [
+        f"if `buckets` is not a tensor {condition}", f"if `n` is not a tensor {condition}", None,
     ]

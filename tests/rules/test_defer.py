@@ -154,9 +154,13 @@ MUST_NOT_REWRITE = {
         "with",
     ),
     # arguments_do_not_format_tensor_values
-    "fstring_of_tensor_value": ("def f(x):\n    print(f'{x.sum()}')\n    return x", "may be a tensor"),
-    "fstring_of_item_value": ("def f(x):\n    v = x.sum().item()\n    print(f'v {v}')\n    return x", "may be a tensor"),
-    "percent_format_of_possible_tensor": ("def f(x):\n    print('v %s' % x)\n    return x", "%-formats"),
+    "fstring_of_tensor_value": ("def f(x):\n    print(f'{x.sum()}')\n    return x", "computed from tensor data"),
+    "fstring_of_item_value": (
+        "def f(x):\n    v = x.sum().item()\n    print(f'v {v}')\n    return x", "computed from tensor data",
+    ),
+    "percent_format_of_tensor_data": ("def f(x):\n    print('v %s' % x.sum())\n    return x", "%-formats"),
+    "format_method_of_tensor_data": ("def f(x):\n    print('v {}'.format(x.amax()))\n    return x", "`.format()`s"),
+    "conversion_of_tensor_data": ("def f(x):\n    v = x.mean()\n    print('v ' + str(v))\n    return x", "converts"),
     "item_in_argument": ("def f(x):\n    print(x.sum().item())\n    return x", ".item()"),
     # not_deprecated_logger_warn
     "logger_warn_method": ("def f(x):\n    logger.warn('old spelling')\n    return x", "DeprecationWarning"),

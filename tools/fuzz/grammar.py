@@ -1226,6 +1226,12 @@ class _Generator:
             ("warn", 'warnings.warn("odd", category=RuntimeWarning)'),
             ("log-list-handler", 'print("seen", len(SEEN))'),
             ("print-mutable", 'print("items", len(items), box.n)'),
+            # Formatting at the call a value the analysis cannot type (a global), left
+            # to the check while tracing: a Python int there, a tensor in the last.
+            ("format-untyped", f'logger.warning("rows %d of %s" % ({name}.shape[0] + COUNT, COUNT))'),
+            ("format-untyped", f'print("rows {{}}".format(str({name}.dim() * COUNT)))'),
+            ("format-untyped", f'print(f"scaled {{COUNT + {name}.shape[-1]:>4}}")'),
+            ("format-untyped-tensor", f'logger.warning("v {{}}".format({name}))'),
         ]
         kind, text = self.pick(forms)
         self.feature(kind)

@@ -52,6 +52,7 @@ def finding_as_json(finding: Finding) -> dict:
         "outcome": finding.outcome(),
         "follows": finding.follows,
         "caveat": finding.caveat,
+        "while_tracing": finding.while_tracing,
     }
 
 

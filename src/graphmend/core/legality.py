@@ -230,7 +230,7 @@ _CONDITIONS = (
      "a warning is not inside a `try`, where a filter set to `error` would raise past its handlers"),
     (_D, STATIC, "D107", "arguments_do_not_format_tensor_values",
      "graphmend.rules.defer.conditions:arguments_do_not_format_tensor_values",
-     "no argument formats or converts a value that may be a tensor at the call"),
+     "no argument formats or converts a value computed from tensor data at the call (others are decided while tracing, D208)"),
     (_D, STATIC, "D108", "no_trap_after", "graphmend.rules.defer.conditions:no_trap_after",
      "no lowered guard follows the output in the function"),
     (_D, STATIC, "D109", "item_reads_made_again_unchanged", "graphmend.rules.defer.conditions:item_reads_made_again_unchanged",
@@ -251,7 +251,7 @@ _CONDITIONS = (
     (_D, WHILE_TRACING, "D207", "call_does_not_fail", "graphmend.runtime.output_decisions:why_the_call_fails",
      "the call's arguments are those the callee accepts (separators, level, message, `extra`)"),
     (_D, WHILE_TRACING, "D208", "message_formatted_at_the_call", "graphmend.runtime.output_decisions:text_fixed_at_the_call",
-     "every formatted argument is text TorchDynamo made at the call, not a format applied when the graph ends"),
+     "every value an argument formats or converts is text TorchDynamo made at the call, not a format it applies when the graph ends (a tensor's, an object's own)"),
     # Defer, whole trace (runtime/whole_trace_conditions.py).
     (_D, WHOLE_TRACE, "D301", "outputs_share_no_graph_with_a_lowered_guard",
      "graphmend.runtime.whole_trace_conditions:outputs_share_no_graph_with_a_lowered_guard",

@@ -57,6 +57,10 @@ class Finding:
     # (``whole_trace_conditions.outputs_share_no_graph_with_a_lowered_guard``), so ``check`` must not
     # say "fixed" alone for a statement the run may keep as a break.
     caveat: str | None = None
+    # Set on a fix whose exactness a condition decides while tracing, where the source
+    # cannot (the values a call formats, not provably plain Python values): what must
+    # hold then, in words, with the condition's id. Failing it, the run keeps the break.
+    while_tracing: str | None = None
 
     def __post_init__(self) -> None:
         if self.condition is None and not self.fixed:
@@ -68,7 +72,8 @@ class Finding:
     def outcome(self) -> str:
         """What graphmend does about it."""
         if self.fixed:
-            return f"fixed by {self.rule}" + (f" {self.caveat}" if self.caveat else "")
+            conditions = ", ".join(text for text in (self.while_tracing, self.caveat) if text)
+            return f"fixed by {self.rule}" + (f" {conditions}" if conditions else "")
         if self.rule:
             return declined(self.rule, self.reason)
         return f"not fixable: {self.reason}" if self.reason else "not fixable"

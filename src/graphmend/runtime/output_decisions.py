@@ -417,16 +417,24 @@ def _why_not_exact_warning(detail: tuple, template: tuple, kwargs: dict) -> str 
 
 MESSAGE_FORMATTED_AT_THE_CALL = (
     "message_formatted_at_the_call: a formatted argument holds a value TorchDynamo formats "
-    "only when the graph ends (a tensor), not its text at the call"
+    "only when the graph ends (a tensor, an object with a `__format__` of its own), not its text at the call"
 )
 
 
 def text_fixed_at_the_call(template: tuple, kwargs: dict) -> bool:
     """``message_formatted_at_the_call``, while traced: every constant argument (an
-    f-string's text among them) is text TorchDynamo made at the call. An f-string that
-    formats a tensor is held as a format to apply when the graph's outputs exist, so its
-    text would show the tensor as the graph ends, after any later in-place write; such a
-    call keeps its break, where the original formats it the same way. Not traced, False."""
+    f-string's text among them, a ``%``, ``.format()`` or ``str()`` of a value) is text
+    TorchDynamo made at the call. An f-string or ``.format()`` that formats a tensor, or
+    an object whose ``__format__`` TorchDynamo does not trace, is held as a format to
+    apply when the graph's outputs exist, so its text would show the tensor as the graph
+    ends, after any later in-place write, and run the ``__format__`` (its output, its
+    exception) after the graph's; such a call keeps its break, where the original formats
+    it the same way, after its graph. Not traced, False.
+
+    The arguments are evaluated in the trace before the call, as the original's are, so
+    TorchDynamo does with them what it does in the original: a symbolic size formatted
+    into text is specialised in both (and not refused here), ``str``/``int``/``float`` of
+    a tensor breaks the graph at the conversion in both."""
     fixed = False
     comptime(_decide_text_fixed_at_the_call)
     return fixed

@@ -119,8 +119,8 @@ _NAME_ATTRIBUTES = frozenset({"__name__", "__qualname__", "__module__", "__class
 
 
 def _is_static_value(context: FunctionContext, expression: ast.expr, node, seen=frozenset()) -> bool:
-    """Not a tensor: constants, shapes, dtypes, sizes, lengths, ``range`` indices, and
-    configuration values."""
+    """Not a tensor: constants, shapes, dtypes, sizes, lengths, ``range`` indices,
+    configuration values, and arithmetic of them."""
     if isinstance(expression, ast.Constant):
         return True
     if isinstance(expression, ast.Attribute):
@@ -129,6 +129,8 @@ def _is_static_value(context: FunctionContext, expression: ast.expr, node, seen=
             or expression.attr in _NAME_ATTRIBUTES
             or _reads_config(expression.value)
         )
+    if isinstance(expression, ast.UnaryOp):  # ``shape[-1]``
+        return _is_static_value(context, expression.operand, node, seen)
     if isinstance(expression, ast.IfExp):
         return _is_static_value(context, expression.body, node, seen) and _is_static_value(
             context, expression.orelse, node, seen
@@ -172,43 +174,95 @@ def _is_static_value(context: FunctionContext, expression: ast.expr, node, seen=
     return False
 
 
-def arguments_do_not_format_tensor_values(context: FunctionContext, call: ast.Call, node) -> str | None:
-    """Formatting runs at the call; a tensor formatted there is read when the effect is
-    replayed (after later in-place updates), or breaks the graph at the call. An
-    f-string's value that is not a tensor value by analysis is left to the check while
-    tracing (``message_formatted_at_the_call``): a plain Python value there is text.
-    An ``.item()`` read the runtime makes when the graph runs (``item_reads``) is not
-    formatting at the call."""
-    deferred = {id(read) for read, _ in item_reads(call)}
+def _formatted_values(call: ast.Call):
+    """Each value an argument formats or converts at the call, with the form that does:
+    an f-string's ``{value}``, the right side of ``"..." % value``, the arguments of
+    ``"...".format(...)``, as ``(form, value, part)``; and every other call as
+    ``("call", None, call)``, for the caller to tell ``str``/``repr``/``format``/``int``/
+    ``float`` and ``.item()`` apart."""
     for argument in list(call.args) + [k.value for k in call.keywords]:
         for part in ast.walk(argument):
-            if id(part) in deferred or (isinstance(part, ast.FormattedValue) and id(part.value) in deferred):
-                continue
-            if isinstance(part, ast.FormattedValue) and not _is_static_value(context, part.value, node) and (
-                context.data.is_data_dependent(part.value, node) or context.data.first_item_call(part.value)
-            ):
-                return f"an argument formats `{ast.unparse(part.value)}`, which may be a tensor, at the call"
-            if (
+            if isinstance(part, ast.FormattedValue):
+                yield "fstring", part.value, part
+            elif (
                 isinstance(part, ast.BinOp)
                 and isinstance(part.op, ast.Mod)
                 and isinstance(part.left, (ast.Constant, ast.JoinedStr))
-                and not _is_static_value(context, part.right, node)
             ):
-                return "an argument %-formats a value that may be a tensor at the call"
-            if (
-                isinstance(part, ast.Call)
-                and isinstance(part.func, ast.Attribute)
-                and part.func.attr == "format"
-                and not all(_is_static_value(context, a, node) for a in part.args + [k.value for k in part.keywords])
-            ):
-                return "an argument `.format()`s a value that may be a tensor at the call"
-            if isinstance(part, ast.Call) and context.data.first_item_call(part) is not None:
+                yield "percent", part.right, part
+            elif isinstance(part, ast.Call) and isinstance(part.func, ast.Attribute) and part.func.attr == "format":
+                for value in part.args + [k.value for k in part.keywords]:
+                    yield "format", value, part
+            elif isinstance(part, ast.Call):
+                yield "call", None, part
+
+
+_CONVERSIONS = ("builtins.str", "builtins.repr", "builtins.format", "builtins.float", "builtins.int")
+
+
+def _may_hold_tensor_data(context: FunctionContext, value: ast.expr, node) -> bool:
+    """The analysis finds a value operation (``.sum()``, ``torch.equal``) or an
+    ``.item()`` in what ``value`` is computed from: a tensor, or a number read from one."""
+    return not _is_static_value(context, value, node) and (
+        context.data.is_data_dependent(value, node) or context.data.first_item_call(value) is not None
+    )
+
+
+def arguments_do_not_format_tensor_values(context: FunctionContext, call: ast.Call, node) -> str | None:
+    """A value computed from tensor data, formatted or converted at the call, is a
+    tensor (an f-string of it is a format TorchDynamo applies when the graph ends) or
+    a number an ``.item()`` read, which broke the graph there: declined here. Any other
+    value the analysis cannot type (a parameter, a number derived from one, an
+    attribute) is left to the check while tracing (``message_formatted_at_the_call``,
+    ``values_formatted_while_tracing``): the formatting runs in the trace before the
+    call, in the original as in the rewritten code, so a plain Python value there is
+    text made at the call. An ``.item()`` read the runtime makes when the graph runs
+    (``item_reads``) is not formatting at the call."""
+    deferred = {id(read) for read, _ in item_reads(call)}
+    for form, value, part in _formatted_values(call):
+        if form == "call":
+            if id(part) in deferred:
+                continue
+            if context.data.first_item_call(part) is not None:
                 return "an argument calls `.item()`, which syncs and breaks the graph at the call"
-            if isinstance(part, ast.Call) and context.facts.qualified_name_of(part.func) in (
-                "builtins.str", "builtins.repr", "builtins.format", "builtins.float", "builtins.int"
-            ) and not all(_is_static_value(context, a, node) for a in part.args):
-                return f"an argument converts a value that may be a tensor with `{ast.unparse(part.func)}`"
+            if context.facts.qualified_name_of(part.func) in _CONVERSIONS and any(
+                _may_hold_tensor_data(context, a, node) for a in part.args
+            ):
+                return f"an argument converts a value computed from tensor data with `{ast.unparse(part.func)}`"
+            continue
+        if id(value) in deferred or not _may_hold_tensor_data(context, value, node):
+            continue
+        if form == "fstring":
+            return f"an argument formats `{ast.unparse(value)}`, computed from tensor data, at the call"
+        if form == "percent":
+            return "an argument %-formats a value computed from tensor data at the call"
+        return "an argument `.format()`s a value computed from tensor data at the call"
     return None
+
+
+def values_formatted_while_tracing(context: FunctionContext, call: ast.Call, node) -> list[str]:
+    """The values the call formats or converts at the call that the analysis cannot
+    show are not tensors (as source text, once each, in order): whether each is text
+    made at the call is decided while tracing (``message_formatted_at_the_call``), so
+    ``check`` says the fix holds if they are not tensors then."""
+    deferred = {id(read) for read, _ in item_reads(call)}
+    values: list[str] = []
+    for form, value, part in _formatted_values(call):
+        if form == "call":
+            if context.facts.qualified_name_of(part.func) not in _CONVERSIONS:
+                continue
+            candidates = part.args
+        else:
+            candidates = [value]
+        for candidate in candidates:
+            if id(candidate) in deferred or _is_static_value(context, candidate, node):
+                continue
+            if isinstance(candidate, (ast.Tuple, ast.List)):
+                texts = [ast.unparse(e) for e in candidate.elts if not _is_static_value(context, e, node)]
+            else:
+                texts = [ast.unparse(candidate)]
+            values += [text for text in texts if text not in values]
+    return values
 
 
 def _is_item_read(expression: ast.expr) -> bool:

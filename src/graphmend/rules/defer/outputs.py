@@ -29,16 +29,24 @@ or rebound), ``keywords_supported`` (nothing that depends on the call stack:
 record's or warning's line is where the call's attribute ends), ``not_inside_with`` (a
 context manager may redirect or capture output), ``warning_not_caught_here`` (a
 warning an ``error`` filter raises inside a graph would escape this function's
-``try``), ``arguments_do_not_format_tensor_values`` (formatting at the call would read
-a tensor later, or break there) and ``no_trap_after`` (whether inductor keeps a
-failing lowered guard after the output is not established).
+``try``), ``arguments_do_not_format_tensor_values`` (a value computed from tensor
+data, formatted or converted at the call, would be read later, or break there) and
+``no_trap_after`` (whether inductor keeps a failing lowered guard after the output is
+not established).
 
-An f-string may format a value the analysis cannot type (a parameter, a number derived
-from one): it is accepted here unless the value depends on tensor data, and decided
-while tracing (``message_formatted_at_the_call``, ``runtime/output_decisions.py``). TorchDynamo
-formats a Python value at the call, into a constant it guards on, but holds an f-string
-that formats a tensor as a format applied when the graph ends; that call is handed back
-and keeps its break, as the original had it.
+An argument may format or convert a value the analysis cannot type (a parameter, a
+number derived from one, an attribute), in an f-string, with ``%``, ``.format()``, or
+with ``str``/``repr``/``format``/``int``/``float``: it is accepted here unless the value
+depends on tensor data, and decided while tracing (``message_formatted_at_the_call``,
+``runtime/output_decisions.py``); ``check`` says the fix holds if the values are not
+tensors while tracing. The rewritten code evaluates the arguments as the original
+does, in the trace before the call, so TorchDynamo does the same with them in both:
+it formats a Python value into a constant it guards on (a symbolic size too, which it
+specialises in the original as well), holds an f-string or ``.format()`` of a tensor
+as a format applied when the graph ends (that call is handed back and keeps its
+break, as the original had it), and breaks the graph at ``str``, ``int`` or ``float``
+of a tensor, where the original broke too; a ``__format__`` or ``__str__`` it traces
+runs there, in both, with its output and its exception.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from graphmend.core.legality import failed
+from graphmend.core.legality import CONDITIONS, failed
 from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS
 from graphmend.rewrite.edits import CalleeEdit
 from graphmend.rewrite.findings import LOGGER_CALL
@@ -72,6 +80,7 @@ from graphmend.rules.defer.conditions import (
     no_trap_after,
     not_deprecated_logger_warn,
     not_inside_with,
+    values_formatted_while_tracing,
     warning_not_caught_here,
 )
 
@@ -248,6 +257,20 @@ def _refusal(context: FunctionContext, statement: ast.Expr, kind: str) -> str | 
         lambda: failed("D108", no_trap_after(context, statement)),
     )
 
+
+def formatted_while_tracing(context: FunctionContext, statement: ast.Expr) -> str | None:
+    """What ``check`` adds to "fixed" for a call that formats values the analysis cannot
+    show are not tensors: the fix holds where they are not, while tracing
+    (``message_formatted_at_the_call``); a tensor there keeps the call's break."""
+    values = values_formatted_while_tracing(context, statement.value, context.facts.node_for(statement))
+    if not values:
+        return None
+    names = [f"`{value}`" for value in values]
+    subject = names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
+    verb = "is not a tensor" if len(names) == 1 else "are not tensors"
+    return f"if {subject} {verb} while tracing [{CONDITIONS['D208'].label}]"
+
+
 _REORDERING = "under eager or aot_eager; under inductor, the default, it keeps its break where"
 
 
@@ -310,6 +333,7 @@ def apply(context: FunctionContext) -> None:
         finding = context.module.report(
             context.facts, statement, LOGGER_CALL, f"`{detail}(...)` call", RULE, reason,
             caveat=kept_under_a_reordering_backend(context, statement, fixed_lines, id(statement) in in_loops),
+            while_tracing=None if reason is not None else formatted_while_tracing(context, statement),
         )
         if not finding.fixed:
             return None
