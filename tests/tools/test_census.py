@@ -177,3 +177,31 @@ def test_an_arm_draws_the_same_numbers_from_numpy_and_python_in_each_process() -
     first = (numpy.random.rand(), random.random())
     _seed_every_generator()
     assert (numpy.random.rand(), random.random()) == first
+
+
+def test_the_page_renders_each_summary_with_its_command_models_and_causes(tmp_path) -> None:
+    from tools.census import page
+
+    rows = _rows("a", breaks=(2, 0)) + _rows("b", breaks=(1, 2)) + _rows("c", breaks=(0, 0))
+    summary_path = tmp_path / "summary.json"
+    summary_path.write_text(json.dumps(summarise(rows)))
+    out = tmp_path / "census.md"
+    command = "graphmend census --shard 0/12 --summary s.json"
+    assert page.main([f"{command}={summary_path}", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert f"`{command}`" in text
+    assert "| 3 | 3 | 3 -> 2 | 2 -> 1 |" in text
+    # Models that break in either arm, most breaks first; a model whole in both is left out.
+    assert text.index("| a | eval | 2 -> 0 |") < text.index("| b | eval | 1 -> 2 |")
+    assert "| c |" not in text
+    assert "| Data-dependent branching | gb0170 | DC | 1 | 3 -> 2 |" in text
+
+
+def test_the_page_refuses_a_file_that_is_not_a_summary(tmp_path, capsys) -> None:
+    from tools.census import page
+
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text('{"model": "a"}\n')
+    assert page.main([f"graphmend census={bad}", "--out", str(tmp_path / "p.md")]) == 2
+    assert "not a census summary" in capsys.readouterr().err
+    assert not (tmp_path / "p.md").exists()
