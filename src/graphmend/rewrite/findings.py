@@ -57,6 +57,9 @@ class Finding:
     # (``whole_trace_conditions.outputs_share_no_graph_with_a_lowered_guard``), so ``check`` must not
     # say "fixed" alone for a statement the run may keep as a break.
     caveat: str | None = None
+    # Set on a fix whose rewrite takes effect only for some values met while tracing
+    # (a comparison of a draw its range decides): when, in words.
+    when: str | None = None
 
     def __post_init__(self) -> None:
         if self.condition is None and not self.fixed:
@@ -68,7 +71,8 @@ class Finding:
     def outcome(self) -> str:
         """What graphmend does about it."""
         if self.fixed:
-            return f"fixed by {self.rule}" + (f" {self.caveat}" if self.caveat else "")
+            when = f" {self.when}" if self.when else ""
+            return f"fixed by {self.rule}{when}" + (f" {self.caveat}" if self.caveat else "")
         if self.rule:
             return declined(self.rule, self.reason)
         return f"not fixable: {self.reason}" if self.reason else "not fixable"

@@ -51,7 +51,7 @@ class ModuleContext:
 
     def report(self, facts: FunctionFacts, node: ast.AST, category: str, message: str,
                rule: str | None, reason: str | None, follows: str | None = None,
-               caveat: str | None = None) -> Finding:
+               caveat: str | None = None, when: str | None = None) -> Finding:
         if never_compiled(node) or decided_while_compiling(node):
             # Never traced: no candidate, and no rule rewrites it (the caller sees a
             # decline it does not act on; nothing is recorded).
@@ -76,6 +76,7 @@ class ModuleContext:
             suppressed=suppressed,
             follows=follows,
             caveat=caveat if reason is None and rule is not None else None,
+            when=when if reason is None and rule is not None else None,
         )
         self.findings.append(finding)
         return finding
