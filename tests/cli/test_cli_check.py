@@ -510,3 +510,39 @@ def test_a_fix_decided_while_tracing_names_the_values_and_the_condition(cli, wri
     assert [finding["while_tracing"] for finding in findings] == [
         f"if `buckets` is not a tensor {condition}", f"if `n` is not a tensor {condition}", None,
     ]
+
+
+LAYERDROP_MODULE = """\
+import torch
+
+
+class Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+        self.layerdrop = 0.0
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.training:
+                dropout_probability = torch.rand([])
+                if dropout_probability < self.layerdrop:
+                    continue
+            x = layer(x)
+        return x
+
+
+model = torch.compile(Stack())
+"""
+
+
+def test_a_draw_compared_with_a_value_known_while_tracing_is_fixed_if_that_value_decides(cli, write):
+    write("stack.py", LAYERDROP_MODULE)
+    result = cli("check", "stack.py")
+    condition = "if the other operand is decided while tracing [W210 other_operand_decides]"
+    assert result.out.splitlines()[0] == (
+        "stack.py:14:20: DC comparison of a uniform draw `dropout_probability < self.layerdrop` "
+        f"(fixed by Where {condition})"
+    )
+    findings = json.loads(cli("check", "--format", "json", "stack.py").out)["findings"]
+    assert findings[0]["while_tracing"] == condition

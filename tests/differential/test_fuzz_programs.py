@@ -135,3 +135,15 @@ def test_graphs_of_a_restarted_attempt_are_not_counted() -> None:
     handler.emit(record(frame_id=4, frame_compile_id=0, attempt=0, dynamo_output_graph={}))
     handler.emit(record(frame_id=4, frame_compile_id=0, compilation_metrics={"co_name": "g"}))
     assert handler.graphs == {"f": 1, "g": 1}
+
+
+def test_the_drawn_range_construct_is_generated_and_rewritten_by_graphmend() -> None:
+    """LayerDrop's comparison of a draw, off by default (the seeds' programs stay theirs)."""
+    for seed in range(20):
+        assert generate(seed).source == generate(seed, drawn_ranges=False).source
+    program = next(
+        p for p in (generate(s, drawn_ranges=True) for s in range(60))
+        if any(feature.startswith("drawn-range") for feature in p.features)
+    )
+    mended = mend_module_source(program.source, filename="/fuzz/drawn.py", module_name="drawn", scope="all")
+    assert "drawn_ranges.decided(" in mended.source

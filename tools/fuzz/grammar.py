@@ -327,7 +327,7 @@ class _Generator:
                  grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False,
                  global_rebinds: bool = True, transposed_inputs: bool = True, dynamic_compiles: bool = True,
                  helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True,
-                 programs: bool = False):
+                 programs: bool = False, drawn_ranges: bool = False):
         self.seed = seed
         self.programs_enabled = programs
         self.rng = random.Random(seed)
@@ -434,6 +434,11 @@ class _Generator:
         self.dynamic_enabled = dynamic_compiles
         self.global_rebinds_enabled = global_rebinds
         self.globals_rebound: set[str] = set()
+        # A branch on a comparison of ``torch.rand`` with a constant, which the draw's
+        # range may decide (LayerDrop; ``drawn_range_statement``), own stream.
+        self.drawn_range_rng = random.Random(f"drawn-range-{seed}")
+        self.drawn_ranges_enabled = drawn_ranges
+        self.drawn_range_counter = 0
 
     # small helpers ---------------------------------------------------------------
 
@@ -574,6 +579,31 @@ class _Generator:
             lines = lines + self.global_rebind_statement(names)
         if self.failing_outputs_enabled and self.failing_output_rng.random() < 0.03:
             lines = lines + self.failing_output_statement(names)
+        if self.drawn_ranges_enabled and self.drawn_range_rng.random() < 0.04:
+            lines = lines + self.drawn_range_statement(names, in_loop)
+        return lines
+
+    def drawn_range_statement(self, names: list[str], in_loop: bool) -> list[str]:
+        """A uniform draw compared with a constant, as LayerDrop does: a bound the range
+        decides (``<= 0``, ``>= 1``, NaN) or one it does not (``0.5``), the draw on either
+        side, tested by ``if``, ``not`` or a conditional expression, skipping the rest of
+        a loop's pass or updating a tensor."""
+        rng = self.drawn_range_rng
+        self.drawn_range_counter += 1
+        draw = f"draw{self.drawn_range_counter}"
+        name = rng.choice(self.rebindable(names))
+        bound = rng.choice(("0.0", "-1.0", "0.5", "1.0", "float('nan')", "2"))
+        test = rng.choice((f"{draw} < {bound}", f"{bound} > {draw}", f"not {draw} >= {bound}", f"{draw} <= {bound}"))
+        size = rng.choice(("[]", "[]", "1"))
+        lines = [f"{draw} = torch.rand({size})"]
+        form = rng.choice(("update", "expression") + (("continue",) if in_loop else ()))
+        self.feature("drawn-range-" + form)
+        if form == "update":
+            lines += [f"if {test}:", f"    {name} = {name} + 1.0"]
+        elif form == "expression":
+            lines.append(f"{name} = {name} * 2.0 if {test} else {name}")
+        else:
+            lines += [f"if {test}:", "    continue"]
         return lines
 
     def failing_output_statement(self, names: list[str]) -> list[str]:
@@ -1606,7 +1636,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
              tracked_inputs: bool = False, global_rebinds: bool = True,
              transposed_inputs: bool = True, dynamic_compiles: bool = True,
              helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True,
-             programs: bool = False) -> Program:
+             programs: bool = False, drawn_ranges: bool = False) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1633,6 +1663,9 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     rebuilt code objects, compiles of compiled functions, nested guards), off by
     default so that the seeds the tests name keep their programs (the long run turns
     them on);
+    ``drawn_ranges=True``: with branches on a comparison of ``torch.rand`` that the
+    draw's range may decide (LayerDrop), off by default for the same reason (the long
+    run turns them on with the program constructs);
     ``tracked_inputs=True``: with arguments of a tensor subclass that logs its
     operations, off by default: under torch 2.13 most differences such programs show
     are torch's own failures with ``__torch_function__`` subclasses, which the original
@@ -1648,4 +1681,5 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
         attribute_code and positions, tracked_inputs and positions, global_rebinds and positions,
         transposed_inputs and positions, dynamic_compiles and positions, helper_branches and positions,
         failing_outputs and positions, between_calls and positions, programs,
+        drawn_ranges=drawn_ranges and positions,
     ).program()

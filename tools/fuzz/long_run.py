@@ -157,6 +157,7 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
             failing_outputs=not options.without_failing_outputs,
             between_calls=not options.without_between_calls,
             programs=not options.without_programs,
+            drawn_ranges=not options.without_programs,
         )
         modes = ["eager"] + ([] if options.no_compiled_eager else ["compiled:eager"])
         if not options.no_aot_eager:

@@ -50,6 +50,7 @@ _RULE_MODULES = {
 }
 # Further files of the same rule, documented after its main one.
 _MORE_RULE_MODULES = {
+    DATA_DEPENDENT_CONTROL_FLOW: ("graphmend.rules.where.ranges",),
     VALIDATION_GUARD: ("graphmend.rules.trap.checks",),
     DYNAMIC_SHAPE_OPERATOR: ("graphmend.rules.capture.loops", "graphmend.rules.capture.merges"),
 }

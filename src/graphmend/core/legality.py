@@ -200,7 +200,17 @@ _CONDITIONS = (
      "an arm does not make two selected names one object"),
     (_W, STATIC, "W114", "merged_call_means_one_callee", "graphmend.rules.where.conditions:merged_call_means_one_callee",
      "the arms' shared call has one callee and the same keywords, reading no name an arm binds"),
-    # Where, while tracing (runtime/selection.py, runtime/attribute_access.py).
+    # Where, static: a comparison of a uniform draw its range decides (rules/where/ranges.py).
+    (_W, STATIC, "W115", "draw_is_the_only_definition", "graphmend.rules.where.ranges:draw_is_the_only_definition",
+     "the compared name's only reaching definition is `NAME = torch.rand(...)` or `torch.rand_like(...)`, no `out=`"),
+    (_W, STATIC, "W116", "draw_read_only_by_comparisons", "graphmend.rules.where.ranges:draw_read_only_by_comparisons",
+     "every read of the draw is a side of an ordering comparison: nothing writes, aliases or passes it on"),
+    (_W, STATIC, "W117", "comparison_only_tested", "graphmend.rules.where.ranges:comparison_only_tested",
+     "the comparison's value is only tested for truth, never kept, so a bool may stand for its 0-d tensor"),
+    (_W, STATIC, "W118", "comparison_rewritable_in_place", "graphmend.rules.where.ranges:comparison_rewritable_in_place",
+     "the comparison is in the function's own scope, and its other side binds no name and does not suspend"),
+    # Where, while tracing (runtime/selection.py, runtime/attribute_access.py,
+    # runtime/drawn_ranges.py).
     (_W, WHILE_TRACING, "W201", "operands_combine", "graphmend.runtime.selection:operands_combine",
      "every outside value the hoisted code combines has the kind it needs, and all broadcast together"),
     (_W, WHILE_TRACING, "W202", "graph_so_far_may_continue", "graphmend.runtime.selection:graph_so_far_may_continue",
@@ -215,6 +225,13 @@ _CONDITIONS = (
      "a licensed device move `self.a = self.a.to(d)` finds the tensor on `d` already"),
     (_W, WHILE_TRACING, "W207", "values_select_exactly", "graphmend.runtime.selection:select",
      "both values are plain tensors of one shape, dtype, device and strides with no autograd"),
+    (_W, WHILE_TRACING, "W208", "draw_made_by_uniform_op", "graphmend.runtime.drawn_ranges:draw_made_by_uniform_op",
+     "the compared draw is a plain tensor the graph made by `torch.rand` or `torch.rand_like`, no `out=`"),
+    (_W, WHILE_TRACING, "W209", "draw_has_one_floating_element",
+     "graphmend.runtime.drawn_ranges:draw_has_one_floating_element",
+     "the draw has exactly one element, by a static size, a floating dtype and a value (not meta)"),
+    (_W, WHILE_TRACING, "W210", "other_operand_decides", "graphmend.runtime.drawn_ranges:other_operand_decides",
+     "the other operand is a Python int or float constant for which the draw's range decides the comparison"),
     # Defer, static (rules/defer/conditions.py; the pass is rules/defer/outputs.py).
     (_D, STATIC, "D101", "callee_is_real", "graphmend.rules.defer.conditions:callee_is_real",
      "the callee is provably `print`, a `logging.Logger` method or `warnings.warn`"),

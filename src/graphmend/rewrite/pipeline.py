@@ -52,12 +52,13 @@ from graphmend.rules.trap import checks as trap_checks
 from graphmend.rules.trap import guards as trap_guards
 from graphmend.rules.trap import items as trap_items
 from graphmend.rules.where import branches as where_branches
+from graphmend.rules.where import ranges as where_ranges
 
 ALL_RULES = ("trap", "where", "defer", "capture")
 # Each rule's passes, in order; facts are recomputed before each pass.
 RULES = {
     "trap": (trap_guards.apply, trap_items.apply, trap_checks.apply),
-    "where": (where_branches.apply,),
+    "where": (where_branches.apply, where_ranges.apply),
     "defer": (defer_outputs.apply,),
     "capture": (capture_loops.apply, capture_positions.apply, capture_merges.apply),
 }
@@ -153,6 +154,9 @@ class _FunctionSummary:
     makes_masks: bool = False
     # ``if len(P) > 0:`` and its kin: a branch on whether positions are empty.
     tests_emptiness: bool = False
+    # Calls something named ``rand`` or ``rand_like``: a comparison of a uniform draw
+    # may be decided by its range (Where's ``ranges`` pass).
+    draws_uniform: bool = False
 
 
 _OUTPUT_METHODS = frozenset(defer_outputs.STANDARD_LOG_LEVELS) | defer_outputs.ONCE_METHODS | {"log", "exception", "warn"}
@@ -176,6 +180,8 @@ def _summarise_functions(tree: ast.Module) -> dict[int, _FunctionSummary]:
             name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", None)
             if name in VALUE_METHODS:
                 summary.applies_value_operation = True
+            if name in ("rand", "rand_like"):
+                summary.draws_uniform = True
             if name == "print" or name in _OUTPUT_METHODS:
                 summary.calls_output_function = True
             if name in _UNFIXABLE_METHODS or name in _DYNAMIC_SHAPE_NAMES:
@@ -358,6 +364,7 @@ def mend_module_source(
                     summary.calls_output_function if rule_name == "defer"
                     else bool(summary.unfixable_calls) or summary.makes_masks or summary.tests_emptiness
                     if rule_name == "capture"
+                    else summary.draws_uniform if rule_pass is where_ranges.apply
                     else summary.applies_value_operation
                 )
                 if needed:

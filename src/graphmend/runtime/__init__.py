@@ -25,6 +25,7 @@ from graphmend.rewrite.templates import RUNTIME_NAME
 from graphmend.runtime import (
     checks,  # noqa: F401 - ``__graphmend__.checks`` in rewritten code
     conversion_failures,  # noqa: F401 - a hook of graphmend.torch_adapter
+    drawn_ranges,  # noqa: F401 - ``__graphmend__.drawn_ranges`` in rewritten code
     dynamic_shapes,  # noqa: F401 - ``__graphmend__.dynamic_shapes`` in rewritten code
     resumable_states,  # noqa: F401 - a hook of graphmend.torch_adapter
 )

@@ -39,6 +39,8 @@ UNDER_GRAD = "grad"
 GUARD, OUTPUT, SELECTION, MERGE, CAPTURE = "guard", "output", "selection", "merge", "capture"
 # A ``.item()`` kept as a tensor for the checks that read it (``rules/trap/items.py``).
 ITEM = "item"
+# A comparison of a uniform draw its range decided (``rules/where/ranges.py``).
+DECIDED = "decided"
 # (file, original line of a check call) -> the site of its GUARD claim in this trace.
 CHECKS_LOWERED_ATTRIBUTE = "_graphmend_checks_lowered"
 # The merged branches (Capture's ``torch.cond``) whose ``merge_rows`` this trace entered.
@@ -63,7 +65,8 @@ class Claim:
     # the mended frame must then compile to its end in one graph.
     rest_ran_eagerly: str | None
     # GUARD (Trap), OUTPUT (Defer), SELECTION (Where), CAPTURE (Capture's positions),
-    # MERGE (Capture's branch on whether positions are empty) or ITEM (Trap's ``.item()``).
+    # MERGE (Capture's branch on whether positions are empty), ITEM (Trap's ``.item()``)
+    # or DECIDED (Where's comparison of a draw its range decides).
     kind: str = SELECTION
     # For an ITEM: the original lines of the check calls that read the value.
     checks: tuple[int, ...] = ()

@@ -46,6 +46,7 @@ from graphmend.runtime.claims import (
     CALL_ENDED_ATTRIBUTE,
     CAPTURE,
     CHECKS_LOWERED_ATTRIBUTE,
+    DECIDED,
     GUARD,
     ITEM,
     MERGE,
@@ -115,8 +116,9 @@ def joined_graph_records_no_autograd(output) -> str | None:
 
 
 # Claims that may join graphs that record autograd: they put no value of their own in
-# the graph's differentiable computation (an ``.item()`` kept for a check only feeds it).
-_JOINS_UNDER_GRAD = frozenset({OUTPUT, GUARD, ITEM})
+# the graph's differentiable computation (an ``.item()`` kept for a check only feeds it;
+# a decided comparison only chooses which code is traced, as the original's test did).
+_JOINS_UNDER_GRAD = frozenset({OUTPUT, GUARD, ITEM, DECIDED})
 
 
 def backend_differentiates_as_written(output) -> str | None:
@@ -368,7 +370,14 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     claimed statement, joined in one graph, take one set of seeds where the original
     took two. Where TorchDynamo ran the rest of the original frame eagerly, every draw
     ran eagerly, with eager's generator. Draws on one
-    side only, in a frame the original compiled, are compiled the same either way."""
+    side only, in a frame the original compiled, are compiled the same either way.
+
+    A comparison of a draw its range decided (DECIDED) is not judged here where the
+    backend runs the graph's ops in order on the real tensors (``eager``,
+    ``aot_eager``): each draw is then eager's own op, drawn in the original's order from
+    eager's generator, and a draw nothing reads is kept (``trace_hooks``)."""
+    if backend_keeps_graph_order(output):
+        claims = {site: claim for site, claim in claims.items() if claim.kind != DECIDED}
     positions = draw_positions(output)
     if not positions:
         return None

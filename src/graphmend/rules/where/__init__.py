@@ -1,6 +1,9 @@
 """Where: data-dependent two-way branches become a selection inside the graph.
 
-One pass, ``branches`` (its plan and its rewrite); the static legality conditions that
-read only the branch are in ``conditions``, which lists the rest. What only tracing can
-decide is in ``graphmend.runtime.selection`` and ``graphmend.runtime.attribute_access``.
+Two passes, run in this order (``rewrite/pipeline.py``): ``branches`` (its plan and its
+rewrite), and ``ranges`` (a comparison of a uniform draw that the draw's range decides,
+taken while tracing). The static legality conditions of ``branches`` that read only
+the branch are in ``conditions``, which lists the rest and those of ``ranges``. What
+only tracing can decide is in ``graphmend.runtime.selection``,
+``graphmend.runtime.attribute_access`` and ``graphmend.runtime.drawn_ranges``.
 """

@@ -1,4 +1,4 @@
-"""Where's static legality conditions (ids ``W101``-``W114`` in ``core/legality.py``).
+"""Where's static legality conditions (ids ``W101``-``W118`` in ``core/legality.py``).
 
 The conditions that read only the branch are here, each returning None when it holds
 or the reason it fails; ``branches.py`` marks each reason with its id where it calls
@@ -18,6 +18,10 @@ rewrite, because they read the arms it renames:
 
 The facts the freshness conditions read are in ``analysis/aliasing.py``, and whether
 an expression may run on both paths in ``analysis/safety.py``.
+
+The ``ranges`` pass (a comparison of a uniform draw its range decides) keeps its
+conditions beside it, since they read its helpers, and they are imported here:
+``W115``-``W118``.
 """
 
 from __future__ import annotations
@@ -26,12 +30,22 @@ import ast
 
 from graphmend.rules.base import FunctionContext
 from graphmend.rules.conditions import why_not_tensorizable  # W101, shared with Trap (T101)
+from graphmend.rules.where.ranges import (  # a comparison of a draw its range decides
+    comparison_only_tested,  # W117
+    comparison_rewritable_in_place,  # W118
+    draw_is_the_only_definition,  # W115
+    draw_read_only_by_comparisons,  # W116
+)
 
 __all__ = [
     "DYNAMIC_LOCALS",
     "arms_end_alike",
     "arms_leave_only_at_their_end",
     "bound_on_both_paths",
+    "comparison_only_tested",
+    "comparison_rewritable_in_place",
+    "draw_is_the_only_definition",
+    "draw_read_only_by_comparisons",
     "merged_call_means_one_callee",
     "returned_value_is_not_none",
     "selected_names_hold_distinct_objects",
