@@ -205,3 +205,17 @@ def test_the_page_refuses_a_file_that_is_not_a_summary(tmp_path, capsys) -> None
     assert page.main([f"graphmend census={bad}", "--out", str(tmp_path / "p.md")]) == 2
     assert "not a census summary" in capsys.readouterr().err
     assert not (tmp_path / "p.md").exists()
+
+
+@pytest.mark.parametrize("name", ["eager", "aot_eager"])
+def test_the_counting_backend_is_known_as_the_backend_it_counts_for(name) -> None:
+    # Under autograd graphmend joins graphs only for backends it knows; an unknown
+    # wrapper made the census measure less than a user of that backend gets.
+    import types
+
+    from graphmend.runtime.backends import backend_is
+    from tools.census.child import CountingBackend
+
+    output = types.SimpleNamespace(compiler_fn=CountingBackend(name))
+    assert backend_is(output, (name,), None)
+    assert not backend_is(output, ("inductor",), None)
