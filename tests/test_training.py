@@ -1,9 +1,10 @@
 """Mending programs while autograd records (``whole_trace_conditions.backend_differentiates_as_written``,
-``whole_trace_conditions.gradient_sums_keep_their_order``): a training step's output and guards join
-its graphs under backends whose gradients are then bit-identical to the original's,
-and keep their breaks elsewhere. Each case trains the original and the mended model
-for three steps (SGD with momentum) and compares printed text, logged records,
-gradients, parameters and optimizer state bit for bit, with graph and break counts."""
+``whole_trace_conditions.gradient_sums_keep_their_order``): a training step's output, guards and
+selections of values that require no grad join its graphs under backends whose
+gradients are then bit-identical to the original's, and keep their breaks elsewhere.
+Each case trains the original and the mended model for three steps (SGD with momentum)
+and compares printed text, logged records, gradients, parameters, optimizer state and
+the generator's state bit for bit, with graph and break counts."""
 
 from __future__ import annotations
 
@@ -85,6 +86,7 @@ def _train(module, backend, steps=3, micro_batches=1, autocast=False, grad=True)
         "parameters": [_bits(p) for p in model.parameters()],
         "momentum": [_bits(optimizer.state[p]["momentum_buffer"]) for p in model.parameters() if p in optimizer.state],
         "loss": _bits(loss),
+        "generator": torch.get_rng_state(),
     }
     return observed, (graphs, breaks)
 
@@ -225,6 +227,109 @@ def test_joined_graph_records_no_autograd__a_branch_under_grad_keeps_its_break()
     source = LINEAR_RELU_LINEAR.format(statement=branch)
     original_counts, mended_counts = _counts_and_same_behaviour(source, "aot_eager")
     assert mended_counts == original_counts == (2, 1)
+
+
+# A selection of values that require no grad (Where, ``whole_trace_conditions.joins_under_grad``):
+# a mask or a scale chosen from the input, then used with activations that require grad.
+# ``x.sum() > 8`` is false at the first of the three steps and true after (seed 0), so
+# both arms are taken: the original compiles a graph for each.
+
+SELECTED_WITHOUT_GRAD = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+{branch}
+        h = torch.relu(self.fc1(x)) * m
+        return self.fc2(h)
+"""
+
+BRANCHES = {
+    "a mask": "        if x.sum() > 8:\n            m = (x > 0) * 1.0\n        else:\n            m = (x > -1) * 1.0",
+    "a scale": "        if x.sum() > 8:\n            m = x.abs().sum() * 0.01\n        else:\n            m = x.abs().sum() * 0.02",
+}
+
+
+def test_both_arms_are_taken_in_the_three_steps():
+    torch.manual_seed(0)
+    torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+    assert [bool(torch.randn(8, 16).sum() > 8) for _ in range(3)] == [False, True, True]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("branch", list(BRANCHES))
+def test_a_selection_of_values_without_grad_joins_a_training_step(branch, backend):
+    source = SELECTED_WITHOUT_GRAD.format(branch=BRANCHES[branch])
+    assert _counts_and_same_behaviour(source, backend) == ((3, 2), (1, 0))
+    assert not store.trace_time_declines
+
+
+def test_joined_graph_records_no_autograd__a_predicate_that_records_autograd_keeps_its_break():
+    """The selection is noted only where nothing of the statement recorded autograd:
+    here its predicate does (``self.fc1(x).sum()``)."""
+    branch = "        if self.fc1(x).sum() > 0:\n            m = (x > 0) * 1.0\n        else:\n            m = (x > -1) * 1.0"
+    original_counts, mended_counts = _counts_and_same_behaviour(SELECTED_WITHOUT_GRAD.format(branch=branch), "aot_eager")
+    assert mended_counts == original_counts == (3, 2)
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G303"}
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_selection_of_values_that_require_grad_keeps_its_break(backend):
+    """``torch.where`` would differentiate the untaken arm: the parameter read by both
+    arms is an operand that requires grad (``operands_combine``, W201), and ``select``
+    takes ``torch.where`` only for values that require no grad (W207)."""
+    branch = "        if x.sum() > 8:\n            m = self.fc1.bias * 0.5\n        else:\n            m = self.fc1.bias * 2.0"
+    original_counts, mended_counts = _counts_and_same_behaviour(SELECTED_WITHOUT_GRAD.format(branch=branch), backend)
+    assert mended_counts == original_counts == (3, 2)
+
+
+def test_backend_differentiates_as_written__a_selection_keeps_its_break_under_another_backend():
+    def reads_its_graph(graph_module, example_inputs):
+        graph_module.graph.lint()
+        return graph_module.forward
+
+    source = SELECTED_WITHOUT_GRAD.format(branch=BRANCHES["a mask"])
+    assert _counts_and_same_behaviour(source, reads_its_graph) == ((3, 2), (3, 2))
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G311"}
+    reset()
+    assert _counts_and_same_behaviour(source, reads_its_graph, grad=False) == ((3, 2), (1, 0))
+
+
+SELECTION_IN_A_HELPER = """
+import torch
+
+def f(w, x):
+    h = helper(w, x)
+    return torch.tanh(h @ w)
+
+def helper(w, x):
+    if x.sum() > 0:
+        m = (x > 0) * 1.0
+    else:
+        m = (x > -1) * 1.0
+    return torch.tanh((x * m) @ w)
+"""
+
+
+def test_gradient_sums_keep_their_order__a_selection_in_a_helper_whose_weight_is_used_after_it():
+    """The original broke at the call of ``helper`` too: ``w`` received its
+    contributions in two of the original's graphs, which one backward graph would hand
+    the engine as one sum."""
+    original, mended, _ = original_and_mended(SELECTION_IN_A_HELPER)
+    expected, original_graphs = _gradient_and_graphs(original.f, "aot_eager")
+    reset()
+    got, mended_graphs = _gradient_and_graphs(mended.f, "aot_eager")
+    assert torch.equal(got[0], expected[0]) and mended_graphs == original_graphs == 3
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G312"}
+    reset()
+    got, mended_graphs = _gradient_and_graphs(mended.f, "eager")
+    assert torch.equal(got[0], _gradient_and_graphs(original.f, "eager")[0][0]) and mended_graphs == 1
 
 
 # The condition, case by case: a weight used `before` times before a print and `after`

@@ -337,7 +337,7 @@ _CONDITIONS = (
      "graphmend.runtime.whole_trace_conditions:frame_was_not_given_up_while_tracing",
      "TorchDynamo does not give up on the frame after the statement"),
     (_G, WHOLE_TRACE, "G303", "joined_graph_records_no_autograd", "graphmend.runtime.whole_trace_conditions:joined_graph_records_no_autograd",
-     "a joined graph with a selection or a capture records no autograd"),
+     "a joined graph with a capture, or a selection that records autograd itself, records no autograd"),
     (_G, WHOLE_TRACE, "G304", "joined_graph_enters_no_inference_mode",
      "graphmend.runtime.whole_trace_conditions:joined_graph_enters_no_inference_mode",
      "the joined graph does not enter `torch.inference_mode()`"),

@@ -43,6 +43,9 @@ ITEM = "item"
 CHECKS_LOWERED_ATTRIBUTE = "_graphmend_checks_lowered"
 # The merged branches (Capture's ``torch.cond``) whose ``merge_rows`` this trace entered.
 MERGES_ENTERED_ATTRIBUTE = "_graphmend_merges_entered"
+# Site of a SELECTION claim -> whether every ``torch.where`` it made in this trace put
+# nothing differentiable in the graph (``note_selection``).
+SELECTIONS_MADE_ATTRIBUTE = "_graphmend_selections_made"
 # On the trace's ShapeEnv: the user site of the capture that made each unbacked size
 # (unbacked symbols are numbered per ShapeEnv, so ``u0`` of another trace is another size).
 CAPTURE_SITES_ATTRIBUTE = "_graphmend_capture_sites"
@@ -282,6 +285,36 @@ def mark_merge_entered(translator) -> None:
             entered = set()
             setattr(output, MERGES_ENTERED_ATTRIBUTE, entered)
         entered.add(site)
+
+
+def note_selection(translator) -> None:
+    """Where's ``select`` of the user's statement being traced took ``torch.where``
+    (between values that require no grad: ``select`` takes no other). Note, for the
+    statement's SELECTION claim, whether the statement recorded nothing for autograd from
+    its claim to here (its predicate, both arms and the selection: no autograd node was
+    made since), so that the selection may join a graph that records autograd elsewhere
+    (``whole_trace_conditions.joins_under_grad``). A statement that selects several
+    names is noted once per name, and keeps the answer only if every one holds."""
+    user = user_translator(translator)
+    if user is None:
+        return
+    site = (user.f_code.co_filename, user.lineno)
+    claim = claims_in_trace(user).get(site)
+    if claim is None or claim.kind != SELECTION:
+        return
+    recorded_nothing = claim.autograd_sequence >= 0 and autograd_sequence_now() == claim.autograd_sequence
+    output = user.output
+    made = getattr(output, SELECTIONS_MADE_ATTRIBUTE, None)
+    if made is None:
+        made = {}
+        setattr(output, SELECTIONS_MADE_ATTRIBUTE, made)
+    made[site] = made.get(site, True) and recorded_nothing
+
+
+def selected_without_grad(output, site: tuple[str, int]) -> bool:
+    """Whether the SELECTION claim at ``site`` made its selections in this trace with
+    ``torch.where`` only, recording nothing for autograd (``note_selection``)."""
+    return getattr(output, SELECTIONS_MADE_ATTRIBUTE, {}).get(site, False)
 
 
 def record_size_made(shape_env, size, site: tuple[str, int]) -> None:

@@ -50,6 +50,11 @@ def select(predicate, value_if_true, value_if_false):
     derivative there (``sqrt`` at 0, ``log`` at 0, a division) turns the gradient into
     NaN; the plain Python choice then keeps the original behaviour (and its graph
     break).
+
+    A ``torch.where`` between values that require no grad (a mask, a scale chosen from
+    the input) is noted on the statement's claim (``claims.note_selection``): where the
+    statement recorded nothing for autograd, it may join a graph that records autograd
+    elsewhere (``whole_trace_conditions.joins_under_grad``).
     """
     if value_if_true is value_if_false:
         return value_if_true
@@ -69,12 +74,19 @@ def select(predicate, value_if_true, value_if_false):
         and value_if_false.layout == torch.strided
         and value_if_true.stride() == value_if_false.stride()
     ):
-        return torch.where(predicate, value_if_true, value_if_false)
+        selected = torch.where(predicate, value_if_true, value_if_false)
+        if torch.compiler.is_compiling():
+            comptime(_note_selection)
+        return selected
     if isinstance(predicate, torch.Tensor) and torch.compiler.is_compiling():
         # Choosing in Python would break the graph here, inside the runtime, as well as
         # at the call: worse than the original's one break at its ``if``.
         comptime(_refuse_python_choice)
     return value_if_true if predicate else value_if_false
+
+
+def _note_selection(context) -> None:
+    claims.note_selection(translator_of(context))
 
 
 def _refuse_python_choice(context) -> None:
