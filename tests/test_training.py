@@ -253,6 +253,11 @@ class Model(torch.nn.Module):
 BRANCHES = {
     "a mask": "        if x.sum() > 8:\n            m = (x > 0) * 1.0\n        else:\n            m = (x > -1) * 1.0",
     "a scale": "        if x.sum() > 8:\n            m = x.abs().sum() * 0.01\n        else:\n            m = x.abs().sum() * 0.02",
+    # Two names selected: ``select`` notes the statement twice.
+    "a mask and a scale": (
+        "        if x.sum() > 8:\n            m = (x > 0) * 1.0\n            s = x.abs().sum() * 0.01\n"
+        "        else:\n            m = (x > -1) * 1.0\n            s = x.abs().sum() * 0.02\n        m = m * s"
+    ),
 }
 
 
