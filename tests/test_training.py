@@ -275,23 +275,55 @@ def test_a_selection_of_values_without_grad_joins_a_training_step(branch, backen
     assert not store.trace_time_declines
 
 
-def test_joined_graph_records_no_autograd__a_predicate_that_records_autograd_keeps_its_break():
-    """The selection is noted only where nothing of the statement recorded autograd:
-    here its predicate does (``self.fc1(x).sum()``)."""
-    branch = "        if self.fc1(x).sum() > 0:\n            m = (x > 0) * 1.0\n        else:\n            m = (x > -1) * 1.0"
-    original_counts, mended_counts = _counts_and_same_behaviour(SELECTED_WITHOUT_GRAD.format(branch=branch), "aot_eager")
+# After the first layer: the test reads activations that require grad, and records
+# autograd (``h.sum()``) before the original's break; ``h.sum() > 25`` is false at the
+# first step and true after (seed 0).
+SELECTED_FROM_ACTIVATIONS = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        if h.sum() > 25:
+{arms}
+        return self.fc2(h * m)
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_mask_of_activations_selected_after_the_first_layer_joins_a_training_step(backend):
+    arms = "            m = (h > 0.1) * 1.0\n        else:\n            m = (h > 0.2) * 1.0"
+    source = SELECTED_FROM_ACTIVATIONS.format(arms=arms)
+    assert _counts_and_same_behaviour(source, backend) == ((3, 2), (1, 0))
+    assert not store.trace_time_declines
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_joined_graph_records_no_autograd__arms_that_record_autograd_keep_their_break(backend):
+    """The values selected require no grad, but the arms recorded autograd on the way
+    (``h * 2.0``): the selection is not noted, and G303 refuses it."""
+    arms = "            m = (h * 2.0 > 0.1) * 1.0\n        else:\n            m = (h * 3.0 > 0.2) * 1.0"
+    original_counts, mended_counts = _counts_and_same_behaviour(SELECTED_FROM_ACTIVATIONS.format(arms=arms), backend)
     assert mended_counts == original_counts == (3, 2)
     assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G303"}
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_a_selection_of_values_that_require_grad_keeps_its_break(backend):
-    """``torch.where`` would differentiate the untaken arm: the parameter read by both
-    arms is an operand that requires grad (``operands_combine``, W201), and ``select``
-    takes ``torch.where`` only for values that require no grad (W207)."""
+    """``torch.where`` would differentiate the untaken arm: ``select`` takes it only for
+    values that require no grad, and refuses the claim while grad mode is on (W207)."""
     branch = "        if x.sum() > 8:\n            m = self.fc1.bias * 0.5\n        else:\n            m = self.fc1.bias * 2.0"
     original_counts, mended_counts = _counts_and_same_behaviour(SELECTED_WITHOUT_GRAD.format(branch=branch), backend)
     assert mended_counts == original_counts == (3, 2)
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"W207"}
+    reset()
+    assert _counts_and_same_behaviour(SELECTED_WITHOUT_GRAD.format(branch=branch), backend, grad=False)[1] == (1, 0)
 
 
 def test_backend_differentiates_as_written__a_selection_keeps_its_break_under_another_backend():

@@ -999,8 +999,8 @@ def test_random_draw_after_the_branch_keeps_the_rewrite():
 def test_value_saved_for_backward_updated_after_the_branch_keeps_the_original():
     """7 (seed 2209's shape): ``sigmoid`` saves its output for backward and ``relu_``
     updates it after the branch. Apart (the original's break between them) AOTAutograd
-    compiles both graphs; in one graph its compile fails (BackendCompilerFailed). The
-    compiled form keeps the original branch when the graph so far records autograd."""
+    compiles both graphs; in one graph its compile fails (BackendCompilerFailed), and
+    the frame is traced again with the branch kept (``backend_compiles_the_joined_graph``)."""
     source = _source(
         """
         def f(x, y):

@@ -204,7 +204,7 @@ _CONDITIONS = (
     (_W, WHILE_TRACING, "W201", "operands_combine", "graphmend.runtime.selection:operands_combine",
      "every outside value the hoisted code combines has the kind it needs, and all broadcast together"),
     (_W, WHILE_TRACING, "W202", "graph_so_far_may_continue", "graphmend.runtime.selection:graph_so_far_may_continue",
-     "the graph captured up to the branch draws no random numbers and computes nothing that requires grad"),
+     "the graph captured up to the branch draws no random numbers"),
     (_W, WHILE_TRACING, "W203", "reads_plainly", "graphmend.runtime.attribute_access:reads_plainly",
      "an attribute both arms read exists and reading it runs none of the program's code"),
     (_W, WHILE_TRACING, "W204", "writes_plainly", "graphmend.runtime.attribute_access:writes_plainly",
@@ -214,7 +214,7 @@ _CONDITIONS = (
     (_W, WHILE_TRACING, "W206", "moves_nothing", "graphmend.runtime.selection:moves_nothing",
      "a licensed device move `self.a = self.a.to(d)` finds the tensor on `d` already"),
     (_W, WHILE_TRACING, "W207", "values_select_exactly", "graphmend.runtime.selection:select",
-     "both values are plain tensors of one shape, dtype, device and strides with no autograd"),
+     "both values are plain tensors of one shape, dtype, device and strides that require no grad"),
     # Defer, static (rules/defer/conditions.py; the pass is rules/defer/outputs.py).
     (_D, STATIC, "D101", "callee_is_real", "graphmend.rules.defer.conditions:callee_is_real",
      "the callee is provably `print`, a `logging.Logger` method or `warnings.warn`"),

@@ -107,16 +107,18 @@ def joined_graph_records_no_autograd(output) -> str | None:
     original gave none, and zero times an infinite derivative is NaN), and Capture's
     writes of rows are not proved to differentiate as the original's indexing did.
     Under ``torch.no_grad`` nothing is recorded. Output, lowered guards, and a
-    selection whose predicate, arms and ``torch.where`` recorded nothing for autograd
-    (values that require no grad: a mask or a scale chosen from the input; autograd
-    never reaches its arms) are judged by ``backend_differentiates_as_written`` and
-    ``gradient_sums_keep_their_order`` instead (``joins_under_grad``)."""
+    selection whose arms and ``torch.where`` recorded nothing for autograd (values
+    that require no grad: a mask or a scale; autograd never reaches its arms) are
+    judged by ``backend_differentiates_as_written`` and ``gradient_sums_keep_their_order``
+    instead (``joins_under_grad``). Its test may record autograd (``h.sum() > 0`` of
+    activations): the original computed it before its break, and no backward reaches
+    what only a comparison reads."""
     for node in computed_nodes(output):
         if records_autograd(node):
             return failed(
                 "G303",
                 "the joined graph records autograd, which would differentiate a capture's writes, "
-                "or a selection's arms or predicate where they record autograd, unlike the original"
+                "or a selection's arms where they record autograd, unlike the original"
             )
     return None
 
@@ -130,8 +132,8 @@ def joins_under_grad(output, claim) -> bool:
     """Whether ``claim`` puts nothing differentiable of its own in the graph, and so may
     join one that records autograd on the terms of output and guards: output, a lowered
     guard, an ``.item()`` kept for a check, or a selection that took ``torch.where``
-    between values that require no grad, its predicate and arms recording nothing for
-    autograd either (``claims.note_selection``). Autograd never reaches such a
+    between values that require no grad, its arms recording nothing for autograd
+    either (``claims.note_selection``). Autograd never reaches such a
     selection's result, so it differentiates neither arm; what it does differentiate is
     the code before and after the statement, whose gradients the original's two graphs
     computed apart (``backend_differentiates_as_written``, ``gradient_sums_keep_their_order``,
