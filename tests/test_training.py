@@ -338,6 +338,38 @@ def test_backend_differentiates_as_written__a_selection_keeps_its_break_under_an
     assert _counts_and_same_behaviour(source, reads_its_graph, grad=False) == ((3, 2), (1, 0))
 
 
+TIED_AROUND_A_SELECTION = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        if h.sum() > 25:
+            m = (h > 0.1) * 1.0
+        else:
+            m = (h > 0.2) * 1.0
+        h = torch.nn.functional.linear(h * m, self.fc1.weight)
+        return self.fc2(h)
+"""
+
+
+def test_gradient_sums_keep_their_order__a_weight_used_on_both_sides_of_a_selection():
+    """``fc1.weight`` receives contributions before the branch and after it: the
+    original's two graphs handed the engine one sum each, where one backward graph
+    (``aot_eager``) would hand it their sum. Under ``eager`` the joined graph runs as
+    written, and the selection joins."""
+    assert _counts_and_same_behaviour(TIED_AROUND_A_SELECTION, "aot_eager") == ((3, 2), (3, 2))
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G312"}
+    reset()
+    assert _counts_and_same_behaviour(TIED_AROUND_A_SELECTION, "eager") == ((3, 2), (1, 0))
+
+
 SELECTION_IN_A_HELPER = """
 import torch
 
