@@ -1,9 +1,10 @@
 """Mending programs while autograd records (``whole_trace_conditions.backend_differentiates_as_written``,
-``whole_trace_conditions.gradient_sums_keep_their_order``): a training step's output and guards join
-its graphs under backends whose gradients are then bit-identical to the original's,
-and keep their breaks elsewhere. Each case trains the original and the mended model
-for three steps (SGD with momentum) and compares printed text, logged records,
-gradients, parameters and optimizer state bit for bit, with graph and break counts."""
+``whole_trace_conditions.gradient_sums_keep_their_order``): a training step's output, guards and
+selections of values that require no grad join its graphs under backends whose
+gradients are then bit-identical to the original's, and keep their breaks elsewhere.
+Each case trains the original and the mended model for three steps (SGD with momentum)
+and compares printed text, logged records, gradients, parameters, optimizer state and
+the generator's state bit for bit, with graph and break counts."""
 
 from __future__ import annotations
 
@@ -85,6 +86,7 @@ def _train(module, backend, steps=3, micro_batches=1, autocast=False, grad=True)
         "parameters": [_bits(p) for p in model.parameters()],
         "momentum": [_bits(optimizer.state[p]["momentum_buffer"]) for p in model.parameters() if p in optimizer.state],
         "loss": _bits(loss),
+        "generator": torch.get_rng_state(),
     }
     return observed, (graphs, breaks)
 
@@ -225,6 +227,178 @@ def test_joined_graph_records_no_autograd__a_branch_under_grad_keeps_its_break()
     source = LINEAR_RELU_LINEAR.format(statement=branch)
     original_counts, mended_counts = _counts_and_same_behaviour(source, "aot_eager")
     assert mended_counts == original_counts == (2, 1)
+
+
+# A selection of values that require no grad (Where, ``whole_trace_conditions.joins_under_grad``):
+# a mask or a scale chosen from the input, then used with activations that require grad.
+# ``x.sum() > 8`` is false at the first of the three steps and true after (seed 0), so
+# both arms are taken: the original compiles a graph for each.
+
+SELECTED_WITHOUT_GRAD = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+{branch}
+        h = torch.relu(self.fc1(x)) * m
+        return self.fc2(h)
+"""
+
+BRANCHES = {
+    "a mask": "        if x.sum() > 8:\n            m = (x > 0) * 1.0\n        else:\n            m = (x > -1) * 1.0",
+    "a scale": "        if x.sum() > 8:\n            m = x.abs().sum() * 0.01\n        else:\n            m = x.abs().sum() * 0.02",
+    # Two names selected: ``select`` notes the statement twice.
+    "a mask and a scale": (
+        "        if x.sum() > 8:\n            m = (x > 0) * 1.0\n            s = x.abs().sum() * 0.01\n"
+        "        else:\n            m = (x > -1) * 1.0\n            s = x.abs().sum() * 0.02\n        m = m * s"
+    ),
+}
+
+
+def test_both_arms_are_taken_in_the_three_steps():
+    torch.manual_seed(0)
+    torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+    assert [bool(torch.randn(8, 16).sum() > 8) for _ in range(3)] == [False, True, True]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("branch", list(BRANCHES))
+def test_a_selection_of_values_without_grad_joins_a_training_step(branch, backend):
+    source = SELECTED_WITHOUT_GRAD.format(branch=BRANCHES[branch])
+    assert _counts_and_same_behaviour(source, backend) == ((3, 2), (1, 0))
+    assert not store.trace_time_declines
+
+
+# After the first layer: the test reads activations that require grad, and records
+# autograd (``h.sum()``) before the original's break; ``h.sum() > 25`` is false at the
+# first step and true after (seed 0).
+SELECTED_FROM_ACTIVATIONS = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        if h.sum() > 25:
+{arms}
+        return self.fc2(h * m)
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_mask_of_activations_selected_after_the_first_layer_joins_a_training_step(backend):
+    arms = "            m = (h > 0.1) * 1.0\n        else:\n            m = (h > 0.2) * 1.0"
+    source = SELECTED_FROM_ACTIVATIONS.format(arms=arms)
+    assert _counts_and_same_behaviour(source, backend) == ((3, 2), (1, 0))
+    assert not store.trace_time_declines
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_joined_graph_records_no_autograd__arms_that_record_autograd_keep_their_break(backend):
+    """The values selected require no grad, but the arms recorded autograd on the way
+    (``h * 2.0``): the selection is not noted, and G303 refuses it."""
+    arms = "            m = (h * 2.0 > 0.1) * 1.0\n        else:\n            m = (h * 3.0 > 0.2) * 1.0"
+    original_counts, mended_counts = _counts_and_same_behaviour(SELECTED_FROM_ACTIVATIONS.format(arms=arms), backend)
+    assert mended_counts == original_counts == (3, 2)
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G303"}
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_selection_of_values_that_require_grad_keeps_its_break(backend):
+    """``torch.where`` would differentiate the untaken arm: ``select`` takes it only for
+    values that require no grad, and refuses the claim while grad mode is on (W207)."""
+    branch = "        if x.sum() > 8:\n            m = self.fc1.bias * 0.5\n        else:\n            m = self.fc1.bias * 2.0"
+    original_counts, mended_counts = _counts_and_same_behaviour(SELECTED_WITHOUT_GRAD.format(branch=branch), backend)
+    assert mended_counts == original_counts == (3, 2)
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"W207"}
+    reset()
+    assert _counts_and_same_behaviour(SELECTED_WITHOUT_GRAD.format(branch=branch), backend, grad=False)[1] == (1, 0)
+
+
+def test_backend_differentiates_as_written__a_selection_keeps_its_break_under_another_backend():
+    def reads_its_graph(graph_module, example_inputs):
+        graph_module.graph.lint()
+        return graph_module.forward
+
+    source = SELECTED_WITHOUT_GRAD.format(branch=BRANCHES["a mask"])
+    assert _counts_and_same_behaviour(source, reads_its_graph) == ((3, 2), (3, 2))
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G311"}
+    reset()
+    assert _counts_and_same_behaviour(source, reads_its_graph, grad=False) == ((3, 2), (1, 0))
+
+
+TIED_AROUND_A_SELECTION = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        if h.sum() > 25:
+            m = (h > 0.1) * 1.0
+        else:
+            m = (h > 0.2) * 1.0
+        h = torch.nn.functional.linear(h * m, self.fc1.weight)
+        return self.fc2(h)
+"""
+
+
+def test_gradient_sums_keep_their_order__a_weight_used_on_both_sides_of_a_selection():
+    """``fc1.weight`` receives contributions before the branch and after it: the
+    original's two graphs handed the engine one sum each, where one backward graph
+    (``aot_eager``) would hand it their sum. Under ``eager`` the joined graph runs as
+    written, and the selection joins."""
+    assert _counts_and_same_behaviour(TIED_AROUND_A_SELECTION, "aot_eager") == ((3, 2), (3, 2))
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G312"}
+    reset()
+    assert _counts_and_same_behaviour(TIED_AROUND_A_SELECTION, "eager") == ((3, 2), (1, 0))
+
+
+SELECTION_IN_A_HELPER = """
+import torch
+
+def f(w, x):
+    h = helper(w, x)
+    return torch.tanh(h @ w)
+
+def helper(w, x):
+    if x.sum() > 0:
+        m = (x > 0) * 1.0
+    else:
+        m = (x > -1) * 1.0
+    return torch.tanh((x * m) @ w)
+"""
+
+
+def test_gradient_sums_keep_their_order__a_selection_in_a_helper_whose_weight_is_used_after_it():
+    """The original broke at the call of ``helper`` too: ``w`` received its
+    contributions in two of the original's graphs, which one backward graph would hand
+    the engine as one sum."""
+    original, mended, _ = original_and_mended(SELECTION_IN_A_HELPER)
+    expected, original_graphs = _gradient_and_graphs(original.f, "aot_eager")
+    reset()
+    got, mended_graphs = _gradient_and_graphs(mended.f, "aot_eager")
+    assert torch.equal(got[0], expected[0]) and mended_graphs == original_graphs == 3
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G312"}
+    reset()
+    got, mended_graphs = _gradient_and_graphs(mended.f, "eager")
+    assert torch.equal(got[0], _gradient_and_graphs(original.f, "eager")[0][0]) and mended_graphs == 1
 
 
 # The condition, case by case: a weight used `before` times before a print and `after`

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 
+from graphmend.runtime import reset
 from graphmend.runtime.store import store
 from helpers import (
     breaks,
@@ -500,6 +501,33 @@ def test_select_falls_back_under_autograd_no_nan_gradient():
         assert breaks(mended.f, torch.tensor([0.0, 1.0, 2.0])) == 0
 
 
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["true_arm", "false_arm"])
+def test_a_selection_of_values_without_grad_joins_a_graph_that_records_autograd(sign):
+    """A mask chosen from an input that requires no grad, used with a value that does:
+    autograd never reaches the selection or its arms, so it joins the graph that
+    differentiates ``w`` (``whole_trace_conditions.joins_under_grad``), with the same
+    value and gradient as the original, which broke at the branch."""
+    reset()
+    source = _source(
+        """
+        def f(w, x):
+            if x.sum() > 0:
+                m = (x > 0) * 1.0
+            else:
+                m = (x > -0.5) * 1.0
+            return torch.tanh(x @ w) * m
+        """
+    )
+    make_args = lambda module: (  # noqa: E731
+        torch.linspace(-1.0, 1.0, 9).reshape(3, 3).requires_grad_(),
+        sign * (torch.arange(9.0).reshape(3, 3) / 8.0 - 0.25),
+    )
+    original, mended = assert_same_behaviour(source, make_args, grad=True, expect_fixed=True)
+    assert breaks(original.f, *make_args(None)) == 1
+    assert breaks(mended.f, *make_args(None)) == 0
+    assert not store.trace_time_declines
+
+
 def test_select_falls_back_when_the_arms_are_laid_out_differently():
     """``torch.where`` lays its result out as its first tensor operand: with ``x``
     transposed by the caller and the false arm taken, ``z`` came back laid out as
@@ -971,8 +999,8 @@ def test_random_draw_after_the_branch_keeps_the_rewrite():
 def test_value_saved_for_backward_updated_after_the_branch_keeps_the_original():
     """7 (seed 2209's shape): ``sigmoid`` saves its output for backward and ``relu_``
     updates it after the branch. Apart (the original's break between them) AOTAutograd
-    compiles both graphs; in one graph its compile fails (BackendCompilerFailed). The
-    compiled form keeps the original branch when the graph so far records autograd."""
+    compiles both graphs; in one graph its compile fails (BackendCompilerFailed), and
+    the frame is traced again with the branch kept (``backend_compiles_the_joined_graph``)."""
     source = _source(
         """
         def f(x, y):

@@ -19,7 +19,7 @@ explain`` reads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -45,6 +45,9 @@ DECIDED = "decided"
 CHECKS_LOWERED_ATTRIBUTE = "_graphmend_checks_lowered"
 # The merged branches (Capture's ``torch.cond``) whose ``merge_rows`` this trace entered.
 MERGES_ENTERED_ATTRIBUTE = "_graphmend_merges_entered"
+# Site of a SELECTION claim -> whether every ``torch.where`` it made in this trace put
+# nothing differentiable in the graph (``note_selection``).
+SELECTIONS_MADE_ATTRIBUTE = "_graphmend_selections_made"
 # On the trace's ShapeEnv: the user site of the capture that made each unbacked size
 # (unbacked symbols are numbered per ShapeEnv, so ``u0`` of another trace is another size).
 CAPTURE_SITES_ATTRIBUTE = "_graphmend_capture_sites"
@@ -70,8 +73,9 @@ class Claim:
     kind: str = SELECTION
     # For an ITEM: the original lines of the check calls that read the value.
     checks: tuple[int, ...] = ()
-    # The autograd sequence number when the statement was traced: autograd nodes made
-    # for the code before it have smaller ones (``whole_trace_conditions.gradient_sums_keep_their_order``).
+    # The autograd sequence number when the statement was traced (for a selection, once
+    # its test was evaluated: ``note_test_evaluated``): autograd nodes made for the code
+    # before it have smaller ones (``whole_trace_conditions.gradient_sums_keep_their_order``).
     autograd_sequence: int = 0
     # The translators of the inlined calls the statement is in, innermost first: the
     # original broke the graph at each call and after it returned as well.
@@ -259,11 +263,12 @@ def decline_at_user_site(translator, reason: str) -> None:
         store.trace_time_declines[(translator.f_code.co_filename, translator.lineno)] = reason
 
 
-def refuse_claim_at_user_site(translator, reason: str) -> None:
+def refuse_claim_at_user_site(translator, reason: str, kind: str = ALWAYS) -> None:
     """The rewritten statement being traced cannot keep its promise in this trace (a
     selection that would branch in Python, inside graphmend's runtime): where the
-    statement holds a claim, refuse it for good and trace the frame again, so that the
-    original statement runs with its one break. Without a claim, only say why."""
+    statement holds a claim, refuse it (for good, or only while grad mode is on) and
+    trace the frame again, so that the original statement runs with its one break.
+    Without a claim, only say why."""
     user = user_translator(translator)
     if user is None:
         return
@@ -271,7 +276,7 @@ def refuse_claim_at_user_site(translator, reason: str) -> None:
     if site not in claims_in_trace(user):
         decline_at_user_site(user, reason)
         return
-    refuse(site, ALWAYS, reason)
+    refuse(site, kind, reason)
     raise restart(user.output, reason)
 
 
@@ -285,6 +290,52 @@ def mark_merge_entered(translator) -> None:
             entered = set()
             setattr(output, MERGES_ENTERED_ATTRIBUTE, entered)
         entered.add(site)
+
+
+def note_test_evaluated(translator) -> None:
+    """The test of the branch of a SELECTION claim (or a part of it) was evaluated. The
+    original's graph ended after its test: autograd nodes the test made (``h.sum()`` of
+    a tensor that requires grad, whose result only a comparison reads, so no backward
+    reaches them) were made before the original's break. The claim's boundary moves
+    here, for the gradient conditions and for ``note_selection``."""
+    user = user_translator(translator)
+    if user is None:
+        return
+    site = (user.f_code.co_filename, user.lineno)
+    claims = claims_in_trace(user)
+    claim = claims.get(site)
+    if claim is not None and claim.kind == SELECTION and claim.autograd_sequence >= 0:
+        claims[site] = replace(claim, autograd_sequence=autograd_sequence_now())
+
+
+def note_selection(translator) -> None:
+    """Where's ``select`` of the user's statement being traced took ``torch.where``
+    (between values that require no grad: ``select`` takes no other). Note, for the
+    statement's SELECTION claim, whether the statement recorded nothing for autograd
+    since its test was evaluated (``note_test_evaluated``; both arms and the selection:
+    no autograd node was made since), so that it may join a graph that records autograd elsewhere
+    (``whole_trace_conditions.joins_under_grad``). A statement that selects several
+    names is noted once per name, and keeps the answer only if every one holds."""
+    user = user_translator(translator)
+    if user is None:
+        return
+    site = (user.f_code.co_filename, user.lineno)
+    claim = claims_in_trace(user).get(site)
+    if claim is None or claim.kind != SELECTION:
+        return
+    recorded_nothing = claim.autograd_sequence >= 0 and autograd_sequence_now() == claim.autograd_sequence
+    output = user.output
+    made = getattr(output, SELECTIONS_MADE_ATTRIBUTE, None)
+    if made is None:
+        made = {}
+        setattr(output, SELECTIONS_MADE_ATTRIBUTE, made)
+    made[site] = made.get(site, True) and recorded_nothing
+
+
+def selected_without_grad(output, site: tuple[str, int]) -> bool:
+    """Whether the SELECTION claim at ``site`` made its selections in this trace with
+    ``torch.where`` only, recording nothing for autograd (``note_selection``)."""
+    return getattr(output, SELECTIONS_MADE_ATTRIBUTE, {}).get(site, False)
 
 
 def record_size_made(shape_env, size, site: tuple[str, int]) -> None:

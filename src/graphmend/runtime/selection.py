@@ -50,10 +50,15 @@ def select(predicate, value_if_true, value_if_false):
     derivative there (``sqrt`` at 0, ``log`` at 0, a division) turns the gradient into
     NaN; the plain Python choice then keeps the original behaviour (and its graph
     break).
+
+    A ``torch.where`` between values that require no grad (a mask, a scale chosen from
+    the input) is noted on the statement's claim (``claims.note_selection``): where the
+    statement recorded nothing for autograd, it may join a graph that records autograd
+    elsewhere (``whole_trace_conditions.joins_under_grad``).
     """
     if value_if_true is value_if_false:
         return value_if_true
-    if (
+    exact = (
         is_plain_tensor(value_if_true)
         and is_plain_tensor(value_if_false)
         and is_plain_tensor(predicate)
@@ -63,18 +68,38 @@ def select(predicate, value_if_true, value_if_false):
         and value_if_true.dtype == value_if_false.dtype
         and value_if_true.device == value_if_false.device
         and predicate.device == value_if_true.device
-        and not value_if_true.requires_grad
-        and not value_if_false.requires_grad
         and value_if_true.layout == torch.strided
         and value_if_false.layout == torch.strided
         and value_if_true.stride() == value_if_false.stride()
-    ):
-        return torch.where(predicate, value_if_true, value_if_false)
+    )
+    differentiable = exact and (value_if_true.requires_grad or value_if_false.requires_grad)
+    if exact and not differentiable:
+        selected = torch.where(predicate, value_if_true, value_if_false)
+        if torch.compiler.is_compiling():
+            comptime(_note_selection)
+        return selected
     if isinstance(predicate, torch.Tensor) and torch.compiler.is_compiling():
         # Choosing in Python would break the graph here, inside the runtime, as well as
-        # at the call: worse than the original's one break at its ``if``.
-        comptime(_refuse_python_choice)
+        # at the call: worse than the original's one break at its ``if``. Values that
+        # only autograd keeps apart are refused only while grad mode is on.
+        if differentiable:
+            comptime(_refuse_python_choice_under_grad)
+        else:
+            comptime(_refuse_python_choice)
     return value_if_true if predicate else value_if_false
+
+
+def _note_selection(context) -> None:
+    claims.note_selection(translator_of(context))
+
+
+def _refuse_python_choice_under_grad(context) -> None:
+    claims.refuse_claim_at_user_site(
+        translator_of(context),
+        failed("W207", "the arms cannot be selected inside the graph: they require grad, and autograd "
+               "would differentiate the untaken arm too"),
+        claims.UNDER_GRAD,
+    )
 
 
 def _refuse_python_choice(context) -> None:
@@ -116,31 +141,33 @@ def _has_kind(value, kind: str) -> bool:
 def _note_graph_so_far(context) -> None:
     """Run by TorchDynamo while it traces ``graph_so_far_may_continue`` (``comptime``):
     bind that function's local ``may_continue`` to whether the graph captured so far
-    neither draws random numbers nor computes a value autograd records. Anything
-    unexpected leaves it False: the original branch is kept."""
+    draws no random numbers (and, if so, make the claim). Anything unexpected leaves it
+    False: the original branch is kept."""
     trace_decisions.decide_in_trace(context, "may_continue", (), _may_continue)
 
 
 def _may_continue(tracer) -> bool:
     output = tracer.output
-    if any(
-        graph_inspection.draws_random_numbers(node, output) or graph_inspection.records_autograd(node)
-        for node in graph_inspection.computed_nodes(output)
-    ):
+    if any(graph_inspection.draws_random_numbers(node, output) for node in graph_inspection.computed_nodes(output)):
         return False
     return claims.claim_break_at_user_site(tracer)
 
 
 def graph_so_far_may_continue() -> bool:
     """While TorchDynamo traces: True when the graph captured up to here draws no
-    random numbers and computes no value that requires grad (False when not tracing).
+    random numbers (False when not tracing); the claim on the branch's break is then
+    made.
 
     The graph so far is the original's graph up to this branch, where the original
     breaks. Joining it to the code after the branch changes what AOTAutograd does
     with it: a random draw whose value ends up unused is dropped (the generator's
-    stream would not advance), and a tensor saved for
-    backward and updated in place after the branch fails the compile
-    (``BackendCompilerFailed``) where the original only fails if backward runs.
+    stream would not advance). What joining changes under autograd is judged once the
+    trace is complete: a selection that records autograd itself is refused
+    (``whole_trace_conditions.joined_graph_records_no_autograd``), the gradients must
+    be summed as the original's graphs summed them, and a tensor saved for backward
+    and updated in place after the branch, which fails AOTAutograd's compile where the
+    original only fails if backward runs, keeps the break
+    (``whole_trace_conditions.backend_compiles_the_joined_graph``).
     The answer is a constant of the trace: no guard, no global written.
     """
     may_continue = False
@@ -150,8 +177,12 @@ def graph_so_far_may_continue() -> bool:
 
 def operands_combine(*operands) -> bool:
     """True when elementwise code over these ``(value, kind)`` pairs cannot raise,
-    no autograd flows through it, and the graph captured so far may continue past the
-    branch (``graph_so_far_may_continue``).
+    and the graph captured so far may continue past the branch
+    (``graph_so_far_may_continue``). Values that require grad may be combined: where
+    the arms' values require grad, ``select`` refuses the claim while grad mode is on
+    (autograd would differentiate the untaken arm), and where the arms record autograd
+    on the way to values that do not, the whole trace refuses it
+    (``whole_trace_conditions.joined_graph_records_no_autograd``).
 
     Each value must be of its kind (see ``graphmend.analysis.safety``), all tensors on
     one device, and their shapes must broadcast together: then so does every value
@@ -165,16 +196,10 @@ def operands_combine(*operands) -> bool:
         return False
     shapes = []
     device = None
-    grad_enabled = torch.is_grad_enabled()
     for value, kind in operands:
         if not _has_kind(value, kind):
             return False
         if isinstance(value, torch.Tensor):
-            if grad_enabled and value.requires_grad:
-                # Autograd would differentiate the untaken arm too: AOTAutograd feeds
-                # zero gradients to unused outputs, and zero times an infinite
-                # derivative (``x ** 0.5`` at 0) is NaN. Keep the original branch.
-                return False
             if device is None:
                 device = value.device
             elif value.device != device and value.dim() != 0:

@@ -44,7 +44,7 @@ from graphmend.runtime.whole_trace_conditions import (
     no_later_op_failed_while_tracing,
 )
 from graphmend.torch_adapter import ops
-from graphmend.torch_adapter.tracing import comptime
+from graphmend.torch_adapter.tracing import comptime, translator_of
 
 TRAP_MARKER = "[graphmend-trap "
 _FIELD_SEPARATOR = "|"
@@ -167,13 +167,21 @@ def guard_holds(value, expected_truth: bool):
 
     Only facts TorchDynamo knows statically (type, element count, dtype) pick the
     form, so this costs no graph break; a value that is not a one-element tensor
-    is tested with ``bool()`` exactly as the original ``if`` did.
+    is tested with ``bool()`` exactly as the original ``if`` did. Where it tests the
+    branch of a Where selection, where the original's graph ended, the selection's
+    claim notes it (``claims.note_test_evaluated``).
     """
     if isinstance(value, torch.Tensor) and value.numel() == 1:
+        if torch.compiler.is_compiling():
+            comptime(_note_test_evaluated)
         truth = value if value.dtype == torch.bool else value != 0
         truth = truth.reshape(())
         return truth if expected_truth else torch.logical_not(truth)
     return bool(value) == expected_truth
+
+
+def _note_test_evaluated(context) -> None:
+    claims.note_test_evaluated(translator_of(context))
 
 
 def assert_guard(holds, message: str) -> None:

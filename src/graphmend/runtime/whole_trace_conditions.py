@@ -6,8 +6,10 @@ graph (by the hooks of ``graphmend.runtime.trace_hooks``):
 - TorchDynamo gives up on the whole frame after the statement (an error the code
   raises escapes the frame while traced, a construct it cannot resume after), which it
   then runs eagerly (``frame_was_not_given_up_while_tracing``);
-- the joined graph records autograd: a selection or a capture is then refused
-  (``joined_graph_records_no_autograd``); output and lowered guards stay joined where the
+- the joined graph records autograd: a capture, a merged branch, or a selection that
+  recorded something for autograd itself is then refused
+  (``joined_graph_records_no_autograd``); output, lowered guards and selections that
+  recorded nothing for autograd (``joins_under_grad``) stay joined where the
   backend runs the graph as written, or traces its backward (``aot_eager``), no tensor's
   gradient would be summed in another order, and no tensor made before the statement
   leaves the graph (``backend_differentiates_as_written``,
@@ -52,9 +54,11 @@ from graphmend.runtime.claims import (
     MERGE,
     MERGES_ENTERED_ATTRIBUTE,
     OUTPUT,
+    SELECTION,
     UNDER_GRAD,
     refused_for_good_as,
     refused_reason,
+    selected_without_grad,
 )
 from graphmend.runtime.graph_inspection import (
     computed_nodes,
@@ -98,19 +102,24 @@ GIVEN_UP_REASON = "TorchDynamo gave up on the frame after it"
 
 
 def joined_graph_records_no_autograd(output) -> str | None:
-    """A selection (Where), a merged branch or a capture (Capture) joins no graph that
-    records autograd: autograd differentiates the untaken arm of a ``torch.where`` too
-    (zero gradients where the original gave none, and zero times an infinite derivative
-    is NaN), and Capture's writes of rows are not proved to differentiate as the
-    original's indexing did. Under ``torch.no_grad`` nothing is recorded. Output and
-    lowered guards are judged by ``backend_differentiates_as_written`` and
-    ``gradient_sums_keep_their_order`` instead."""
+    """A merged branch or a capture (Capture), or a selection (Where) that recorded
+    something for autograd itself, joins no graph that records autograd: autograd
+    differentiates the untaken arm of a ``torch.where`` too (zero gradients where the
+    original gave none, and zero times an infinite derivative is NaN), and Capture's
+    writes of rows are not proved to differentiate as the original's indexing did.
+    Under ``torch.no_grad`` nothing is recorded. Output, lowered guards, and a
+    selection whose arms and ``torch.where`` recorded nothing for autograd (values
+    that require no grad: a mask or a scale; autograd never reaches its arms) are
+    judged by ``backend_differentiates_as_written`` and ``gradient_sums_keep_their_order``
+    instead (``joins_under_grad``). Its test may record autograd (``h.sum() > 0`` of
+    activations): the original computed it before its break, and no backward reaches
+    what only a comparison reads."""
     for node in computed_nodes(output):
         if records_autograd(node):
             return failed(
                 "G303",
-                "the joined graph records autograd, which would differentiate a selection's "
-                "untaken arm or a capture's writes unlike the original"
+                "the joined graph records autograd, which would differentiate a capture's writes, "
+                "or a selection's arms where they record autograd, unlike the original"
             )
     return None
 
@@ -119,6 +128,21 @@ def joined_graph_records_no_autograd(output) -> str | None:
 # the graph's differentiable computation (an ``.item()`` kept for a check only feeds it;
 # a decided comparison only chooses which code is traced, as the original's test did).
 _JOINS_UNDER_GRAD = frozenset({OUTPUT, GUARD, ITEM, DECIDED})
+
+
+def joins_under_grad(output, claim) -> bool:
+    """Whether ``claim`` puts nothing differentiable of its own in the graph, and so may
+    join one that records autograd on the terms of output and guards: output, a lowered
+    guard, an ``.item()`` kept for a check, or a selection that took ``torch.where``
+    between values that require no grad, its arms recording nothing for autograd
+    either (``claims.note_selection``). Autograd never reaches such a
+    selection's result, so it differentiates neither arm; what it does differentiate is
+    the code before and after the statement, whose gradients the original's two graphs
+    computed apart (``backend_differentiates_as_written``, ``gradient_sums_keep_their_order``,
+    ``earlier_tensors_stay_in_the_graph``)."""
+    if claim.kind in _JOINS_UNDER_GRAD:
+        return True
+    return claim.kind == SELECTION and selected_without_grad(output, claim.site)
 
 
 def backend_differentiates_as_written(output) -> str | None:
@@ -170,7 +194,7 @@ def gradient_sums_keep_their_order(output, claims) -> list[tuple[tuple[str, int]
     after it). Returns (site, reason) for each claim that keeps its break."""
     if backend_is(output, ("eager",), "runs_the_graph_as_written"):
         return []
-    joined = [claim for claim in claims.values() if claim.kind in _JOINS_UNDER_GRAD]
+    joined = [claim for claim in claims.values() if joins_under_grad(output, claim)]
     boundaries_of = {claim.site: _original_boundaries(claim) for claim in joined}
     refusals = [(site, failed("G312", _UNKNOWN_BOUNDARY_REASON)) for site, owned in boundaries_of.items() if owned is None]
     if refusals or not joined:
@@ -248,7 +272,7 @@ def earlier_tensors_stay_in_the_graph(output, graph_module, claims) -> list[tupl
     for each such claim."""
     if backend_is(output, ("eager",), "runs_the_graph_as_written"):
         return []
-    joined = [claim for claim in claims.values() if claim.kind in _JOINS_UNDER_GRAD]
+    joined = [claim for claim in claims.values() if joins_under_grad(output, claim)]
     results = next((node for node in reversed(graph_module.graph.nodes) if node.op == "output"), None)
     if not joined or results is None:
         return []
@@ -355,9 +379,9 @@ def _autograd_refusals(output, claims) -> list[tuple[tuple[str, int], str]]:
     recorded = joined_graph_records_no_autograd(output)
     if recorded is None:
         return []
-    selections = [claim.site for claim in claims.values() if claim.kind not in _JOINS_UNDER_GRAD]
-    if selections:
-        return [(site, recorded) for site in selections]
+    differentiated = [claim.site for claim in claims.values() if not joins_under_grad(output, claim)]
+    if differentiated:
+        return [(site, recorded) for site in differentiated]
     backend = backend_differentiates_as_written(output)
     if backend is not None:
         return [(site, backend) for site in claims]

@@ -63,12 +63,14 @@ no ``__getattribute__``/``__getattr__`` of its own, no property, since both arms
 a licensed write that is left out would not have run a ``__setattr__`` or setter
 either (``writes_plainly``), a call ``self.m(...)`` read in the enclosing class
 reaches that function and no override or wrapper (``is_the_method``), and the
-graph captured up to the branch draws no random numbers and computes no value that
-requires grad (``graph_so_far_may_continue``, made by ``operands_combine`` too): the
-original graph ends at the branch, while in one graph with the code after it
-AOTAutograd drops a draw whose value ends up unused (in this function or a caller)
-and fails to compile when a tensor saved for backward is updated in place after the
-branch.
+graph captured up to the branch draws no random numbers (``graph_so_far_may_continue``,
+made by ``operands_combine`` too): the original graph ends at the branch, while in one
+graph with the code after it AOTAutograd drops a draw whose value ends up unused (in
+this function or a caller). Under autograd ``select`` refuses values that require
+grad, and the whole trace lets the selection join a graph that records autograd only
+where its arms and ``torch.where`` recorded none (its test may: ``h.sum() > 0`` of
+activations, which the original computed before its break and no backward reaches),
+on the terms of output and guards (runtime/whole_trace_conditions.py).
 """
 
 from __future__ import annotations
