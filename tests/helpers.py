@@ -169,6 +169,37 @@ def graphs_and_outcomes_over_calls(function, calls) -> tuple[int, list]:
     return backend.graphs, outcomes
 
 
+class CountingAotEager:
+    """Counts the graphs it is given and compiles each with ``aot_eager``, which it names
+    as ``__wrapped__`` (graphmend decides some joins by the backend)."""
+
+    def __init__(self) -> None:
+        from torch._dynamo import lookup_backend
+
+        self.graphs = 0
+        self.__wrapped__ = lookup_backend("aot_eager")
+
+    def __call__(self, graph_module, example_inputs):
+        self.graphs += 1
+        return self.__wrapped__(graph_module, example_inputs)
+
+
+def graphs_and_breaks_under_aot_eager(function, *args) -> tuple[int, int]:
+    """``graphs_and_breaks`` with the graphs compiled by ``aot_eager``."""
+    from graphmend.counting import break_count_so_far, recording_graph_breaks
+    from graphmend.torch_adapter import graph_break_counters, reset_dynamo
+
+    reset_dynamo()
+    graph_break_counters().clear()
+    backend = CountingAotEager()
+    compiled = torch.compile(function, backend=backend, dynamic=False)
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), recording_graph_breaks() as records:
+        warnings.simplefilter("ignore")
+        compiled(*args)
+    count = break_count_so_far(backend, records)
+    return count.graphs, count.breaks
+
+
 def graphs_and_breaks(function, *args) -> tuple[int, int]:
     """Graphs and breaks of one call under the counting backend, output silenced."""
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():

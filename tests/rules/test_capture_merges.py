@@ -405,13 +405,13 @@ def test_random_draws_in_the_body_draw_the_originals_numbers():
 
 def test_random_draws_on_both_sides_of_the_branch_keep_its_break():
     """A draw before the branch and one in it would share one graph's seeds under
-    inductor, where the original's graphs drew apart: the claim is refused (the check
-    looks into the branch's own graph)."""
+    inductor, where the original's graphs drew apart; under backends that run the ops in
+    order each draw is its own op, from the one generator: joined, drawing the same."""
     original, mended, _ = mended_pair(RANDOM_IN_THE_BODY.replace(
         "merged = x * 2", "merged = x * 2 + torch.rand_like(x)"
     ))
     with torch.no_grad():
-        assert counts(mended.main, X, FLAGS["some rows"]) == counts(original.main, X, FLAGS["some rows"])
+        assert counts(mended.main, X, FLAGS["some rows"])[1] < counts(original.main, X, FLAGS["some rows"])[1]
     assert_same_draws(original, mended, FLAGS["some rows"])
 
 

@@ -21,6 +21,7 @@ from graphmend.runtime.store import store
 from helpers import (
     breaks,
     finding_reasons,
+    graphs_and_breaks_under_aot_eager,
     graphs_and_outcomes_over_calls,
     mend,
     original_and_mended,
@@ -926,12 +927,14 @@ def main(x):
 
 def test_frame_the_original_ran_eagerly__random_draws_keep_the_guard():
     """Eagerly, the original's draws advanced the generator as eager does; a claim in a
-    graph that draws is refused (``random_draws_stay_on_their_side``)."""
+    graph that draws is refused (``random_draws_stay_on_their_side``) under ``aot_eager``,
+    and not judged under a backend that runs the graph as written, which draws as eager."""
     original, mended, result = original_and_mended(PRELUDE + textwrap.dedent(GUARD_IN_A_LOOP_WITH_A_DRAW))
     store.trace_time_declines.clear()
     x = torch.arange(4.0)
-    assert breaks(mended.main, x) == breaks(original.main, x)
+    assert graphs_and_breaks_under_aot_eager(mended.main, x) == graphs_and_breaks_under_aot_eager(original.main, x)
     assert any("random draws" in reason for reason in declined_reasons()), declined_reasons()
+    assert breaks(mended.main, x) <= breaks(original.main, x)
     torch.manual_seed(0)
     expected = original.main(x)
     for backend in ("eager", "aot_eager"):

@@ -90,6 +90,12 @@ def returns_its_graph_unchanged(backend) -> bool:
     return returned
 
 
+def backend_runs_the_graph_as_written(output) -> bool:
+    """Whether the backend compiling ``output`` runs the graph's ops as traced, one by one
+    on the real tensors, with no tracing of its own (TorchDynamo's ``eager``)."""
+    return backend_is(output, ("eager",), "runs_the_graph_as_written")
+
+
 def backend_keeps_graph_order(output) -> bool:
     """Whether the backend compiling ``output`` runs the graph's ops in their order."""
     return backend_is(output, ("eager", "aot_eager"), "keeps_graph_order")

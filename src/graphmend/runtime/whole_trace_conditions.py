@@ -41,7 +41,11 @@ from __future__ import annotations
 import torch
 
 from graphmend.core.legality import failed
-from graphmend.runtime.backends import backend_is, backend_keeps_graph_order
+from graphmend.runtime.backends import (
+    backend_is,
+    backend_keeps_graph_order,
+    backend_runs_the_graph_as_written,
+)
 from graphmend.runtime.claims import (
     ALWAYS,
     CALL_BEGAN_ATTRIBUTE,
@@ -71,6 +75,7 @@ from graphmend.runtime.graph_inspection import (
 )
 from graphmend.runtime.store import store
 from graphmend.torch_adapter import ops
+from graphmend.torch_adapter.tracing import rng_ops_are_functionalized
 
 
 def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
@@ -396,17 +401,24 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     ran eagerly, with eager's generator. Draws on one
     side only, in a frame the original compiled, are compiled the same either way.
 
-    A comparison of a draw its range decided (DECIDED) is not judged here where the
-    backend runs the graph's ops in order on the real tensors (``eager``,
-    ``aot_eager``): each draw is then eager's own op, drawn in the original's order from
-    eager's generator, and a draw nothing reads is kept (``trace_hooks``)."""
-    if backend_keeps_graph_order(output):
-        claims = {site: claim for site, claim in claims.items() if claim.kind != DECIDED}
+    Where the backend runs the graph's ops in order (``eager``, ``aot_eager`` with
+    torch's random ops left as they are), each draw is an op of its own, drawn in the
+    original's order from the one generator, joined or not, and a draw nothing reads
+    is kept (``trace_hooks``): draws on both sides are not judged there. Training graphs
+    draw in every dropout, so judging them refused every claim in them. Draws the
+    original ran eagerly stay refused except under a backend that runs the graph as
+    written on the real tensors (``eager``): ``aot_eager`` differentiates a dropout under
+    reduced-precision autocast otherwise than eager does."""
+    in_order = backend_keeps_graph_order(output) and not rng_ops_are_functionalized()
+    if in_order and backend_runs_the_graph_as_written(output):
+        return None
     positions = draw_positions(output)
     if not positions:
         return None
     if any(claim.rest_ran_eagerly for claim in claims.values()):
         return failed("G307", "the original ran these random draws eagerly; compiled they would not advance the generator as eagerly")
+    if in_order:
+        return None
     for claim in claims.values():
         if positions[0] < claim.position <= positions[-1]:
             return failed("G307", "random draws on both sides of it would share one graph's seeds, where the original's graphs drew apart")

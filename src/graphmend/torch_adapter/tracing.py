@@ -123,3 +123,13 @@ def backends_named(names) -> tuple:
     from torch._dynamo.backends.registry import lookup_backend
 
     return tuple(lookup_backend(name) for name in names)
+
+
+def rng_ops_are_functionalized() -> bool:
+    """Whether AOTAutograd turns random ops into ops that take the generator's state as an
+    input (``functionalize_rng_ops``): they then no longer draw as eager does, in order."""
+    try:
+        from torch._functorch import config
+    except ImportError:  # another torch: assume it might
+        return True
+    return bool(getattr(config, "functionalize_rng_ops", True))
