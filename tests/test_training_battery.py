@@ -199,6 +199,35 @@ PROGRAMS = {
     "written in place before the branch": _program("        h = h * 1.0\n        h.add_(1.0)\n" + MASK + "        h = h * m\n"),
 }
 
+# Adversarial selections: an arm that draws random numbers, arms of different shapes
+# or dtypes, an arm with a side effect on a buffer or an attribute.
+PROGRAMS["dropout drawn in one arm"] = _program(
+    "        if h.sum() > 25:\n            m = torch.nn.functional.dropout(torch.ones_like(h), 0.5)\n"
+    "        else:\n            m = torch.ones_like(h)\n        h = h * m\n"
+)
+PROGRAMS["arms of different shapes"] = _program(
+    "        if h.sum() > 25:\n            m = (h[:, :1] > 0.1) * 1.0\n        else:\n            m = (h > 0.2) * 1.0\n"
+    "        h = h * m + m.sum(dim=1, keepdim=True)\n"
+)
+PROGRAMS["arms of different dtypes"] = _program(
+    "        if h.sum() > 25:\n            m = (h > 0.1).sum(dim=1, keepdim=True)\n        else:\n"
+    "            m = (h > 0.2).float().sum(dim=1, keepdim=True)\n        h = h * (m // 3)\n"
+)
+PROGRAMS["buffer written in one arm"] = _program(
+    "        if h.sum() > 25:\n            self.hits.add_(1)\n            m = (h > 0.1) * 1.0\n        else:\n"
+    "            m = (h > 0.2) * 1.0\n        h = h * m + self.hits\n",
+    init="        self.register_buffer('hits', torch.zeros(()))\n",
+)
+PROGRAMS["attribute counted in one arm"] = _program(
+    "        if h.sum() > 25:\n            self.calls = self.calls + 1\n            m = (h > 0.1) * 1.0\n        else:\n"
+    "            m = (h > 0.2) * 1.0\n        h = h * m * self.calls\n",
+    init="        self.calls = 1\n",
+)
+PROGRAMS["selection then loss.item() print"] = _program(
+    MASK + "        h = h * m\n",
+    tail="\n\ndef step(model, x):\n    loss = model(x).pow(2).mean()\n    print(f\"loss {loss.item():.4f}\")\n    return loss\n",
+)
+
 TIED = """
 import torch
 from torch import nn
@@ -262,6 +291,22 @@ PROGRAMS["LayerDrop 0.0, one layer shared"] = LAYERDROP.format(p=0.0).replace(
 PROGRAMS["LayerDrop 0.0, print in the loop"] = LAYERDROP.format(p=0.0).replace(
     "            x = torch.relu(layer(x))", "            x = torch.relu(layer(x))\n            print('layer', 1)"
 )
+PROGRAMS["LayerDrop 0.0, draw inline in the test"] = LAYERDROP.format(p=0.0).replace(
+    "                dropout_probability = torch.rand([])\n                if dropout_probability < self.layerdrop:",
+    "                if torch.rand([]) < self.layerdrop:",
+)
+PROGRAMS["LayerDrop 0.0 compared with <="] = LAYERDROP.format(p=0.0).replace(
+    "dropout_probability < self.layerdrop", "dropout_probability <= self.layerdrop"
+)
+PROGRAMS["LayerDrop 1.0 kept by >="] = LAYERDROP.format(p=1.0).replace(
+    "dropout_probability < self.layerdrop", "dropout_probability >= self.layerdrop"
+)
+PROGRAMS["LayerDrop 0.0 drawn in bfloat16"] = LAYERDROP.format(p=0.0).replace(
+    "torch.rand([])", "torch.rand([], dtype=torch.bfloat16)"
+)
+PROGRAMS["LayerDrop 1.0 drawn in bfloat16, kept by >="] = LAYERDROP.format(p=1.0).replace(
+    "torch.rand([])", "torch.rand([], dtype=torch.bfloat16)"
+).replace("dropout_probability < self.layerdrop", "dropout_probability >= self.layerdrop")
 
 # (program, options) -> {backend: (original's (graphs, breaks), mended's)}; the
 # counts are the same under eager eagerly run and compiled unless the backend is named.
@@ -308,6 +353,25 @@ EXPECTED = {
     # eagerly, would reach the engine as one sum from aot_eager's backward.
     ("LayerDrop 0.0, one layer shared", ""): {"eager": ((0, 1), (1, 0)), "aot_eager": ((0, 1), (0, 1))},
     ("LayerDrop 0.0, print in the loop", ""): ((0, 1), (0, 1)),
+    ("LayerDrop 0.0 with dropout", "micro_batches=2"): ((0, 1), (1, 0)),
+    ("LayerDrop 0.0 with dropout", "autocast"): ((0, 1), (1, 0)),
+    ("LayerDrop 0.0 with dropout", "second_backward"): ((0, 1), (1, 0)),
+    # Not a candidate: the draw is not bound to a name (the break stays, as it was).
+    ("LayerDrop 0.0, draw inline in the test", ""): ((0, 1), (0, 1)),
+    # A draw of float32 can be 0.0: ``<= 0.0`` is not decided (W210).
+    ("LayerDrop 0.0 compared with <=", ""): ((0, 1), (0, 1)),
+    ("LayerDrop 1.0 kept by >=", ""): ((0, 1), (1, 0)),
+    ("LayerDrop 0.0 drawn in bfloat16", ""): ((0, 1), (1, 0)),
+    # A draw of bfloat16 may round to 1.0: ``>= 1.0`` is not decided.
+    ("LayerDrop 1.0 drawn in bfloat16, kept by >=", ""): ((0, 1), (0, 1)),
+    # Selections that must keep their breaks.
+    ("dropout drawn in one arm", ""): ((3, 2), (3, 2)),
+    ("arms of different shapes", ""): ((3, 2), (3, 2)),
+    ("arms of different dtypes", ""): ((3, 2), (3, 2)),
+    ("buffer written in one arm", ""): ((3, 2), (3, 2)),
+    ("attribute counted in one arm", ""): ((4, 3), (4, 3)),
+    # loss.item() and the print broke each step twice; the selection twice more.
+    ("selection then loss.item() print", ""): ((4, 6), (1, 0)),
 }
 
 OPTIONS = {
@@ -326,12 +390,21 @@ WARNS_AFTER_A_FAILED_JOIN = pytest.mark.xfail(
 )
 
 
+DROPOUT_IN_BFLOAT16_DIFFERENTIATES_APART = pytest.mark.xfail(
+    strict=True,
+    reason="the original ran the skipped frame eagerly; joined, aot_eager differentiates dropout under "
+    "bfloat16 autocast with other roundings (test_a_decided_layerdrop_under_bfloat16_autocast_differentiates_as_eagerly)",
+)
+
+
 def _cases():
     for name, options in EXPECTED:
         for backend in ("eager", "aot_eager"):
             marks = ()
             if name == "saved for backward, written in place after the branch" and backend == "aot_eager":
                 marks = (WARNS_AFTER_A_FAILED_JOIN,)
+            if (name, options, backend) == ("LayerDrop 0.0 with dropout", "autocast", "aot_eager"):
+                marks = (DROPOUT_IN_BFLOAT16_DIFFERENTIATES_APART,)
             yield pytest.param(name, options, backend, marks=marks, id=f"{name}-{options}-{backend}")
 
 
@@ -391,3 +464,39 @@ def test_a_failed_join_warns_nothing():
     assert expected == ([], "RuntimeError")
     reset()
     assert _warnings_and_error(mended.f) == expected
+
+
+ONE_DROPPED_LAYER = """
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.1))])
+        self.layerdrop = 0.0
+
+    def forward(self, x):
+        for layer in self.layers:
+            dropout_probability = torch.rand([])
+            if dropout_probability < self.layerdrop:
+                continue
+            x = layer(x)
+        return x
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="the original's break in the loop made TorchDynamo run the frame "
+                   "eagerly; the decided draw (G307 relaxed) joins it into one aot_eager graph, whose "
+                   "backward of dropout under bfloat16 autocast rounds otherwise than eager's")
+def test_a_decided_layerdrop_under_bfloat16_autocast_differentiates_as_eagerly():
+    """One step, one Linear and Dropout(0.1) layer: the weight's and bias's gradients
+    differ in the last bits (a plain ``Linear``, or float32, agree). TorchDynamo compiling
+    the same layer whole under aot_eager, with no graphmend, differs from eager alike."""
+    original, mended, _ = original_and_mended(ONE_DROPPED_LAYER)
+    expected, original_counts = _train(original, "aot_eager", steps=1, autocast=True)
+    reset()
+    got, mended_counts = _train(mended, "aot_eager", steps=1, autocast=True)
+    assert (original_counts, mended_counts) == ((0, 1), (1, 0))
+    assert _same(got, expected) == []
