@@ -223,6 +223,13 @@ PROGRAMS["attribute counted in one arm"] = _program(
     "            m = (h > 0.2) * 1.0\n        h = h * m * self.calls\n",
     init="        self.calls = 1\n",
 )
+PROGRAMS["mask then dropout"] = _program(MASK + "        h = self.drop(h * m)\n", init="        self.drop = nn.Dropout(0.1)\n")
+PROGRAMS["print between dropouts"] = _program(
+    "        h = self.drop(h)\n        print('width', 16)\n        h = self.drop(h)\n", init="        self.drop = nn.Dropout(0.1)\n"
+)
+PROGRAMS["arm calls a layer (detached)"] = _program(
+    "        if h.sum() > 25:\n            m = self.fc1(x).detach() > 0\n        else:\n            m = x > 0\n        h = h * m\n"
+)
 PROGRAMS["selection then loss.item() print"] = _program(
     MASK + "        h = h * m\n",
     tail="\n\ndef step(model, x):\n    loss = model(x).pow(2).mean()\n    print(f\"loss {loss.item():.4f}\")\n    return loss\n",
@@ -370,6 +377,12 @@ EXPECTED = {
     ("arms of different dtypes", ""): ((3, 2), (3, 2)),
     ("buffer written in one arm", ""): ((3, 2), (3, 2)),
     ("attribute counted in one arm", ""): ((4, 3), (4, 3)),
+    # Dropout compiled by aot_eager on both sides: bfloat16 gradients agree.
+    ("mask then dropout", ""): JOINED_THREE,
+    ("mask then dropout", "autocast"): JOINED_THREE,
+    ("print between dropouts", "autocast"): J,
+    # The arm records autograd before ``detach`` (G303).
+    ("arm calls a layer (detached)", "autocast"): ((3, 2), (3, 2)),
     # loss.item() and the print broke each step twice; the selection twice more.
     ("selection then loss.item() print", ""): ((4, 6), (1, 0)),
 }
