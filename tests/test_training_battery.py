@@ -396,8 +396,10 @@ OPTIONS = {
 }
 
 
+# Not strict: torch 2.15 raises no such warning in this program (test_a_failed_join_warns_nothing
+# stays strict on every supported torch).
 WARNS_AFTER_A_FAILED_JOIN = pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="the joined graph's failed compile (G314) leaks AOTAutograd's anomaly-mode UserWarning "
     "'Error detected in ReluBackward0' (test_a_failed_join_warns_nothing)",
 )
