@@ -18,6 +18,7 @@ from graphmend.analysis.safety import (
     updates_in_place,
     writes_through_keyword,
 )
+from graphmend.analysis.scopes import parent_map
 from graphmend.rewrite.templates import RUNTIME_NAME
 from graphmend.rules.base import FunctionContext, statement_lists
 
@@ -88,10 +89,7 @@ class References:
     def reads_of(self, name: str) -> list[tuple[ast.Name, object, ast.AST | None]]:
         """Every read of ``name`` in the function: (the Name, its CFG node or None, its parent)."""
         facts = self.context.facts
-        parents: dict[int, ast.AST] = {}
-        for node in ast.walk(facts.function):
-            for child in ast.iter_child_nodes(node):
-                parents[id(child)] = node
+        parents = parent_map(facts.function)
         self._parents = parents
         reads = []
 

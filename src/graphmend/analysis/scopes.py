@@ -13,6 +13,16 @@ from graphmend.analysis.reaching import ReachingDefinitions
 FunctionNode = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+def parent_map(tree: ast.AST) -> dict[int, ast.AST]:
+    """id(node) -> the node that holds it, for every node below ``tree``. Made fresh at
+    each use: rewrites change the tree in place, so a kept map would go stale."""
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    return parents
+
+
 @dataclass(eq=False)
 class FunctionFacts:
     function: ast.FunctionDef | ast.AsyncFunctionDef

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ast
 
+from graphmend.analysis.scopes import parent_map
 from graphmend.analysis.tensor_values import LIFTED_ITEM_LINE
 from graphmend.core.legality import failed
 from graphmend.rewrite.findings import TENSOR_ITEM
@@ -71,14 +72,6 @@ def item_of(statement: ast.stmt) -> ast.Call | None:
     ):
         return call
     return None
-
-
-def _parents(function: ast.AST) -> dict[int, ast.AST]:
-    parents: dict[int, ast.AST] = {}
-    for node in ast.walk(function):
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
-    return parents
 
 
 def assigns_one_local(context: FunctionContext, name: str) -> str | None:
@@ -115,7 +108,7 @@ def _find_reads_reached(context: FunctionContext, statement: ast.Assign, name: s
             continue
         reads.append((node, None))
     placed = []
-    parents = _parents(facts.function)
+    parents = parent_map(facts.function)
     for read, owner in reads:
         cfg_node = _cfg_node_of(context, owner or read, parents)
         if cfg_node is None:
@@ -143,7 +136,7 @@ def read_only_by_checks(context: FunctionContext, statement: ast.Assign, name: s
         return f"a read of `{name}` cannot be placed"
     if not reached:
         return f"nothing reads `{name}`"
-    parents = _parents(context.facts.function)
+    parents = parent_map(context.facts.function)
     for read, _cfg_node, _definitions in reached:
         if _check_reading(read, parents) is None:
             return f"`{name}` is read outside a validation check's condition and message (line {read.lineno})"
@@ -188,7 +181,7 @@ def reads_see_only_this_value(context: FunctionContext, statement: ast.Assign, n
 
 
 def compared_with_integers(context: FunctionContext, statement: ast.Assign, name: str) -> str | None:
-    parents = _parents(context.facts.function)
+    parents = parent_map(context.facts.function)
     for read, cfg_node, _definitions in _reads_reached(context, statement, name) or []:
         comparison = parents.get(id(read))
         if not isinstance(comparison, ast.Compare):
@@ -285,7 +278,7 @@ def apply(context: FunctionContext) -> None:
 def _check_lines(context: FunctionContext, statement: ast.Assign, name: str) -> list[int]:
     """The lines of the check calls that read ``name`` (where ``read_only_by_checks``
     holds, every read is in one)."""
-    parents = _parents(context.facts.function)
+    parents = parent_map(context.facts.function)
     lines = set()
     for read, _cfg_node, _definitions in _reads_reached(context, statement, name) or []:
         reading = _check_reading(read, parents)
@@ -298,7 +291,7 @@ def is_lifted_item(facts, call: ast.Call, parents: dict[int, ast.AST] | None = N
     """Whether ``call`` is the ``.item()`` of a statement this rule reports (so the
     pipeline does not report it as a plain ``.item()``): one whose value a known check
     reads."""
-    parents = parents if parents is not None else _parents(facts.function)
+    parents = parents if parents is not None else parent_map(facts.function)
     statement = parents.get(id(call))
     if statement is None or item_of(statement) is not call:
         return False

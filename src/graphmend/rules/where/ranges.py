@@ -54,6 +54,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.analysis.scopes import parent_map
 from graphmend.core.legality import failed
 from graphmend.rewrite.findings import DATA_DEPENDENT_CONTROL_FLOW
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression, place
@@ -77,14 +78,6 @@ def calls_uniform_draw(function: ast.AST) -> bool:
             if name in ("rand", "rand_like"):
                 return True
     return False
-
-
-def _parents(function: ast.AST) -> dict[int, ast.AST]:
-    parents: dict[int, ast.AST] = {}
-    for node in ast.walk(function):
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
-    return parents
 
 
 def _statement_of(node: ast.AST, parents) -> ast.stmt | None:
@@ -220,7 +213,7 @@ def comparison_rewritable_in_place(compare: ast.Compare, other: ast.expr, statem
 def apply(context: FunctionContext) -> None:
     if not calls_uniform_draw(context.facts.function):
         return
-    parents = _parents(context.facts.function)
+    parents = parent_map(context.facts.function)
 
     def rewrite(statement: ast.stmt, _enclosing) -> list[ast.stmt] | None:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
