@@ -189,27 +189,38 @@ def test_random_draws_stay_on_their_side__draws_after_the_output_only_are_joined
     _assert_same_as_original(original, mended, make_args)
 
 
-def test_random_draws_stay_on_their_side__any_draw_where_the_original_frame_ran_eagerly():
-    """The original ran the loop eagerly: its draws are eager's. A backend that runs the
-    graph as written draws the same; ``aot_eager`` compiles them (and, under
-    reduced-precision autocast, differentiates a dropout otherwise): refused there."""
-    original, mended = _pair(
-        """
-        def f(x):
-            for step in range(2):
-                print("step", step)
-                x = x + torch.rand_like(x)
-            return x
-        """
-    )
-    make_args = lambda: (torch.ones(5),)  # noqa: E731
-    assert breaks(mended.f, *make_args()) < breaks(original.f, *make_args())
-    store.trace_time_declines.clear()
-    assert graphs_and_breaks_under_aot_eager(mended.f, *make_args()) == graphs_and_breaks_under_aot_eager(
-        original.f, *make_args()
-    )
-    assert any("ran these random draws eagerly" in reason for reason in store.trace_time_declines.values())
+EAGER_LOOP_WITH_DRAWS = """
+    def f(x):
+        for step in range(2):
+            print("step", step)
+            x = torch.nn.functional.dropout(x * 1.5, 0.3) + torch.rand_like(x)
+        return x
+    """
+
+
+def test_random_draws_stay_on_their_side__draws_the_original_ran_eagerly_join_in_order():
+    """The original ran the loop eagerly: its draws are eager's. A backend that keeps the
+    graph's order draws them from the one generator in the same order, and with
+    autocast off ``aot_eager`` differentiates a dropout as eager does: joined."""
+    original, mended = _pair(EAGER_LOOP_WITH_DRAWS)
+    make_args = lambda: (torch.ones(5, requires_grad=True),)  # noqa: E731
+    assert graphs_and_breaks_under_aot_eager(original.f, *make_args()) == (0, 1)
+    assert graphs_and_breaks_under_aot_eager(mended.f, *make_args()) == (1, 0)
     _assert_same_as_original(original, mended, make_args)
+
+
+def test_random_draws_stay_on_their_side__not_under_autocast_where_the_original_ran_eagerly():
+    """Under autocast, ``aot_eager`` differentiates a dropout otherwise than eager does
+    (TorchDynamo compiling such a layer whole, without graphmend, differs alike): draws
+    the original ran eagerly keep the break there."""
+    original, mended = _pair(EAGER_LOOP_WITH_DRAWS)
+    make_args = lambda: (torch.ones(5, requires_grad=True),)  # noqa: E731
+    store.trace_time_declines.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        counts = graphs_and_breaks_under_aot_eager(mended.f, *make_args())
+        original_counts = graphs_and_breaks_under_aot_eager(original.f, *make_args())
+    assert counts == original_counts == (0, 1)
+    assert any("under autocast" in reason for reason in store.trace_time_declines.values())
 
 
 # an unused random draw is kept ------------------------------------------------------------

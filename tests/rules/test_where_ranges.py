@@ -147,13 +147,24 @@ def test_layerdrop_zero_compiles_whole_under_autograd(form):
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_layerdrop_zero_keeps_its_break_under_aot_eager_where_the_original_ran_eagerly(form):
-    """G307: ``aot_eager`` would compile the dropouts the original ran eagerly, and under
-    reduced-precision autocast it differentiates a dropout otherwise than eager does."""
+def test_layerdrop_zero_joins_under_aot_eager_where_the_original_ran_eagerly(form):
+    """With autocast off, ``aot_eager`` draws and differentiates the dropouts the original
+    ran eagerly as eager does (``test_layerdrop_zero_is_bit_identical``): joined."""
     original, mended, _ = original_and_mended(FORMS[form])
     x = torch.randn(2, 4)
     assert _counts_with_backward(_model(original), x, "aot_eager") == (2, 1)
-    assert _counts_with_backward(_model(mended), x, "aot_eager") == (2, 1)
+    assert _counts_with_backward(_model(mended), x, "aot_eager") == (1, 0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_layerdrop_zero_keeps_its_break_under_autocast_where_the_original_ran_eagerly(form):
+    """G307: under autocast ``aot_eager`` differentiates a dropout the original ran
+    eagerly otherwise than eager does."""
+    original, mended, _ = original_and_mended(FORMS[form])
+    x = torch.randn(2, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _counts_with_backward(_model(original), x, "aot_eager") == (2, 1)
+        assert _counts_with_backward(_model(mended), x, "aot_eager") == (2, 1)
     assert any(reason.condition == "G307" for reason in store.trace_time_declines.values())
 
 

@@ -75,7 +75,7 @@ from graphmend.runtime.graph_inspection import (
 )
 from graphmend.runtime.store import store
 from graphmend.torch_adapter import ops
-from graphmend.torch_adapter.tracing import rng_ops_are_functionalized
+from graphmend.torch_adapter.tracing import autocast_in_trace, rng_ops_are_functionalized
 
 
 def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
@@ -407,8 +407,10 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     is kept (``trace_hooks``): draws on both sides are not judged there. Training graphs
     draw in every dropout, so judging them refused every claim in them. Draws the
     original ran eagerly stay refused except under a backend that runs the graph as
-    written on the real tensors (``eager``): ``aot_eager`` differentiates a dropout under
-    reduced-precision autocast otherwise than eager does."""
+    written on the real tensors (``eager``), and a backend that keeps the graph's order
+    where autocast applies to no op of the trace: ``aot_eager`` differentiates a dropout
+    under autocast otherwise than eager does (with autocast off, its draws and their
+    backward are eager's, bit for bit)."""
     in_order = backend_keeps_graph_order(output) and not rng_ops_are_functionalized()
     if in_order and backend_runs_the_graph_as_written(output):
         return None
@@ -416,7 +418,10 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     if not positions:
         return None
     if any(claim.rest_ran_eagerly for claim in claims.values()):
-        return failed("G307", "the original ran these random draws eagerly; compiled they would not advance the generator as eagerly")
+        if not in_order:
+            return failed("G307", "the original ran these random draws eagerly; compiled they would not advance the generator as eagerly")
+        if autocast_in_trace(output.graph):
+            return failed("G307", "the original ran these random draws eagerly, and under autocast the backend differentiates them otherwise than eager")
     if in_order:
         return None
     for claim in claims.values():

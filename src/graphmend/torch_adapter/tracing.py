@@ -21,6 +21,7 @@ from torch._dynamo.comptime import comptime
 from graphmend.torch_adapter._lazy import lazy_names
 
 __all__ = [
+    "autocast_in_trace",
     "backends_named",
     "comptime",
     "constant_variable",
@@ -133,3 +134,20 @@ def rng_ops_are_functionalized() -> bool:
     except ImportError:  # another torch: assume it might
         return True
     return bool(getattr(config, "functionalize_rng_ops", True))
+
+
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu")
+
+
+def autocast_in_trace(graph) -> bool:
+    """Whether autocast applies to some op of ``graph``: it was on, for a device, when
+    TorchDynamo traced the frame (TorchDynamo guards on that state), or the graph enters
+    it (``with torch.autocast(...)`` inside the frame)."""
+    for device in _AUTOCAST_DEVICES:
+        try:
+            if torch.is_autocast_enabled(device):
+                return True
+        except RuntimeError:  # a device type this build does not know
+            continue
+    enter = getattr(getattr(torch.amp, "autocast_mode", None), "_enter_autocast", None)
+    return any(node.op == "call_function" and node.target is enter for node in graph.nodes)
