@@ -220,7 +220,21 @@ def test_random_draws_stay_on_their_side__not_under_autocast_where_the_original_
         counts = graphs_and_breaks_under_aot_eager(mended.f, *make_args())
         original_counts = graphs_and_breaks_under_aot_eager(original.f, *make_args())
     assert counts == original_counts == (0, 1)
-    assert any("under autocast" in reason for reason in store.trace_time_declines.values())
+    assert any("reduced precision" in reason for reason in store.trace_time_declines.values())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_random_draws_stay_on_their_side__not_in_reduced_precision_where_the_original_ran_eagerly(dtype):
+    """Without autocast too: ``aot_eager``'s dropout backward on a bfloat16 or float16
+    tensor rounds otherwise than eager's, so draws the original ran eagerly on such
+    tensors keep the break."""
+    original, mended = _pair(EAGER_LOOP_WITH_DRAWS)
+    make_args = lambda: (torch.ones(6, dtype=dtype, requires_grad=True),)  # noqa: E731
+    store.trace_time_declines.clear()
+    assert graphs_and_breaks_under_aot_eager(mended.f, *make_args()) == (0, 1)
+    assert graphs_and_breaks_under_aot_eager(original.f, *make_args()) == (0, 1)
+    assert any("reduced precision" in reason for reason in store.trace_time_declines.values())
+    _assert_same_as_original(original, mended, make_args)
 
 
 # an unused random draw is kept ------------------------------------------------------------

@@ -369,7 +369,8 @@ EXPECTED = {
     # A draw of float32 can be 0.0: ``<= 0.0`` is not decided (W210).
     ("LayerDrop 0.0 compared with <=", ""): ((0, 1), (0, 1)),
     ("LayerDrop 1.0 kept by >=", ""): ((0, 1), (1, 0)),
-    ("LayerDrop 0.0 drawn in bfloat16", ""): ((0, 1), (1, 0)),
+    # A draw in bfloat16 the original ran eagerly stays refused under aot_eager (G307).
+    ("LayerDrop 0.0 drawn in bfloat16", ""): {"eager": ((0, 1), (1, 0)), "aot_eager": ((0, 1), (0, 1))},
     # A draw of bfloat16 may round to 1.0: ``>= 1.0`` is not decided.
     ("LayerDrop 1.0 drawn in bfloat16, kept by >=", ""): ((0, 1), (0, 1)),
     # Selections that must keep their breaks.

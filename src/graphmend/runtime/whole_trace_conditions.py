@@ -408,9 +408,11 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     draw in every dropout, so judging them refused every claim in them. Draws the
     original ran eagerly stay refused except under a backend that runs the graph as
     written on the real tensors (``eager``), and a backend that keeps the graph's order
-    where autocast applies to no op of the trace: ``aot_eager`` differentiates a dropout
-    under autocast otherwise than eager does (with autocast off, its draws and their
-    backward are eager's, bit for bit)."""
+    where autocast applies to no op of the trace and no draw reads or makes a float16
+    or bfloat16 tensor: ``aot_eager`` differentiates a dropout in reduced precision
+    otherwise than eager does (in float32 and float64 its draws and their backward are
+    eager's, bit for bit: dropout and its variants, rrelu, bernoulli, the ``rand``
+    family, ``randperm``, ``multinomial``, ``exponential_``)."""
     in_order = backend_keeps_graph_order(output) and not rng_ops_are_functionalized()
     if in_order and backend_runs_the_graph_as_written(output):
         return None
@@ -420,14 +422,37 @@ def random_draws_stay_on_their_side(output, claims) -> str | None:
     if any(claim.rest_ran_eagerly for claim in claims.values()):
         if not in_order:
             return failed("G307", "the original ran these random draws eagerly; compiled they would not advance the generator as eagerly")
-        if autocast_in_trace(output.graph):
-            return failed("G307", "the original ran these random draws eagerly, and under autocast the backend differentiates them otherwise than eager")
+        if autocast_in_trace(output.graph) or _draws_in_reduced_precision(output, positions):
+            return failed(
+                "G307",
+                "the original ran these random draws eagerly, and in reduced precision (autocast, "
+                "float16 or bfloat16) the backend differentiates them otherwise than eager",
+            )
     if in_order:
         return None
     for claim in claims.values():
         if positions[0] < claim.position <= positions[-1]:
             return failed("G307", "random draws on both sides of it would share one graph's seeds, where the original's graphs drew apart")
     return None
+
+
+_REDUCED_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _draws_in_reduced_precision(output, positions) -> bool:
+    """Whether a draw of the trace reads or makes a float16 or bfloat16 tensor (or one
+    whose dtype the trace does not show): ``aot_eager``'s dropout backward rounds such
+    tensors otherwise than eager's."""
+    nodes = list(output.graph.nodes)
+    for position in positions:
+        node = nodes[position]
+        if node.target is getattr(torch.ops.higher_order, "cond", None):
+            return True  # the draw is in a branch, on tensors the trace does not show here
+        values = [node.meta.get("example_value")] + [arg.meta.get("example_value") for arg in node.all_input_nodes]
+        tensors = [value for value in ops.tensor_leaves(values) if isinstance(value, torch.Tensor)]
+        if not tensors or any(tensor.dtype in _REDUCED_PRECISION for tensor in tensors):
+            return True
+    return False
 
 
 def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
