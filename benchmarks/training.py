@@ -159,6 +159,9 @@ def run_train(model, example_kwargs, result: dict, outputs: dict, backends=TRAIN
         _restore(model, initial_state)
         torch._dynamo.reset()
         counters.clear()
+        # The mended code's runtime remembers what it declined while tracing, and an
+        # earlier backend's decline would be taken again here without a trace of its own.
+        _forget_trace_time_declines()
         run: dict = {}
         runs[backend] = run
         counting = CountingBackend(backend)
@@ -180,7 +183,38 @@ def run_train(model, example_kwargs, result: dict, outputs: dict, backends=TRAIN
         run["logged_breaks"] = rows
         run["categories"] = count_categories(row["category"] for row in rows)
         run["recompilations"] = [item.to_json() for item in count.recompilations]
+        declined = trace_time_declines()
+        if declined is not None:
+            run["declined"] = declined
     torch._dynamo.reset()
+
+
+def _mended_runtime():
+    """graphmend's runtime where this process runs mended code (the graphmend arm), else
+    None: the original arm must not import it."""
+    import sys
+
+    return sys.modules.get("graphmend.runtime")
+
+
+def _forget_trace_time_declines() -> None:
+    runtime = _mended_runtime()
+    if runtime is not None:
+        runtime.reset()
+
+
+def trace_time_declines() -> list[dict] | None:
+    """What the mended code declined to join while TorchDynamo traced it: each site, the
+    reason and its condition id (None in a process that runs no mended code)."""
+    if _mended_runtime() is None:
+        return None
+    from graphmend.core.legality import condition_id
+    from graphmend.runtime.store import store
+
+    return [
+        {"file": file, "line": line, "reason": reason, "condition": condition_id(reason)}
+        for (file, line), reason in sorted(store.trace_time_declines.items())
+    ]
 
 
 def _losses(saved: dict) -> list[float]:

@@ -55,6 +55,51 @@ def test_the_train_phase_counts_each_backend_and_trains_from_the_same_weights():
         assert torch.equal(outputs["eager"][name], tensor), name
 
 
+def test_the_mended_model_says_what_it_declined_while_tracing_under_each_backend():
+    from graphmend.runtime.store import store
+    from helpers import original_and_mended
+
+    with open(TINY_TRAIN_MODEL, encoding="utf-8") as handle:
+        _, mended, result = original_and_mended(handle.read())
+    assert result.changed
+    torch.manual_seed(0)
+    model, inputs = mended.build()
+    # A decline left from another program: each backend's run must start without it.
+    store.trace_time_declines[("<elsewhere>", 1)] = "an earlier program's decline"
+    outcome, outputs = {}, {}
+    run_train(model, inputs, outcome, outputs, backends=("aot_eager", "eager"))
+    aot_eager, eager = outcome["train"]["aot_eager"], outcome["train"]["eager"]
+    for run in (aot_eager, eager):
+        assert "<elsewhere>" not in {row["file"] for row in run["declined"]}
+    # Under aot_eager the print's join declines (its tensor would leave the joined
+    # backward) and so does the if's (both arms require grad), each with its reason.
+    declined = {row["line"]: row for row in aot_eager["declined"]}
+    assert set(declined) == {18, 19}, aot_eager["declined"]
+    assert declined[18]["condition"] and "require grad" in declined[19]["reason"]
+    assert (aot_eager["graphs"], aot_eager["breaks"]) == (4, 3)
+    # Under eager the print joins: the eager run must not take aot_eager's decline again.
+    assert 18 not in {row["line"] for row in eager["declined"]}
+    assert (eager["graphs"], eager["breaks"]) == (3, 2)
+
+
+def test_the_original_arm_imports_no_graphmend_runtime():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, benchmarks.training as t, torch\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "result, outputs = {}, {}\n"
+        "t.run_train(model, {'input': torch.ones(1, 2)}, result, outputs, backends=('eager',))\n"
+        "assert 'declined' not in result['train']['eager'], result\n"
+        "print('graphmend.runtime' in sys.modules)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert completed.stdout.strip() == "False"
+
+
 def test_every_generator_is_seeded_before_the_steps_so_dropout_draws_alike():
     first_model, inputs = _tiny_model()
     second_model, _ = _tiny_model()
