@@ -349,6 +349,7 @@ TRAINING_HEADER = [
     "breaks with graphmend",
     "reasons with graphmend",
     "recompilations original / graphmend",
+    "declined while tracing (graphmend)",
     "whole with graphmend",
     "gradients identical",
     "losses and parameters identical",
@@ -400,6 +401,7 @@ def training_summary(entry: dict, backend: str) -> dict | None:
         "categories_after": display_categories(mended) if "breaks" in mended else None,
         "recompilations_before": len(original["recompilations"]) if "recompilations" in original else None,
         "recompilations_after": len(mended["recompilations"]) if "recompilations" in mended else None,
+        "declined": _condition_counts(mended.get("declined")),
         "whole_before": is_whole(original),
         "whole_after": is_whole(mended),
         "failed": bool(original.get("error") or mended.get("error")),
@@ -409,6 +411,23 @@ def training_summary(entry: dict, backend: str) -> dict | None:
         ),
         "compiled_matches_uncompiled": check.get("original_matches_uncompiled") if check else None,
     }
+
+
+def _condition_counts(declined: list[dict] | None) -> dict[str, int] | None:
+    """How many sites each legality condition declined while tracing."""
+    if declined is None:
+        return None
+    counts: dict[str, int] = {}
+    for row in declined:
+        condition = row.get("condition") or "no id"
+        counts[condition] = counts.get(condition, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _declined_text(counts: dict[str, int] | None) -> str:
+    if counts is None:
+        return "-"
+    return ", ".join(f"{condition} ({count})" for condition, count in counts.items()) or "none"
 
 
 def training_summaries(entries: Sequence[dict]) -> list[dict]:
@@ -432,6 +451,7 @@ def training_rows(summaries: Sequence[dict]) -> list[list[str]]:
             _number(s["breaks_after"]),
             _reasons(s["categories_after"]),
             f"{_number(s['recompilations_before'])} / {_number(s['recompilations_after'])}",
+            _declined_text(s["declined"]),
             _yes_no(s["whole_after"]) + (" (failed)" if s["failed"] else ""),
             _yes_no(s["gradients_identical"]),
             _yes_no(s["losses_and_parameters_identical"]),
@@ -490,7 +510,9 @@ def training_section(
         "trains once uncompiled and once per backend compiled with a counting backend that "
         "wraps it (dynamic=False), each time from the same initial weights. Graphs, breaks "
         "(TorchDynamo's record of each) and recompilations are those of all steps; whole = "
-        "one graph and no break. Identical compares the graphmend arm's losses, last "
+        "one graph and no break. Declined while tracing counts the sites where the mended "
+        "code kept its break at trace time, by legality condition (`graphmend rule ID` "
+        "explains one). Identical compares the graphmend arm's losses, last "
         "gradients and final parameters with the original arm's under the same backend, "
         "bit for bit (torch.equal)."
     )

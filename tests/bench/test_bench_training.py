@@ -182,6 +182,7 @@ def _train_entry(name, before, after, identical=True):
                     "logged_breaks": [{"category": "DC"}] * breaks,
                     "categories": {"DC": breaks} if breaks else {},
                     "recompilations": [],
+                    "declined": [{"condition": "W207"}] * breaks,
                 },
             }
         }
@@ -221,8 +222,8 @@ def _train_run():
 def test_the_training_table_shows_both_arms_and_whether_the_gradients_are_identical():
     text = report.render_markdown(_train_run())
     assert "### Training step" in text
-    assert "| whole | aot_eager | 3 | 2 | DC (2) | 1 | 0 | - | 0 / 0 | yes | yes | yes |" in text
-    assert "| broken | aot_eager | 2 | 1 | DC (1) | 2 | 1 | DC (1) | 0 / 0 | no | no | yes |" in text
+    assert "| whole | aot_eager | 3 | 2 | DC (2) | 1 | 0 | - | 0 / 0 | none | yes | yes | yes |" in text
+    assert "| broken | aot_eager | 2 | 1 | DC (1) | 2 | 1 | DC (1) | 0 / 0 | W207 (1) | no | no | yes |" in text
     assert "- aot_eager: breaks 3 -> 1 over 2 models; whole 0 -> 1; gradients, losses and " \
         "parameters identical in 1 / 2" in text
     # A training pass alone has no eval-mode counts: no table of dashes for them.
