@@ -330,6 +330,8 @@ def run_worker(args: argparse.Namespace) -> dict:
         seed_every_generator()
         start = time.perf_counter()
         model, example_kwargs = bench_model.build()
+        if args.phase == "train" and bench_model.training_inputs is not None:
+            example_kwargs = bench_model.training_inputs()
         model.eval()
         model.to(args.device)
         example_kwargs = _to_device(example_kwargs, args.device)

@@ -351,3 +351,30 @@ def test_a_suite_model_trains_alike_in_both_arms():
     assert entry["train_equality"]["identical"] is True, entry["train_equality"]
     for arm in ("original", "graphmend"):
         assert entry["train"][arm]["train"]["aot_eager"]["graphs"] >= 1
+
+
+def test_the_train_phase_takes_a_models_training_inputs(tmp_path):
+    # A batch norm needs more than one value per channel in train mode: CLAP's fusion
+    # saw one long row with the suite's inputs and failed even uncompiled.
+    from benchmarks import worker
+    from benchmarks.suite import REGISTRY, BenchModel, register
+
+    def build():
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+        return model, {"input": torch.randn(1, 3)}
+
+    def training_inputs():
+        return {"input": torch.randn(2, 3)}
+
+    register(BenchModel("batch-norm-model", build, requires=(), training_inputs=training_inputs))
+    try:
+        args = worker.build_parser().parse_args(
+            ["--model", "batch-norm-model", "--arm", "original", "--phase", "train",
+             "--train-backends", "eager", "--result", str(tmp_path / "result.json")]
+        )
+        result = worker.run_worker(args)
+    finally:
+        del REGISTRY["batch-norm-model"]
+    assert "error" not in result, result
+    for run in result["train"].values():
+        assert "error" not in run, run
