@@ -201,7 +201,10 @@ def _bench(argv: list[str]) -> int:
         _write(args.json, json.dumps(run, indent=1, default=str) + "\n")
     if args.markdown:
         _write(args.markdown, report.render_markdown(run, title=args.title))
-    if args.plot and not report.write_plot(run, args.plot):
+    if args.plot and report.training_only(run):
+        # The plot draws eval-mode breaks and speedups; a training pass has neither.
+        print(f"{PROGRAM}: a training pass alone has no plot; none written", file=sys.stderr)
+    elif args.plot and not report.write_plot(run, args.plot):
         print(f"{PROGRAM}: matplotlib is not installed; no plot written", file=sys.stderr)
     print(report.render_terminal(run))
     if reference is not None:

@@ -478,6 +478,23 @@ def training_totals(summaries: Sequence[dict], backend: str) -> dict:
     }
 
 
+# Options that say where results go, not what is measured.
+_OUTPUT_OPTIONS = ("--json", "--markdown", "--plot", "--title")
+
+
+def measuring_command(argv: Sequence[str]) -> str:
+    """``graphmend bench`` with the run's arguments, less those naming output files."""
+    kept, skip = [], False
+    for argument in list(argv)[1:]:
+        if skip:
+            skip = False
+        elif argument in _OUTPUT_OPTIONS:
+            skip = True
+        elif not argument.startswith(tuple(f"{option}=" for option in _OUTPUT_OPTIONS)):
+            kept.append(argument)
+    return " ".join(["graphmend bench", *kept])
+
+
 def training_section(
     run: dict, section: str, title: str = "Training step", with_setup: bool = False
 ) -> list[str]:
@@ -493,7 +510,7 @@ def training_section(
     if with_setup:
         meta = run.get("meta", {})
         environment = meta.get("environment") or {}
-        command = " ".join(["graphmend bench", *(meta.get("argv") or [])[1:]])
+        command = measuring_command(meta.get("argv") or [])
         out += [
             f"- `{command}`: {meta.get('date', '-')}, {_number(meta.get('seconds'))} s; "
             f"graphmend {meta.get('graphmend_version', '-')} (commit {meta.get('git_commit') or '-'})",

@@ -251,6 +251,11 @@ def test_the_results_page_shows_each_training_run_with_its_command():
     assert "| whole | aot_eager |" in page
 
 
+def test_the_command_on_the_page_leaves_out_where_the_results_went():
+    argv = ["benchmarks", "--train-only", "--json", "/tmp/r.json", "--markdown=r.md", "--models", "t5"]
+    assert report.measuring_command(argv) == "graphmend bench --train-only --models t5"
+
+
 def _fake_workers(monkeypatch, started, **extra):
     def fake_worker(model, arm, phase, options, scratch, hook_cache_dir):
         started.append((arm, phase))
