@@ -50,6 +50,15 @@ def main(argv: list[str] | None = None) -> int:
         help="another run of the same measurements (all or some models), checked against "
         "the figures of the run with that label; repeatable",
     )
+    parser.add_argument(
+        "--train-run",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("LABEL", "JSON"),
+        help="a `graphmend bench --train-only` run whose training-step table the page shows; "
+        "repeatable",
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument("--plot")
     parser.add_argument("--intro", default=os.path.join(HERE, "results_intro.md"))
@@ -66,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             PageRun(label, json.loads(_read(path)), tuple(others.get(label, ())))
             for label, path in args.run
         ]
+        training_runs = [(label, json.loads(_read(path))) for label, path in args.train_run]
         intro = _read(args.intro) if os.path.exists(args.intro) else ""
         notes = _read(args.notes) if os.path.exists(args.notes) else ""
         method = _read(args.method) if os.path.exists(args.method) else ""
@@ -73,9 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"render_results: {error}", file=sys.stderr)
         return 1
     generated_by = "bench/reproduce.sh (bench/render_results.py) from " + ", ".join(
-        os.path.basename(path) for _, path in args.run
+        os.path.basename(path) for _, path in args.run + args.train_run
     )
-    _write_atomically(args.out, render_page(page_runs, intro, notes, method, generated_by=generated_by))
+    page = render_page(
+        page_runs, intro, notes, method, generated_by=generated_by, training_runs=training_runs
+    )
+    _write_atomically(args.out, page)
     print(f"wrote {args.out}")
     if args.plot:
         runs = [page_run.run for page_run in page_runs]

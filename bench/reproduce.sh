@@ -80,4 +80,12 @@ for pair in "tf452:transformers 4.52.4" "latest:transformers $LATEST_VERSION"; d
         if [ -f "$other" ]; then render+=(--other-run "$label" "$other"); fi
     done
 done
+# The training-step tables: runs of `bench/run_tf452.sh --train-only` (and run_latest.sh),
+# made apart from the timings, shown where they exist.
+for pair in "tf452:transformers 4.52.4" "latest:transformers $LATEST_VERSION"; do
+    version="${pair%%:*}" label="${pair#*:}"
+    if [ -f "docs/results-$version-train.json" ]; then
+        render+=(--train-run "$label" "docs/results-$version-train.json")
+    fi
+done
 PYTHONPATH="$ROOT/src" .venv-bench-tf452/bin/python bench/render_results.py "${render[@]}"

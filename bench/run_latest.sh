@@ -16,7 +16,10 @@ make_bench_venv "$VENV" "transformers==$TRANSFORMERS_VERSION"
 
 if [ $# -eq 0 ]; then set -- --quick; fi
 KIND=timing
-for argument in "$@"; do [ "$argument" = "--quick" ] && KIND=quick; done
+for argument in "$@"; do
+    [ "$argument" = "--quick" ] && KIND=quick
+    [ "$argument" = "--train-only" ] && KIND=train
+done
 PREFIX="$ROOT/docs/results-latest-$KIND"
 cd "$ROOT"
 # bench/reproduce.sh renders one page from both versions' JSON: it sets RESULTS_JSON_ONLY=1.

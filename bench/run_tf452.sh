@@ -3,6 +3,7 @@
 #
 #   bench/run_tf452.sh                          # quick: counts, equality, fullgraph (all models)
 #   bench/run_tf452.sh --models t5,biogpt --repeats 3   # TorchInductor timings too
+#   bench/run_tf452.sh --train-only --train-backends aot_eager   # the training step alone
 #
 # Creates .venv-bench-tf452 (once) with torch==2.13.0 and transformers==4.52.4, installs
 # graphmend into it (editable, no deps), and writes docs/results-tf452-<kind>.{json,md,png}.
@@ -15,7 +16,10 @@ make_bench_venv "$VENV" "transformers==4.52.4"
 
 if [ $# -eq 0 ]; then set -- --quick; fi
 KIND=timing
-for argument in "$@"; do [ "$argument" = "--quick" ] && KIND=quick; done
+for argument in "$@"; do
+    [ "$argument" = "--quick" ] && KIND=quick
+    [ "$argument" = "--train-only" ] && KIND=train
+done
 PREFIX="$ROOT/docs/results-tf452-$KIND"
 cd "$ROOT"
 # bench/reproduce.sh renders one page from both versions' JSON: it sets RESULTS_JSON_ONLY=1.

@@ -3,6 +3,8 @@
     graphmend bench --quick                          # break counts, equality, fullgraph
     graphmend bench --models t5,bart --repeats 3     # and TorchInductor timings
     graphmend bench --model-file my_models.py --quick
+    graphmend bench --quick --train                  # and a training step per model
+    graphmend bench --train-only --train-backends aot_eager
     graphmend bench --json r.json --markdown r.md --plot r.png
     graphmend bench --render r.json --markdown r.md  # render a saved run again
     graphmend bench --render a.json --render b.json --json ab.json   # merge runs
@@ -22,6 +24,7 @@ import sys
 from benchmarks import report, reproduction
 from benchmarks.runner import ProgressBar, RunOptions, run_suite
 from benchmarks.suite import REGISTRY, load_model_file, select_models
+from benchmarks.training import TRAINING_BACKENDS
 from graphmend.cli.config import ConfigError, OneLineErrorParser, usage_error
 
 PROGRAM = "graphmend bench"
@@ -51,6 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--timing-only", action="store_true", help="timings only: no quick pass (counts, equality)"
+    )
+    parser.add_argument(
+        "--train",
+        action="store_true",
+        help="also a training pass per model: 3 SGD steps in train mode, uncompiled and "
+        "compiled under each --train-backends; graphs, breaks, and losses, gradients and "
+        "parameters compared bit for bit across the arms",
+    )
+    parser.add_argument(
+        "--train-only", action="store_true", help="the training pass alone: no counts, no timings"
+    )
+    parser.add_argument(
+        "--train-backends",
+        default=",".join(TRAINING_BACKENDS),
+        help=f"comma-separated backends of the training pass, of {', '.join(TRAINING_BACKENDS)} "
+        f"(default {','.join(TRAINING_BACKENDS)})",
     )
     parser.add_argument(
         "--repeats", type=int, default=3, help="timing processes per arm (default 3)"
@@ -132,6 +151,13 @@ def _bench(argv: list[str]) -> int:
         parser.error("--repeats must be at least 1 and --iterations at least 2")
     if args.steady_calls < 0:
         parser.error("--steady-calls must be 0 or more")
+    train_backends = tuple(name.strip() for name in args.train_backends.split(",") if name.strip())
+    unknown = [name for name in train_backends if name not in TRAINING_BACKENDS]
+    if unknown or not train_backends:
+        parser.error(
+            f"--train-backends: not one of {', '.join(TRAINING_BACKENDS)}: "
+            f"{', '.join(unknown) or 'none given'}"
+        )
     reference = None
     if args.compare_to:
         reference = _read_json_or_fail(parser, "--compare-to", args.compare_to)
@@ -151,6 +177,9 @@ def _bench(argv: list[str]) -> int:
         options = RunOptions(
             quick=args.quick,
             timing_only=args.timing_only and not args.quick,
+            train=args.train or args.train_only,
+            train_only=args.train_only,
+            train_backends=train_backends,
             repeats=1 if args.quick else args.repeats,
             iterations=args.iterations,
             steady_calls=args.steady_calls,
@@ -172,7 +201,10 @@ def _bench(argv: list[str]) -> int:
         _write(args.json, json.dumps(run, indent=1, default=str) + "\n")
     if args.markdown:
         _write(args.markdown, report.render_markdown(run, title=args.title))
-    if args.plot and not report.write_plot(run, args.plot):
+    if args.plot and report.training_only(run):
+        # The plot draws eval-mode breaks and speedups; a training pass has neither.
+        print(f"{PROGRAM}: a training pass alone has no plot; none written", file=sys.stderr)
+    elif args.plot and not report.write_plot(run, args.plot):
         print(f"{PROGRAM}: matplotlib is not installed; no plot written", file=sys.stderr)
     print(report.render_terminal(run))
     if reference is not None:

@@ -26,6 +26,7 @@ from benchmarks.report import (
     render_markdown,
     summarize_model,
     totals,
+    training_section,
 )
 
 
@@ -264,7 +265,10 @@ def render_page(
     method: str = "",
     title: str = "Benchmark results",
     generated_by: str = "",
+    training_runs: Sequence[tuple[str, dict]] = (),
 ) -> str:
+    """The page; ``training_runs`` (``(label, run)`` of ``graphmend bench --train-only``
+    runs) add a section with each run's training-step table."""
     out = [f"# {title}", ""]
     if generated_by:
         out += [
@@ -304,6 +308,11 @@ def render_page(
         for page_run, section in reproduced:
             if section:
                 out += [f"### {page_run.label}", ""] + section
+    for label, training_run in training_runs:
+        out += training_section(
+            training_run, "##", title=f"Training step, {label}", with_setup=True
+        )
+        out.append("")
     for page_run in runs:
         out.append(render_markdown(page_run.run, title=page_run.label, level=2).rstrip())
         out.append("")

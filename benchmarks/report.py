@@ -149,15 +149,20 @@ def _median_steady_call(run: dict) -> float | None:
 def model_errors(entry: dict) -> list[str]:
     """One line per failed step of a model (empty when all went well)."""
     lines = []
-    for phase in ("quick", "timing"):
+    for phase in ("quick", "train", "timing"):
         arms = entry.get(phase) or {}
         for arm, results in arms.items():
             for result in results if isinstance(results, list) else [results]:
                 for key in ("error", "count_error", "eager_error", "timing_error", "worker_error"):
                     if result.get(key):
                         lines.append(f"{phase}/{arm}: {key}: {_last_line(result[key])}")
+                for run_name, run in (result.get("train") or {}).items():
+                    if run.get("error"):
+                        lines.append(f"train/{arm}/{run_name}: {_last_line(run['error'])}")
     for problem in (entry.get("equality") or {}).get("problems", []):
         lines.append(f"equality: {problem}")
+    for problem in (entry.get("train_equality") or {}).get("problems", []):
+        lines.append(f"training equality: {problem}")
     return lines
 
 
@@ -334,6 +339,232 @@ def rewrite_rows(entries: Sequence[dict]) -> list[list[str]]:
     return rows
 
 
+TRAINING_HEADER = [
+    "model",
+    "backend",
+    "graphs",
+    "breaks",
+    "reasons",
+    "graphs with graphmend",
+    "breaks with graphmend",
+    "reasons with graphmend",
+    "recompilations original / graphmend",
+    "declined while tracing (graphmend)",
+    "whole with graphmend",
+    "gradients identical",
+    "losses and parameters identical",
+]
+
+
+def _training_run(entry: dict, arm: str, backend: str) -> dict:
+    return (((entry.get("train") or {}).get(arm) or {}).get("train") or {}).get(backend) or {}
+
+
+def training_backends(entries: Sequence[dict]) -> list[str]:
+    """The compiled runs of the training pass, in the order they ran."""
+    from benchmarks.training import UNCOMPILED
+
+    names: dict[str, None] = {}
+    for entry in entries:
+        for result in (entry.get("train") or {}).values():
+            names.update(dict.fromkeys(name for name in (result.get("train") or {}) if name != UNCOMPILED))
+    return list(names)
+
+
+def is_whole(run: dict) -> bool | None:
+    """One graph, no break, no skipped frame, no error: the training step compiled whole."""
+    if "graphs" not in run:
+        return None
+    return (
+        not run.get("error")
+        and run.get("graphs") == 1
+        and run.get("breaks") == 0
+        and not run.get("frames_skipped")
+    )
+
+
+def training_summary(entry: dict, backend: str) -> dict | None:
+    """One model's training figures under ``backend`` (None where it had no training pass)."""
+    if not entry.get("train"):
+        return None
+    original = _training_run(entry, "original", backend)
+    mended = _training_run(entry, "graphmend", backend)
+    check = ((entry.get("train_equality") or {}).get("runs") or {}).get(backend)
+    return {
+        "name": entry["name"],
+        "backend": backend,
+        "graphs_before": original.get("graphs"),
+        "graphs_after": mended.get("graphs"),
+        "breaks_before": original.get("breaks"),
+        "breaks_after": mended.get("breaks"),
+        "categories_before": display_categories(original) if "breaks" in original else None,
+        "categories_after": display_categories(mended) if "breaks" in mended else None,
+        "recompilations_before": len(original["recompilations"]) if "recompilations" in original else None,
+        "recompilations_after": len(mended["recompilations"]) if "recompilations" in mended else None,
+        "declined": _condition_counts(mended.get("declined")),
+        "whole_before": is_whole(original),
+        "whole_after": is_whole(mended),
+        "failed": bool(original.get("error") or mended.get("error")),
+        "gradients_identical": check.get("gradients") if check else None,
+        "losses_and_parameters_identical": (
+            check.get("losses") and check.get("parameters") if check else None
+        ),
+        "compiled_matches_uncompiled": check.get("original_matches_uncompiled") if check else None,
+    }
+
+
+def _condition_counts(declined: list[dict] | None) -> dict[str, int] | None:
+    """How many sites each legality condition declined while tracing."""
+    if declined is None:
+        return None
+    counts: dict[str, int] = {}
+    for row in declined:
+        condition = row.get("condition") or "no id"
+        counts[condition] = counts.get(condition, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _declined_text(counts: dict[str, int] | None) -> str:
+    if counts is None:
+        return "-"
+    return ", ".join(f"{condition} ({count})" for condition, count in counts.items()) or "none"
+
+
+def training_summaries(entries: Sequence[dict]) -> list[dict]:
+    return [
+        summary
+        for backend in training_backends(entries)
+        for entry in entries
+        if (summary := training_summary(entry, backend)) is not None
+    ]
+
+
+def training_rows(summaries: Sequence[dict]) -> list[list[str]]:
+    return [
+        [
+            s["name"],
+            s["backend"],
+            _number(s["graphs_before"]),
+            _number(s["breaks_before"]),
+            _reasons(s["categories_before"]),
+            _number(s["graphs_after"]),
+            _number(s["breaks_after"]),
+            _reasons(s["categories_after"]),
+            f"{_number(s['recompilations_before'])} / {_number(s['recompilations_after'])}",
+            _declined_text(s["declined"]),
+            _yes_no(s["whole_after"]) + (" (failed)" if s["failed"] else ""),
+            _yes_no(s["gradients_identical"]),
+            _yes_no(s["losses_and_parameters_identical"]),
+        ]
+        for s in summaries
+    ]
+
+
+def training_totals(summaries: Sequence[dict], backend: str) -> dict:
+    counted = [
+        s
+        for s in summaries
+        if s["backend"] == backend and s["breaks_before"] is not None and s["breaks_after"] is not None
+    ]
+    return {
+        "models": len(counted),
+        "breaks_total": sum(s["breaks_before"] for s in counted),
+        "breaks_after": sum(s["breaks_after"] for s in counted),
+        "whole_before": sum(1 for s in counted if s["whole_before"]),
+        "whole_after": sum(1 for s in counted if s["whole_after"]),
+        "identical": sum(
+            1 for s in counted if s["gradients_identical"] and s["losses_and_parameters_identical"]
+        ),
+    }
+
+
+# Options that say where results go, not what is measured.
+_OUTPUT_OPTIONS = ("--json", "--markdown", "--plot", "--title")
+
+
+def measuring_command(argv: Sequence[str]) -> str:
+    """``graphmend bench`` with the run's arguments, less those naming output files."""
+    kept, skip = [], False
+    for argument in list(argv)[1:]:
+        if skip:
+            skip = False
+        elif argument in _OUTPUT_OPTIONS:
+            skip = True
+        elif not argument.startswith(tuple(f"{option}=" for option in _OUTPUT_OPTIONS)):
+            kept.append(argument)
+    return " ".join(["graphmend bench", *kept])
+
+
+def training_section(
+    run: dict, section: str, title: str = "Training step", with_setup: bool = False
+) -> list[str]:
+    """The training pass as Markdown lines (none where the run has no training pass);
+    ``with_setup`` says when and with what the run was made (for a page of several runs)."""
+    from benchmarks.training import LEARNING_RATE, MOMENTUM, TRAINING_STEPS
+
+    entries = run.get("models", [])
+    summaries = training_summaries(entries)
+    if not summaries:
+        return []
+    out = [f"{section} {title}", ""]
+    if with_setup:
+        meta = run.get("meta", {})
+        environment = meta.get("environment") or {}
+        command = measuring_command(meta.get("argv") or [])
+        out += [
+            f"- `{command}`: {meta.get('date', '-')}, {_number(meta.get('seconds'))} s; "
+            f"graphmend {meta.get('graphmend_version', '-')} (commit {meta.get('git_commit') or '-'})",
+            f"- torch {environment.get('torch', '-')}, transformers "
+            f"{environment.get('transformers', '-')}, Python {environment.get('python', '-')}; "
+            f"{environment.get('processor', '-')}, {environment.get('cpu_count', '-')} CPUs",
+            "",
+        ]
+    out.append(
+        f"Each arm, in a process of its own, puts the model in train mode (dropout active), "
+        f"seeds torch, numpy and Python's random alike, and runs {TRAINING_STEPS} steps: "
+        "forward, the sum of the main output (logits, last hidden state or boxes) as the "
+        f"loss, backward, torch.optim.SGD(lr={LEARNING_RATE}, momentum={MOMENTUM}). It "
+        "trains once uncompiled and once per backend compiled with a counting backend that "
+        "wraps it (dynamic=False), each time from the same initial weights. Graphs, breaks "
+        "(TorchDynamo's record of each) and recompilations are those of all steps; whole = "
+        "one graph and no break. Declined while tracing counts the sites where the mended "
+        "code kept its break at trace time, by legality condition (`graphmend rule ID` "
+        "explains one). Identical compares the graphmend arm's losses, last "
+        "gradients and final parameters with the original arm's under the same backend, "
+        "bit for bit (torch.equal)."
+    )
+    out.append("")
+    out.append(markdown_table(TRAINING_HEADER, training_rows(summaries)))
+    out.append("")
+    for backend in training_backends(entries):
+        total = training_totals(summaries, backend)
+        out.append(
+            f"- {backend}: breaks {total['breaks_total']} -> {total['breaks_after']} over "
+            f"{total['models']} models; whole {total['whole_before']} -> {total['whole_after']}; "
+            f"gradients, losses and parameters identical in {total['identical']} / {total['models']}"
+        )
+    uncompiled = [
+        ((entry.get("train_equality") or {}).get("runs") or {}).get("uncompiled")
+        for entry in entries
+        if entry.get("train_equality")
+    ]
+    if uncompiled:
+        same = sum(1 for check in uncompiled if check and check.get("equal"))
+        out.append(
+            f"- uncompiled: the graphmend arm's training is identical to the original's in "
+            f"{same} / {len(uncompiled)} models"
+        )
+    differing = [
+        f"{s['name']} ({s['backend']})" for s in summaries if s["compiled_matches_uncompiled"] is False
+    ]
+    if differing:
+        out.append(
+            "- the original model compiled does not train bit for bit as it does uncompiled "
+            f"(not required; both arms are compared under the same backend): {', '.join(differing)}"
+        )
+    return out
+
+
 SLOW_CALL_FACTOR = 10
 SLOW_CALL_SECONDS = 0.5  # below this, a slow call is timer noise, not a compilation
 
@@ -454,7 +685,7 @@ def render_markdown(run: dict, title: str = "graphmend benchmark", level: int = 
     loads = [
         arm["environment"]["load_average_1min"]
         for entry in run.get("models", [])
-        for phase in ("quick", "timing")
+        for phase in ("quick", "train", "timing")
         for results in (entry.get(phase) or {}).values()
         for arm in (results if isinstance(results, list) else [results])
         if (arm.get("environment") or {}).get("load_average_1min") is not None
@@ -471,6 +702,11 @@ def render_markdown(run: dict, title: str = "graphmend benchmark", level: int = 
             f"- merged run {number}: {merged.get('date', '-')}, commit {merged.get('git_commit') or '-'}, "
             f"{_options_text(merged.get('options') or {})}"
         )
+    if training_only(run):
+        out.append("")
+        out += training_section(run, section)
+        out += _failures_and_notes(run, summaries, section)
+        return "\n".join(out) + "\n"
     out.append(
         "- each arm runs in a fresh process; counts use a counting backend with dynamic=False; "
         'fullgraph uses backend="eager"; bit-identical compares every output tensor of the '
@@ -532,6 +768,24 @@ def render_markdown(run: dict, title: str = "graphmend benchmark", level: int = 
         )
         out.append("")
         out.append(markdown_table(REWRITE_HEADER, rewrite_rows(run.get("models", []))))
+    training = training_section(run, section)
+    if training:
+        out.append("")
+        out += training
+    out += _failures_and_notes(run, summaries, section)
+    return "\n".join(out) + "\n"
+
+
+def training_only(run: dict) -> bool:
+    """Whether the run is a training pass alone (``--train-only``)."""
+    entries = run.get("models", [])
+    return any(entry.get("train") for entry in entries) and not any(
+        entry.get("quick") or entry.get("timing") for entry in entries
+    )
+
+
+def _failures_and_notes(run: dict, summaries: Sequence[dict], section: str) -> list[str]:
+    out = []
     failures = [(s["name"], s["errors"]) for s in summaries if s["errors"]]
     if failures:
         out.append("")
@@ -548,7 +802,7 @@ def render_markdown(run: dict, title: str = "graphmend benchmark", level: int = 
         out.append(f"{section} Model notes")
         out.append("")
         out += [f"- {name}: {note}" for name, note in notes]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _environment_text(environment: dict | None) -> str:
@@ -559,11 +813,59 @@ def _environment_text(environment: dict | None) -> str:
 
 def _options_text(options: dict) -> str:
     keys = ("quick", "device", "mode", "repeats", "iterations", "steady_calls", "models")
-    return ", ".join(f"{key}={options[key]}" for key in keys if key in options) or "-"
+    if options.get("train"):
+        keys += ("train", "train_only", "train_backends")
+    return ", ".join(f"{key}={_option_text(options[key])}" for key in keys if key in options) or "-"
+
+
+def _option_text(value) -> str:
+    return ",".join(value) if isinstance(value, (list, tuple)) else str(value)
 
 
 def render_terminal(run: dict) -> str:
-    """A plain-text table for the end of a run (``rich`` draws it when installed)."""
+    """A plain-text table for the end of a run (``rich`` draws it when installed), and the
+    training pass's table where the run has one."""
+    training = training_terminal(run)
+    if training_only(run):
+        return training
+    return _counts_terminal(run) + (("\n" + training) if training else "")
+
+
+TRAINING_TERMINAL_HEADER = [
+    "model", "backend", "graphs", "breaks", "graphs gm", "breaks gm", "whole gm", "gradients =",
+]
+
+
+def training_terminal(run: dict) -> str:
+    entries = run.get("models", [])
+    summaries = training_summaries(entries)
+    if not summaries:
+        return ""
+    rows = [
+        [
+            s["name"],
+            s["backend"],
+            _number(s["graphs_before"]),
+            _number(s["breaks_before"]),
+            _number(s["graphs_after"]),
+            _number(s["breaks_after"]),
+            _yes_no(s["whole_after"]) + (" (failed)" if s["failed"] else ""),
+            _yes_no(s["gradients_identical"] and s["losses_and_parameters_identical"]),
+        ]
+        for s in summaries
+    ]
+    footer = []
+    for backend in training_backends(entries):
+        total = training_totals(summaries, backend)
+        footer.append(
+            f"training, {backend}: breaks {total['breaks_total']} -> {total['breaks_after']}; "
+            f"whole {total['whole_before']} -> {total['whole_after']} of {total['models']}; "
+            f"identical {total['identical']}/{total['models']}"
+        )
+    return plain_table(TRAINING_TERMINAL_HEADER, rows) + "\n" + "\n".join(footer) + "\n"
+
+
+def _counts_terminal(run: dict) -> str:
     summaries = [summarize_model(entry) for entry in run.get("models", [])]
     header = ["model", "breaks", "after", "fixed %", "fullgraph", "identical", "cold x", "steady x"]
     rows = []

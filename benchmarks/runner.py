@@ -5,7 +5,10 @@ For every model:
 1. quick pass: one ``original`` then one ``graphmend`` worker (counts, break reasons,
    fullgraph capture, outputs, rewrite time); the outputs are compared here
    (left out with ``timing_only``).
-2. unless ``quick``: ``repeats`` rounds of timing workers in counterbalanced order,
+2. with ``train``: one ``train`` worker per arm (training steps, uncompiled and compiled
+   with each of ``train_backends``); their losses, gradients and parameters are compared
+   here (``compare_training``). ``train_only`` runs this pass alone.
+3. unless ``quick``: ``repeats`` rounds of timing workers in counterbalanced order,
    original, graphmend, graphmend, original, original, graphmend, ... (see
    ``timing_order``), so that a steady drift of the machine (thermal, other load) and
    any cost of going first or second in a round fall on both arms alike.
@@ -35,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 from benchmarks.suite import BenchModel
+from benchmarks.training import TRAINING_BACKENDS, UNCOMPILED
 
 # The folder that holds the `benchmarks` package (the repository's root).
 CHECKOUT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,6 +62,10 @@ class RunOptions:
     # Time round 1 of every model, then round 2 of every model, ...: each model's
     # processes then spread over the whole run instead of a few minutes of it.
     interleave: bool = False
+    # A training pass per model (benchmarks.training); with train_only, nothing else.
+    train: bool = False
+    train_only: bool = False
+    train_backends: tuple[str, ...] = TRAINING_BACKENDS
     models: str = ""
     model_file: str | None = None
     python: str = field(default_factory=lambda: sys.executable)
@@ -166,6 +174,8 @@ def run_worker_process(
         str(options.steady_calls),
         "--threads",
         str(options.threads),
+        "--train-backends",
+        ",".join(options.train_backends),
         "--hook-cache-dir",
         hook_cache_dir,
         "--result",
@@ -286,6 +296,54 @@ def compare_arms(original: dict, mended: dict) -> dict:
     return comparison
 
 
+def _training_parts(check: dict) -> dict:
+    """Which of a run's losses, gradients and parameters differ (``compare_outputs`` of
+    the tensors ``benchmarks.training.train_steps`` saved)."""
+    differing = check["different"] + check["missing"]
+    return {
+        part: not any(name.startswith(prefix) for name in differing)
+        for part, prefix in (("losses", "loss."), ("gradients", "grad."), ("parameters", "param."))
+    }
+
+
+def compare_training(original: dict, mended: dict) -> dict:
+    """Compare the two train workers' saved runs bit for bit: the graphmend arm's
+    uncompiled run with the original's, and its compiled run with each backend with the
+    original's compiled run with that backend (the two arms' compiled runs go through the
+    same backend, so any difference is the rewrite's). Whether the original's compiled
+    runs match its uncompiled one is said too; it is not required."""
+    original_outputs = _load_outputs(original)
+    mended_outputs = _load_outputs(mended)
+    runs = [UNCOMPILED, *(name for name in (original.get("train") or {}) if name != UNCOMPILED)]
+    comparison: dict = {"runs": {}, "problems": []}
+    for name in runs:
+        reference, candidate = original_outputs.get(name), mended_outputs.get(name)
+        if not reference or candidate is None:
+            comparison["runs"][name] = None
+            arm = "original" if not reference else "graphmend"
+            comparison["problems"].append(f"{name}: the {arm} arm saved no training run")
+            continue
+        check = compare_outputs(reference, candidate)
+        check.update(_training_parts(check))
+        if name != UNCOMPILED and original_outputs.get(UNCOMPILED):
+            check["original_matches_uncompiled"] = compare_outputs(
+                original_outputs[UNCOMPILED], reference
+            )["equal"]
+        comparison["runs"][name] = check
+        if not check["equal"]:
+            comparison["problems"].append(
+                f"{name}: the graphmend arm's training differs in "
+                f"{len(check['different'] + check['missing'])} tensor(s), first "
+                f"{(check['different'] + check['missing'])[0]} "
+                f"(max |difference| {check['max_abs_difference']:.3g})"
+            )
+    checked = [check for check in comparison["runs"].values() if check is not None]
+    comparison["identical"] = (
+        all(check["equal"] for check in checked) if len(checked) == len(runs) else None
+    )
+    return comparison
+
+
 def _brief(result: dict, phase: str) -> str:
     if result.get("skipped"):
         return "skipped: " + result["skipped"]
@@ -295,6 +353,14 @@ def _brief(result: dict, phase: str) -> str:
                 "FAILED: "
                 + [line for line in result[key].strip().splitlines() if line.strip()][-1][:160]
             )
+    if phase == "train":
+        runs = result.get("train") or {}
+        return " ".join(
+            f"{name}: graphs={run.get('graphs')} breaks={run.get('breaks')}"
+            + (" (FAILED)" if run.get("error") else "")
+            for name, run in runs.items()
+            if name != UNCOMPILED
+        ) + (" (uncompiled FAILED)" if (runs.get(UNCOMPILED) or {}).get("error") else "")
     if phase == "quick":
         return (
             f"graphs={result.get('graphs')} breaks={result.get('breaks')} "
@@ -327,11 +393,19 @@ def timing_order(repeats: int) -> list[str]:
 
 
 def _timing_steps(options: RunOptions) -> int:
-    return 0 if options.quick else 2 * options.repeats
+    return 0 if options.quick or options.train_only else 2 * options.repeats
+
+
+def _training_steps(options: RunOptions) -> int:
+    return 2 if options.train or options.train_only else 0
+
+
+def _quick_steps(options: RunOptions) -> int:
+    return 0 if options.timing_only or options.train_only else 2
 
 
 def _steps_per_model(options: RunOptions) -> int:
-    return (0 if options.timing_only else 2) + _timing_steps(options)
+    return _quick_steps(options) + _training_steps(options) + _timing_steps(options)
 
 
 class Workers:
@@ -381,16 +455,27 @@ def run_model(model: BenchModel, workers: Workers, with_timing: bool = True) -> 
         entry["skipped"] = f"missing {', '.join(missing)}"
         workers.skip(model, _steps_per_model(options), entry["skipped"])
         return entry
-    if not options.timing_only:
+    if _quick_steps(options):
         quick = {arm: workers.run(model, arm, "quick") for arm in ARMS}
         entry["quick"] = quick
         skipped = [result.get("skipped") for result in quick.values() if result.get("skipped")]
         if skipped:
             entry["skipped"] = skipped[0]
-            workers.skip(model, _timing_steps(options), "no timings")
+            workers.skip(
+                model, _training_steps(options) + _timing_steps(options), "no training, no timings"
+            )
             return entry
         entry["equality"] = compare_arms(quick["original"], quick["graphmend"])
-    if not options.quick:
+    if _training_steps(options):
+        train = {arm: workers.run(model, arm, "train") for arm in ARMS}
+        entry["train"] = train
+        skipped = [result.get("skipped") for result in train.values() if result.get("skipped")]
+        if skipped:
+            entry["skipped"] = skipped[0]
+            workers.skip(model, _timing_steps(options), "no timings")
+            return entry
+        entry["train_equality"] = compare_training(train["original"], train["graphmend"])
+    if _timing_steps(options):
         entry["timing"] = {arm: [] for arm in ARMS}
         entry["timing_order"] = timing_order(options.repeats)
         if with_timing:
@@ -434,7 +519,7 @@ def run_suite(
     # rewriting is paid once, and never inside a timed call.
     hook_cache_dir = os.path.join(scratch, "hook-cache")
     workers = Workers(options, scratch, hook_cache_dir, progress, steps)
-    interleaved = options.interleave and not options.quick
+    interleaved = options.interleave and _timing_steps(options) > 0
     try:
         for model in models:
             entries.append(run_model(model, workers, with_timing=not interleaved))
@@ -449,14 +534,16 @@ def run_suite(
         (
             arm["environment"]
             for entry in entries
-            for arm in (entry.get("quick") or {}).values()
+            for pass_name in ("quick", "train")
+            for arm in (entry.get(pass_name) or {}).values()
             if arm.get("environment")
         ),
         {},
     )
     for entry in entries:
-        for arm in (entry.get("quick") or {}).values():
-            arm.pop("outputs_file", None)
+        for pass_name in ("quick", "train"):
+            for arm in (entry.get(pass_name) or {}).values():
+                arm.pop("outputs_file", None)
         for runs in (entry.get("timing") or {}).values():
             for run in runs:
                 run.pop("outputs_file", None)

@@ -51,6 +51,8 @@ class BenchModel:
     requires: tuple[str, ...] = ("transformers",)
     notes: str = ""
     module_file: str | None = field(default=None, compare=False)
+    # Inputs for the training pass where ``build``'s do not train (drawn after ``build``).
+    training_inputs: Callable[[], dict] | None = field(default=None, compare=False)
 
     @property
     def paper(self) -> PaperRow | None:
@@ -513,7 +515,6 @@ def build_grounding_dino():
 
 
 def build_clap():
-    import torch
     from transformers import ClapConfig, ClapModel
 
     text = {
@@ -543,16 +544,27 @@ def build_clap():
         "enable_fusion": True,
     }
     config = ClapConfig(text_config=text, audio_config=audio, projection_dim=32)
-    batch = 2
-    # time = spec_size * (spec_size // num_mel_bins) = 256 frames of num_mel_bins = 16;
-    # 4 channels: the fused input (global view + 3 local crops).
-    inputs = {
+    return ClapModel(config), _clap_inputs([True, False])
+
+
+def _clap_inputs(longer: list[bool]) -> dict:
+    """One row per ``longer`` flag. time = spec_size * (spec_size // num_mel_bins) = 256
+    frames of num_mel_bins = 16; 4 channels: the fused input (global view + 3 local crops)."""
+    import torch
+
+    batch = len(longer)
+    return {
         "input_ids": _token_ids(batch, 8),
         "attention_mask": _padded_mask(batch, 8),
         "input_features": torch.randn(batch, 4, 256, 16),
-        "is_longer": torch.tensor([[True], [False]]),
+        "is_longer": torch.tensor([[flag] for flag in longer]),
     }
-    return ClapModel(config), inputs
+
+
+def clap_training_inputs() -> dict:
+    """Two long rows and a short one: the fusion's BatchNorm sees the long rows alone, and
+    in train mode it needs more than one value per channel (one long row fails eagerly)."""
+    return _clap_inputs([True, False, True])
 
 
 def build_chronos_bolt():
@@ -687,7 +699,8 @@ def _register_builtin_models() -> None:
             build_clap,
             "clap-htsat-fused",
             "ClapModel",
-            notes="audio enable_fusion=True with is_longer",
+            notes="audio enable_fusion=True with is_longer; trained on 3 rows, 2 of them longer",
+            training_inputs=clap_training_inputs,
         ),
         BenchModel(
             "chronos-bolt",

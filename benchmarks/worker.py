@@ -16,6 +16,9 @@ Phases:
   compilation included), each of the first ``--iterations`` calls (time to the N-th
   call), then the mean of ``--steady-calls`` further calls (steady state: the calls
   right after compiling are still warming up, by 2-4x on these small models).
+* ``train``: a few training steps (train mode, SGD with momentum), uncompiled and
+  compiled with each of ``--train-backends`` under a counting backend: graphs, breaks,
+  recompilations, and the losses, gradients and parameters (``benchmarks.training``).
 
 In the graphmend arm the import hook is installed before anything of the model's
 packages is imported.
@@ -37,8 +40,10 @@ import time
 import traceback
 from collections import Counter
 
+from benchmarks.training import TRAINING_BACKENDS, run_train, seed_every_generator
+
 ARMS = ("original", "graphmend")
-PHASES = ("quick", "timing")
+PHASES = ("quick", "timing", "train")
 
 
 def _error_text(error: BaseException, limit: int = 2000) -> str:
@@ -320,9 +325,13 @@ def run_worker(args: argparse.Namespace) -> dict:
         import torch
 
         torch.set_num_threads(args.threads)
-        torch.manual_seed(0)
+        # Both arms build the same weights and inputs; numpy and Python are seeded too,
+        # for models that draw from them in training.
+        seed_every_generator()
         start = time.perf_counter()
         model, example_kwargs = bench_model.build()
+        if args.phase == "train" and bench_model.training_inputs is not None:
+            example_kwargs = bench_model.training_inputs()
         model.eval()
         model.to(args.device)
         example_kwargs = _to_device(example_kwargs, args.device)
@@ -343,6 +352,8 @@ def run_worker(args: argparse.Namespace) -> dict:
                     result["rewrite"] = _rewrite_seconds(model)
                 except Exception as error:  # noqa: BLE001
                     result["rewrite"] = {"error": _error_headline(error)}
+        elif args.phase == "train":
+            run_train(model, example_kwargs, result, outputs, args.train_backends)
         else:
             run_timing(
                 model,
@@ -363,10 +374,21 @@ def run_worker(args: argparse.Namespace) -> dict:
 
             torch.save(outputs, args.outputs)
             result["outputs_file"] = args.outputs
-            result["main_output"] = main_output_name(
-                outputs.get("eager") or next(iter(outputs.values()))
-            )
+            if args.phase != "train":
+                result["main_output"] = main_output_name(
+                    outputs.get("eager") or next(iter(outputs.values()))
+                )
     return result
+
+
+def _backend_list(text: str) -> tuple[str, ...]:
+    backends = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in backends if name not in TRAINING_BACKENDS]
+    if unknown or not backends:
+        raise argparse.ArgumentTypeError(
+            f"backends are {', '.join(TRAINING_BACKENDS)}; not {', '.join(unknown) or 'none'}"
+        )
+    return backends
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -388,6 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="further calls whose mean is the steady state (0: calls 2..N of --iterations)",
+    )
+    parser.add_argument(
+        "--train-backends",
+        type=_backend_list,
+        default=TRAINING_BACKENDS,
+        help=f"train phase: comma-separated backends (default {','.join(TRAINING_BACKENDS)})",
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--hook-cache-dir", default=None)

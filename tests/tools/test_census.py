@@ -171,11 +171,11 @@ def test_an_arm_draws_the_same_numbers_from_numpy_and_python_in_each_process() -
     numpy = pytest.importorskip("numpy")
     import random
 
-    from tools.census.child import _seed_every_generator
+    from benchmarks.training import seed_every_generator
 
-    _seed_every_generator()
+    seed_every_generator()
     first = (numpy.random.rand(), random.random())
-    _seed_every_generator()
+    seed_every_generator()
     assert (numpy.random.rand(), random.random()) == first
 
 

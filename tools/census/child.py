@@ -26,6 +26,8 @@ import sys
 import time
 import traceback
 
+from benchmarks.training import CountingBackend, seed_every_generator
+from benchmarks.training import main_tensor as _main_tensor
 from tools.census.models import (
     Entry,
     build_transformers_model,
@@ -64,39 +66,6 @@ def gradient_digests(model) -> dict:
     }
 
 
-class CountingBackend:
-    """Counts the graphs TorchDynamo hands over, and compiles each with ``backend``.
-
-    It names the backend it wraps as ``__wrapped__``: graphmend decides some joins by the
-    backend (under autograd, ``eager`` and ``aot_eager`` are known to differentiate as
-    written), and the census measures what a user of that backend gets, not what an
-    unknown wrapper would."""
-
-    def __init__(self, backend: str) -> None:
-        from torch._dynamo import lookup_backend
-
-        self.graphs = 0
-        self.compile = lookup_backend(backend)
-        self.__wrapped__ = self.compile
-
-    def __call__(self, graph_module, example_inputs):
-        self.graphs += 1
-        return self.compile(graph_module, example_inputs)
-
-
-def _main_tensor(output):
-    import torch
-
-    from benchmarks.suite import main_output
-
-    tensor = main_output(output)
-    if isinstance(tensor, dict):
-        tensor = tensor.get("logits", next(iter(tensor.values()), None))
-    if isinstance(tensor, (tuple, list)):
-        tensor = next((item for item in tensor if isinstance(item, torch.Tensor)), None)
-    return tensor if isinstance(tensor, torch.Tensor) else None
-
-
 def _call(function, model, inputs: dict, mode: str, result: dict, prefix: str) -> None:
     """Call ``function(**inputs)`` as ``mode`` says; the outputs' (and gradients') digests."""
     import torch
@@ -105,7 +74,7 @@ def _call(function, model, inputs: dict, mode: str, result: dict, prefix: str) -
 
     clear_warning_once_caches()
     model.zero_grad(set_to_none=True)
-    _seed_every_generator()
+    seed_every_generator()
     with contextlib.redirect_stdout(io.StringIO()):
         if mode == "eval":
             with torch.no_grad():
@@ -171,23 +140,6 @@ def measure_model(model, inputs: dict, mode: str, backend: str, result: dict) ->
         result["fullgraph"] = False
         result["fullgraph_error"] = _headline(error)
     torch._dynamo.reset()
-
-
-def _seed_every_generator() -> None:
-    """Seed torch's, Python's and numpy's generators: training code draws from all three
-    (SpecAugment masks from numpy, LayerDrop from torch), and the two arms run in
-    processes of their own."""
-    import random
-
-    import torch
-
-    torch.manual_seed(0)
-    random.seed(0)
-    try:
-        import numpy
-    except ImportError:
-        return
-    numpy.random.seed(0)
 
 
 def _build(entry: Entry, max_parameters: int, result: dict):
