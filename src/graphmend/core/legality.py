@@ -209,8 +209,17 @@ _CONDITIONS = (
      "the comparison's value is only tested for truth, never kept, so a bool may stand for its 0-d tensor"),
     (_W, STATIC, "W118", "comparison_rewritable_in_place", "graphmend.rules.where.ranges:comparison_rewritable_in_place",
      "the comparison is in the function's own scope, and its other side binds no name and does not suspend"),
+    # Where's performed choice, static (rules/where/performed.py).
+    (_W, STATIC, "W119", "arms_end_writing_one_attribute", "graphmend.rules.where.performed:arms_end_writing_one_attribute",
+     "both arms end by writing another attribute's object to one attribute of one receiver (`R.a = R.b`)"),
+    (_W, STATIC, "W120", "arms_write_only_the_receiver", "graphmend.rules.where.performed:arms_write_only_the_receiver",
+     "every other statement of the arms writes the receiver's attributes, calls its methods, or memoizes one"),
+    (_W, STATIC, "W121", "arms_bind_no_name_read_after", "graphmend.rules.where.performed:arms_bind_no_name_read_after",
+     "no name an arm binds is read after the branch"),
+    (_W, STATIC, "W122", "arms_read_bound_locals", "graphmend.rules.where.performed:arms_read_bound_locals",
+     "each local the arms read is bound on every path to the branch"),
     # Where, while tracing (runtime/selection.py, runtime/attribute_access.py,
-    # runtime/drawn_ranges.py).
+    # runtime/drawn_ranges.py, runtime/performed_choice.py).
     (_W, WHILE_TRACING, "W201", "operands_combine", "graphmend.runtime.selection:operands_combine",
      "every outside value the hoisted code combines has the kind it needs, and all broadcast together"),
     (_W, WHILE_TRACING, "W202", "graph_so_far_may_continue", "graphmend.runtime.selection:graph_so_far_may_continue",
@@ -232,6 +241,17 @@ _CONDITIONS = (
      "the draw has exactly one element, by a static size, a floating dtype and a value (not meta)"),
     (_W, WHILE_TRACING, "W210", "other_operand_decides", "graphmend.runtime.drawn_ranges:other_operand_decides",
      "the other operand is a Python int or float constant for which the draw's range decides the comparison"),
+    (_W, WHILE_TRACING, "W211", "arms_read_values_fixed_in_trace", "graphmend.runtime.performed_choice:why_not_fixed_in_trace",
+     "the performed arms read only constants of the trace and objects it is guarded on by identity, no tensor"),
+    (_W, WHILE_TRACING, "W212", "chosen_attribute_is_a_plain_buffer", "graphmend.runtime.performed_choice:why_not_a_plain_buffer",
+     "the attribute the performed choice writes is a plain strided tensor that requires no grad"),
+    # Where, whole trace (runtime/performed_choice.py).
+    (_W, WHOLE_TRACE, "W301", "stand_in_leaves_only_as_the_attribute",
+     "graphmend.runtime.performed_choice:keep_stand_ins_out_of_replay",
+     "the copy the graph reads for the chosen attribute is held by nothing but that attribute"),
+    (_W, WHOLE_TRACE, "W302", "trace_reads_nothing_else_written",
+     "graphmend.runtime.performed_choice:trace_reads_nothing_else_written",
+     "the trace reads none of the other attributes the performed arms write"),
     # Defer, static (rules/defer/conditions.py; the pass is rules/defer/outputs.py).
     (_D, STATIC, "D101", "callee_is_real", "graphmend.rules.defer.conditions:callee_is_real",
      "the callee is provably `print`, a `logging.Logger` method or `warnings.warn`"),
