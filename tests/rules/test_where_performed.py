@@ -259,6 +259,12 @@ MUST_NOT_WHILE_TRACING = {
         "        self.register_buffer(\"inv_freq\", inv_freq, persistent=False)\n",
         "        self.register_buffer(\"inv_freq\", inv_freq.requires_grad_(), persistent=False)\n",
     ),
+    # The receiver holds a parameter and grad mode is on: the operator runs without
+    # autograd when the graph runs under it.
+    "W213_receiver_holds_a_parameter": _variant(
+        "        self.original_inv_freq = self.inv_freq\n",
+        "        self.original_inv_freq = self.inv_freq\n        self.scale = torch.nn.Parameter(torch.ones(1))\n",
+    ),
     # The function returns the attribute itself: the program would get the graph's copy.
     "W301_stand_in_returned": _variant(
         "        return x * torch.cos(freqs).sum(-1, keepdim=True)\n",
@@ -281,10 +287,55 @@ def test_must_not_perform_while_tracing(name):
     for first in (20, 0):
         positions = torch.arange(first, first + 6)[None]
         original_model, mended_model = original.Rotary(), mended.Rotary()
-        with torch.no_grad():
+        with torch.set_grad_enabled(name.startswith("W213")):
             assert breaks(mended_model, x, positions) == breaks(original_model, x, positions)
         assert name.split("_")[0] in {reason.condition for reason in store.trace_time_declines.values()}
         original_model, mended_model = original.Rotary(), mended.Rotary()
-        with torch.no_grad():
+        with torch.set_grad_enabled(name.startswith("W213")):
             assert_equivalent(original_model, mended_model, x, positions, backends=("eager",))
     reset()
+
+
+PLAIN_OWNER = textwrap.dedent(
+    """
+    import torch
+
+    class Table:
+        def __init__(self):
+            self.short = torch.arange(4.0)
+            self.table = self.short
+
+        def update(self, x):
+            if x.max() > 10:
+                if not hasattr(self, "long"):
+                    self.long = self.short * 3
+                self.table = self.long
+            else:
+                self.table = self.short
+
+        def __call__(self, x):
+            self.update(x)
+            return x * self.table
+    """
+)
+
+
+def test_an_attribute_assigned_on_a_plain_object_is_chosen_by_identity_too():
+    from graphmend.counting import CountingBackend
+
+    original, mended, result = original_and_mended(PLAIN_OWNER)
+    assert finding_reasons(result, "Where") == []
+    original_table, mended_table = original.Table(), mended.Table()
+    torch._dynamo.reset()
+    counting = CountingBackend()
+    compiled = torch.compile(mended_table, backend=counting, fullgraph=True)
+    made = None
+    for value in (1, 20, 1, 30, 2, 11):
+        x = torch.full((4,), float(value))
+        assert torch.equal(original_table(x), compiled(x))
+        assert (mended_table.table is mended_table.short) == (original_table.table is original_table.short)
+        assert hasattr(mended_table, "long") == hasattr(original_table, "long")
+        if hasattr(mended_table, "long"):
+            made = mended_table.long if made is None else made
+            assert mended_table.long is made and (mended_table.table is made) == (value > 10)
+    assert counting.graphs == 1

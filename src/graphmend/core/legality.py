@@ -245,6 +245,8 @@ _CONDITIONS = (
      "the performed arms read only constants of the trace and objects it is guarded on by identity, no tensor"),
     (_W, WHILE_TRACING, "W212", "chosen_attribute_is_a_plain_buffer", "graphmend.runtime.performed_choice:why_not_a_plain_buffer",
      "the attribute the performed choice writes is a plain strided tensor that requires no grad"),
+    (_W, WHILE_TRACING, "W213", "arms_record_no_autograd", "graphmend.runtime.performed_choice:why_arms_may_record_autograd",
+     "with grad mode on, the objects the performed arms read hold no tensor that requires grad"),
     # Where, whole trace (runtime/performed_choice.py).
     (_W, WHOLE_TRACE, "W301", "stand_in_leaves_only_as_the_attribute",
      "graphmend.runtime.performed_choice:keep_stand_ins_out_of_replay",

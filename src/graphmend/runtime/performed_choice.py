@@ -23,7 +23,8 @@ that write, so the operator's stays.
 Conditions while tracing (``perform_choice``): W211, the values the arms read are
 constants of the trace or objects it is guarded on by identity; W212, the attribute is a
 plain tensor no autograd flows through (the stand-in's shape, dtype, device and strides
-are its). Whole trace (``keep_stand_ins_out_of_replay``): W301, the stand-in leaves the
+are its); W213, with grad mode on, the objects the arms read hold no tensor that
+requires grad. Whole trace (``keep_stand_ins_out_of_replay``): W301, the stand-in leaves the
 graph only as the attribute the operator writes; W302, the trace reads none of the other
 attributes the arms write (it sees them as they were before the branch).
 
@@ -139,6 +140,9 @@ def _register(translator, arms, owner, name, arguments, template, also_written) 
     values = []
     for item in arguments.items:
         values.append(item.as_python_constant() if item.is_python_constant() else _guarded_object(item))
+    reason = why_arms_may_record_autograd([owner_value, *values])
+    if reason is not None:
+        return _refusal_number(reason)
     example = template.as_proxy().node.meta["example_value"] if isinstance(template, TensorVariable) else None
     if example is None:
         return -1
@@ -201,6 +205,31 @@ def why_not_fixed_in_trace(arms, owner, arguments) -> str | None:
             continue
         if getattr(item, "source", None) is None or not hasattr(item, "value"):
             return failed("W211", "the arms read an object the trace cannot be guarded on")
+    return None
+
+
+def _tensors_held(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, torch.nn.Module):
+        return [*value.parameters(), *value.buffers(), *_tensors_held(dict(vars(value)))]
+    if isinstance(value, dict):
+        return [item for item in value.values() if isinstance(item, torch.Tensor)]
+    held = getattr(value, "__dict__", None)
+    return _tensors_held(dict(held)) if isinstance(held, dict) else []
+
+
+def why_arms_may_record_autograd(objects: list) -> str | None:
+    """W213: with grad mode on while tracing, the objects the arms read (the receiver
+    and the arguments) hold no tensor that requires grad (a module's parameters and
+    buffers, an object's tensor attributes). When the graph runs under autograd, its
+    operators run without it (AOTAutograd's forward): a memoized tensor the arms compute
+    from one that requires grad would record no autograd, where the original's does."""
+    if not torch.is_grad_enabled():
+        return None
+    for value in objects:
+        if any(tensor.requires_grad for tensor in _tensors_held(value)):
+            return failed("W213", "grad mode is on and the arms read an object holding a tensor that requires grad")
     return None
 
 
