@@ -265,6 +265,13 @@ MUST_NOT_WHILE_TRACING = {
         "        self.original_inv_freq = self.inv_freq\n",
         "        self.original_inv_freq = self.inv_freq\n        self.scale = torch.nn.Parameter(torch.ones(1))\n",
     ),
+    # The trace writes an attribute the arms read, before the branch: TorchDynamo makes
+    # the write after the graph, and the arms run inside it.
+    "W214_trace_wrote_what_the_arms_read": _variant(
+        "        longrope_frequency_update(self, position_ids, device=x.device)\n",
+        "        self.original_inv_freq = self.original_inv_freq + 0\n"
+        "        longrope_frequency_update(self, position_ids, device=x.device)\n",
+    ),
     # The function returns the attribute itself: the program would get the graph's copy.
     "W301_stand_in_returned": _variant(
         "        return x * torch.cos(freqs).sum(-1, keepdim=True)\n",
@@ -339,3 +346,21 @@ def test_an_attribute_assigned_on_a_plain_object_is_chosen_by_identity_too():
             made = mended_table.long if made is None else made
             assert mended_table.long is made and (mended_table.table is made) == (value > 10)
     assert counting.graphs == 1
+
+
+def test_a_compiled_choice_does_not_keep_its_receiver_alive():
+    import gc
+    import weakref
+
+    from graphmend.counting import CountingBackend
+
+    _, mended, _ = original_and_mended(ROTARY)
+    model = mended.Rotary()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=CountingBackend(), fullgraph=True)
+    compiled(torch.randn(1, 6, 1), torch.arange(20, 26)[None])
+    alive = weakref.ref(model)
+    del model, compiled
+    torch._dynamo.reset()
+    gc.collect()
+    assert alive() is None

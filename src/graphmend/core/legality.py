@@ -247,6 +247,9 @@ _CONDITIONS = (
      "the attribute the performed choice writes is a plain strided tensor that requires no grad"),
     (_W, WHILE_TRACING, "W213", "arms_record_no_autograd", "graphmend.runtime.performed_choice:why_arms_may_record_autograd",
      "with grad mode on, the objects the performed arms read hold no tensor that requires grad"),
+    (_W, WHILE_TRACING, "W214", "arms_read_nothing_the_trace_wrote",
+     "graphmend.runtime.performed_choice:arms_read_nothing_the_trace_wrote",
+     "before the branch the trace wrote nothing to the receiver, an argument or an object reached through one"),
     # Where, whole trace (runtime/performed_choice.py).
     (_W, WHOLE_TRACE, "W301", "stand_in_leaves_only_as_the_attribute",
      "graphmend.runtime.performed_choice:keep_stand_ins_out_of_replay",

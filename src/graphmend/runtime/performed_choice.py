@@ -24,7 +24,8 @@ Conditions while tracing (``perform_choice``): W211, the values the arms read ar
 constants of the trace or objects it is guarded on by identity; W212, the attribute is a
 plain tensor no autograd flows through (the stand-in's shape, dtype, device and strides
 are its); W213, with grad mode on, the objects the arms read hold no tensor that
-requires grad. Whole trace (``keep_stand_ins_out_of_replay``): W301, the stand-in leaves the
+requires grad; W214, the trace wrote nothing the arms read before the branch (the
+write would happen only after the graph). Whole trace (``keep_stand_ins_out_of_replay``): W301, the stand-in leaves the
 graph only as the attribute the operator writes; W302, the trace reads none of the other
 attributes the arms write (it sees them as they were before the branch).
 
@@ -36,6 +37,7 @@ with a RuntimeError when the graph runs, where the original would have gone on.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import torch
 
@@ -55,9 +57,36 @@ def _layout(tensor) -> tuple:
     return (tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tensor.device)
 
 
+class _Weakly:
+    """An object the registry holds weakly: a compiled graph must not keep a model alive
+    (the graph runs only while its identity guards hold, so while the object lives)."""
+
+    __slots__ = ("reference",)
+
+    def __init__(self, value):
+        self.reference = weakref.ref(value)
+
+
+def _hold(value):
+    try:
+        return _Weakly(value)
+    except TypeError:  # no weak references to it: held as it is
+        return value
+
+
+def _release(value):
+    if type(value) is not _Weakly:
+        return value
+    held = value.reference()
+    if held is None:
+        raise RuntimeError("graphmend: a compiled graph ran for an object that no longer exists")
+    return held
+
+
 def _perform(key: int, taken: torch.Tensor, template: torch.Tensor) -> torch.Tensor:
     arms, owner, name, arguments, layout = _CHOICES[key]
-    arms(bool(taken), *arguments)
+    owner = _release(owner)
+    arms(bool(taken), *[_release(argument) for argument in arguments])
     chosen = getattr(owner, name)
     if not isinstance(chosen, torch.Tensor) or _layout(chosen) != layout:
         raise RuntimeError(
@@ -137,10 +166,14 @@ def _register(translator, arms, owner, name, arguments, template, also_written) 
         return _refusal_number(reason)
     function = arms.as_python_constant()
     owner_value = _guarded_object(owner)
-    values = []
+    values, constants = [], []
     for item in arguments.items:
-        values.append(item.as_python_constant() if item.is_python_constant() else _guarded_object(item))
-    reason = why_arms_may_record_autograd([owner_value, *values])
+        constant = item.is_python_constant()
+        constants.append(constant)
+        values.append(item.as_python_constant() if constant else _guarded_object(item))
+    reason = why_arms_may_record_autograd([owner_value, *values]) or arms_read_nothing_the_trace_wrote(
+        translator, [owner, *arguments.items]
+    )
     if reason is not None:
         return _refusal_number(reason)
     example = template.as_proxy().node.meta["example_value"] if isinstance(template, TensorVariable) else None
@@ -159,7 +192,10 @@ def _register(translator, arms, owner, name, arguments, template, also_written) 
     with _CHOICES_LOCK:
         key = _NEXT_KEY[0]
         _NEXT_KEY[0] += 1
-        _CHOICES[key] = (function, owner_value, name.as_python_constant(), tuple(values), _layout(example))
+        _CHOICES[key] = (
+            function, _hold(owner_value), name.as_python_constant(),
+            tuple(value if constant else _hold(value) for value, constant in zip(values, constants)), _layout(example),
+        )
     return key
 
 
@@ -230,6 +266,30 @@ def why_arms_may_record_autograd(objects: list) -> str | None:
     for value in objects:
         if any(tensor.requires_grad for tensor in _tensors_held(value)):
             return failed("W213", "grad mode is on and the arms read an object holding a tensor that requires grad")
+    return None
+
+
+def arms_read_nothing_the_trace_wrote(translator, variables) -> str | None:
+    """W214: the trace has changed nothing of the receiver or an argument, nor of an
+    object reached through one, before the branch. TorchDynamo makes those writes only
+    after the graph has run, and the arms run inside it: they would read the objects as
+    they were before the trace, where the original reads what the code before the
+    branch wrote."""
+    from graphmend import torch_adapter
+    from graphmend.torch_adapter import guards
+
+    written = torch_adapter.pending_write_sources(translator.output)
+    for variable in variables:
+        realize = getattr(variable, "realize", None)
+        variable = realize() if realize is not None else variable
+        if variable.is_python_constant():
+            continue
+        root = guards.source_name(variable)
+        if root is None:
+            return failed("W214", "the arms read an object the trace cannot name")
+        if any(name == root or name.startswith((root + ".", root + "[")) for name in written):
+            return failed("W214", "the trace wrote to an object the arms read before the branch; the write "
+                          "happens only after the graph")
     return None
 
 

@@ -374,3 +374,18 @@ def drop_stand_in_writes(output, is_stand_in, graph_break: bool) -> str | None:
             return "the stand-in is held by a local or the stack, which the program would read as the attribute's object"
         translator = getattr(translator, "parent", None)
     return None
+
+
+def pending_write_sources(output) -> list[str]:
+    """The sources of the objects the trace of ``output`` has changed so far (attributes
+    stored, items set, a container's contents), which TorchDynamo writes only after the
+    graph has run: until then the real objects hold their values from before the trace."""
+    from graphmend.torch_adapter.guards import source_name
+
+    side_effects = output.side_effects
+    names = []
+    for variable in side_effects._get_modified_vars():
+        name = source_name(variable)
+        if name is not None:
+            names.append(name)
+    return names
