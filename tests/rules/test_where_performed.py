@@ -364,3 +364,17 @@ def test_a_compiled_choice_does_not_keep_its_receiver_alive():
     torch._dynamo.reset()
     gc.collect()
     assert alive() is None
+
+
+def test_the_compiled_form_runs_the_original_arms_in_a_function_of_the_locals_they_read():
+    import ast
+
+    _, _, result = original_and_mended(ROTARY)
+    text = ast.unparse(result.tree)
+    # The arms read ``self``, ``device`` and the limit; they write two more attributes,
+    # which the trace must not read (W302).
+    assert "def _gm_arms_1(_gm_taken, self, device, original_max_position_embeddings):" in text
+    assert (
+        "__graphmend__.perform_choice(_gm_taken_1, _gm_arms_1, self, 'inv_freq', "
+        "(self, device, original_max_position_embeddings), ('long_inv_freq', 'original_inv_freq'))"
+    ) in text
