@@ -12,7 +12,10 @@ path keeps the original ``if``)
     z = __graphmend__.select(_gm_taken_1, z__gm_true_1, z__gm_false_1)
 
 Three shapes are handled: the arms assign the same names, the arms return, or the
-arms end by calling the same function with different positional arguments. Both
+arms end by calling the same function with different positional arguments. Arms that
+instead choose which existing object an attribute holds (``self.register_buffer("a",
+self.b)`` against ``self.register_buffer("a", self.c)``), which no selection can keep,
+are run as they are when the graph runs, with the condition it computed (``performed.py``). Both
 arms then run, so every statement in them must be unobservable on the untaken path:
 no possible exception, no write that escapes (writes to locals are renamed per
 arm), no random draw. Two idempotent writes are licensed when a check made while
