@@ -272,6 +272,12 @@ MUST_NOT_WHILE_TRACING = {
         "        self.original_inv_freq = self.original_inv_freq + 0\n"
         "        longrope_frequency_update(self, position_ids, device=x.device)\n",
     ),
+    # The receiver already holds the long table, of another length: the operator's copy
+    # has the short table's layout, so the arm choosing the long one could not go on.
+    "W215_an_existing_choice_has_another_shape": _variant(
+        "        self.original_inv_freq = self.inv_freq\n",
+        "        self.original_inv_freq = self.inv_freq\n        self.long_inv_freq = torch.ones(6)\n",
+    ),
     # The function returns the attribute itself: the program would get the graph's copy.
     "W301_stand_in_returned": _variant(
         "        return x * torch.cos(freqs).sum(-1, keepdim=True)\n",
@@ -372,9 +378,10 @@ def test_the_compiled_form_runs_the_original_arms_in_a_function_of_the_locals_th
     _, _, result = original_and_mended(ROTARY)
     text = ast.unparse(result.tree)
     # The arms read ``self``, ``device`` and the limit; they write two more attributes,
-    # which the trace must not read (W302).
+    # which the trace must not read (W302), and choose between two (W215).
     assert "def _gm_arms_1(_gm_taken, self, device, original_max_position_embeddings):" in text
     assert (
         "__graphmend__.perform_choice(_gm_taken_1, _gm_arms_1, self, 'inv_freq', "
-        "(self, device, original_max_position_embeddings), ('long_inv_freq', 'original_inv_freq'))"
+        "(self, device, original_max_position_embeddings), ('long_inv_freq', 'original_inv_freq'), "
+        "('long_inv_freq', 'original_inv_freq'))"
     ) in text

@@ -250,6 +250,8 @@ _CONDITIONS = (
     (_W, WHILE_TRACING, "W214", "arms_read_nothing_the_trace_wrote",
      "graphmend.runtime.performed_choice:arms_read_nothing_the_trace_wrote",
      "before the branch the trace wrote nothing to the receiver, an argument or an object reached through one"),
+    (_W, WHILE_TRACING, "W215", "chosen_objects_share_the_layout", "graphmend.runtime.performed_choice:chosen_objects_share_the_layout",
+     "every existing object an arm may choose has the attribute's shape, strides, dtype and device"),
     # Where, whole trace (runtime/performed_choice.py).
     (_W, WHOLE_TRACE, "W301", "stand_in_leaves_only_as_the_attribute",
      "graphmend.runtime.performed_choice:keep_stand_ins_out_of_replay",

@@ -29,13 +29,16 @@ write would happen only after the graph). Whole trace (``keep_stand_ins_out_of_r
 graph only as the attribute the operator writes; W302, the trace reads none of the other
 attributes the arms write (it sees them as they were before the branch).
 
-Not exact: arms that leave the attribute with another shape, dtype, device or strides
-than it had while tracing (the graph was compiled for that layout) fail the operator
-with a RuntimeError when the graph runs, where the original would have gone on.
+W215, every object an arm may choose that exists while tracing has the attribute's
+layout. Not exact: an object an arm makes the first time it runs (a memoized
+``if not hasattr(...)``) with another shape, dtype, device or strides than the attribute
+had while tracing (the graph was compiled for that layout) fails the operator with a
+RuntimeError when the graph runs, where the original would have gone on.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 
@@ -107,11 +110,14 @@ PERFORM_CHOICE = operators.define(
 )
 
 
-def perform_choice(taken, arms, owner, name: str, arguments: tuple, also_written: tuple = ()) -> None:
+def perform_choice(
+    taken, arms, owner, name: str, arguments: tuple, also_written: tuple = (), chosen: tuple = ()
+) -> None:
     """Traced in place of the branch: the choice is performed by the graph (see the
     module's docstring). ``arms(taken, *arguments)`` runs the original arms;
     ``also_written``: the other attributes of ``owner`` they write, which the trace
-    must not read (W302)."""
+    must not read (W302); ``chosen``: the attributes whose objects the arms write to
+    ``name`` (W215)."""
     template = getattr(owner, name)
     key = -1
     comptime(_decide_register)
@@ -150,12 +156,12 @@ def _refusal_number(reason: str) -> int:
 
 def _decide_register(context) -> None:
     decide_in_trace(
-        context, "key", ("arms", "owner", "name", "arguments", "template", "also_written"), _register,
+        context, "key", ("arms", "owner", "name", "arguments", "template", "also_written", "chosen"), _register,
         read=lambda variable: variable,
     )
 
 
-def _register(translator, arms, owner, name, arguments, template, also_written) -> int:
+def _register(translator, arms, owner, name, arguments, template, also_written, chosen) -> int:
     """The key the graph passes to the operator, or the negative number of the reason
     (W211, W212) it cannot be performed."""
     from graphmend.torch_adapter import guards
@@ -179,6 +185,9 @@ def _register(translator, arms, owner, name, arguments, template, also_written) 
     example = template.as_proxy().node.meta["example_value"] if isinstance(template, TensorVariable) else None
     if example is None:
         return -1
+    reason = chosen_objects_share_the_layout(owner_value, chosen.as_python_constant(), _layout(example))
+    if reason is not None:
+        return _refusal_number(reason)
     guards.install_guards(*((source, guards.IDENTITY) for source in _identity_sources(owner, arguments)))
     site = user_site(translator)
     owner_name = guards.source_name(owner.realize() if hasattr(owner, "realize") else owner)
@@ -290,6 +299,30 @@ def arms_read_nothing_the_trace_wrote(translator, variables) -> str | None:
         if any(name == root or name.startswith((root + ".", root + "[")) for name in written):
             return failed("W214", "the trace wrote to an object the arms read before the branch; the write "
                           "happens only after the graph")
+    return None
+
+
+def chosen_objects_share_the_layout(owner, chosen: tuple, layout: tuple) -> str | None:
+    """W215: each attribute an arm may write to the chosen one that holds an object while
+    tracing holds a tensor of the layout the graph is compiled for: the operator's copy
+    has that layout, so an arm choosing another would fail the operator where the
+    original went on. (An object an arm makes the first time it runs, as a memoized
+    ``if not hasattr(...)``, is not there to be checked: the operator then compares its
+    layout when the graph runs.)"""
+    for attribute in chosen:
+        if isinstance(inspect.getattr_static(type(owner), attribute, None), property):
+            return failed("W215", f"`{attribute}`, which an arm may choose, is a property")
+        value = getattr(owner, attribute, None)
+        if value is None:
+            continue
+        try:
+            same = isinstance(value, torch.Tensor) and _layout(value) == layout
+        except Exception:  # noqa: BLE001 - a symbolic size that cannot be compared now
+            same = False
+        if not same:
+            return failed(
+                "W215", f"`{attribute}`, which an arm may choose, has another shape, strides, dtype or device"
+            )
     return None
 
 

@@ -76,6 +76,13 @@ def written_attribute(statement: ast.stmt) -> tuple[str, str] | None:
     return None
 
 
+def chosen_attribute(statement: ast.stmt) -> str:
+    """The attribute whose object ``statement`` (one ``written_attribute`` recognises)
+    writes: ``b`` of ``R.register_buffer("a", R.b)`` or ``R.a = R.b``."""
+    value = statement.value.args[1] if isinstance(statement, ast.Expr) else statement.value
+    return value.attr
+
+
 def arms_end_writing_one_attribute(arms: list[list[ast.stmt]]) -> tuple[str | None, tuple[str, str] | None]:
     ends = [written_attribute(arm[-1]) if arm else None for arm in arms]
     if None in ends or ends[0] != ends[1]:
@@ -203,8 +210,10 @@ def plan(context, statement: ast.If, false_arm: list[ast.stmt], number: int, tak
     )
     arguments = "(" + "".join(f"{name}, " for name in passed) + ")"
     also_written = tuple(sorted(_attributes_assigned(arms, receiver) - {attribute}))
+    chosen = tuple(sorted({chosen_attribute(arm[-1]) for arm in arms}))
     planned += statements(
-        f"{RUNTIME_NAME}.perform_choice({taken}, {function}, {receiver}, {attribute!r}, {arguments}, {also_written!r})"
+        f"{RUNTIME_NAME}.perform_choice({taken}, {function}, {receiver}, {attribute!r}, {arguments}, {also_written!r}, "
+        f"{chosen!r})"
     )
     checks = statements(
         f"{RUNTIME_NAME}.reads_plainly({receiver}, {attribute!r}) and {RUNTIME_NAME}.writes_plainly({receiver}, {attribute!r})"
