@@ -37,10 +37,9 @@ def test_paper_figures_lose_every_break_under_graphmend_run_with_the_same_output
     ]
 
 
-# LongRoPE's `if seq_len > ...:` chooses which tensor becomes the `inv_freq` buffer; the
-# selection the paper describes makes a new tensor instead, so graphmend declines it
-# (issue 15) until a form that keeps the buffer's identity exists (issue 18).
-DECLINED = {"phi3_longrope": "LongRoPE's buffer choice is declined: a selection would change which tensor inv_freq is"}
+# Models whose examples keep a break, with why (none now: LongRoPE's buffer choice is
+# performed when the graph runs, rules/where/performed.py).
+DECLINED: dict[str, str] = {}
 MODELS = [
     pytest.param(name, marks=pytest.mark.xfail(reason=DECLINED[name], strict=True)) if name in DECLINED else name
     for name in sorted(p.stem for p in (EXAMPLES / "models").glob("[!_]*.py"))

@@ -45,6 +45,7 @@ from graphmend.runtime.deferred import (
 # What ``graphmend fix`` writes in place of an output call's callee. ``print`` here is
 # that wrapper: this module itself never prints.
 from graphmend.runtime.fixed_calls import log, print, warn  # noqa: A004
+from graphmend.runtime.performed_choice import perform_choice
 from graphmend.runtime.selection import moves_nothing, operands_combine, select
 from graphmend.runtime.store import reset
 from graphmend.runtime.traps import (
@@ -91,6 +92,7 @@ __all__ = [
     "moves_nothing",
     "operands_combine",
     "pending_effect_count",
+    "perform_choice",
     "print",
     "print_in_graph",
     "raise_original_for_trap_failure",

@@ -3,7 +3,9 @@ whole trace (``PATCHES``, each wrapper named by its factory here).
 
 - ``_check_before_compiling`` (``OutputGraph.compile_subgraph``): before TorchDynamo
   compiles a graph that holds claims, the conditions of
-  ``graphmend.runtime.whole_trace_conditions`` refuse those that must keep their breaks;
+  ``graphmend.runtime.whole_trace_conditions`` refuse those that must keep their breaks,
+  and TorchDynamo's writes of a performed choice's stand-in are dropped
+  (``graphmend.runtime.performed_choice``);
 - ``_check_the_compiled_graph`` (``OutputGraph.call_user_compiler``): the same for a
   tensor made before a claim that leaves the graph, and for a backend that fails on the
   joined graph; a graph compiled from mended code that draws random numbers compiles
@@ -50,6 +52,7 @@ from graphmend.runtime.graph_inspection import (
     is_rewritten_code,
     records_autograd,
 )
+from graphmend.runtime.performed_choice import keep_stand_ins_out_of_replay
 from graphmend.runtime.store import store
 from graphmend.runtime.trace_decisions import current_translator
 from graphmend.runtime.trace_restarts import note_break_counts_at_compile_start, restart
@@ -77,6 +80,11 @@ def _check_before_compiling(compile_subgraph):
                 for site, kind, why in refusals:
                     refuse(site, kind, why)
                 raise restart(self, refusals[0][2])
+        stand_in_refusals = keep_stand_ins_out_of_replay(self, bool(getattr(reason, "graph_break", True)))
+        if stand_in_refusals:
+            for site, why in stand_in_refusals:
+                refuse(site, ALWAYS, why)
+            raise restart(self, stand_in_refusals[0][1])
         return compile_subgraph(self, tx, reason, *args, **kwargs)
 
     wrapped._graphmend_wrapped = True

@@ -327,3 +327,65 @@ def reset_dynamo() -> None:
     import torch._dynamo
 
     torch._dynamo.reset()
+
+
+def drop_stand_in_writes(output, is_stand_in, graph_break: bool) -> str | None:
+    """Drop TorchDynamo's pending writes of a stand-in (``is_stand_in(variable)``) back
+    to where the trace stored it: a ``dict`` item that held another value when the trace
+    read the dict (a module's ``_buffers``) gets that value back, so the dict is not
+    written after the graph; an attribute store is forgotten. Returns a reason when a
+    stand-in is held anywhere else (another container, the stack, a local that a graph
+    break hands on: ``graph_break``), where the program would see the copy instead of
+    the object."""
+    from torch._dynamo.variables import ConstDictVariable
+
+    side_effects = output.side_effects
+    for variable in list(side_effects._get_modified_vars()):
+        if isinstance(variable, ConstDictVariable):
+            for key, value in list(variable.items.items()):
+                if not is_stand_in(value):
+                    continue
+                original = variable.original_items.get(key.vt) if key.vt in variable.original_items else None
+                if original is None:
+                    return "the trace stored the stand-in where no value was before"
+                variable.items[key] = original
+            continue
+        stores = side_effects.store_attr_mutations.get(variable)
+        if stores:
+            for name, value in list(stores.items()):
+                if is_stand_in(value):
+                    del stores[name]
+        for value in list(getattr(variable, "items", None) or []):
+            if is_stand_in(value):
+                return "the trace keeps the stand-in in a container"
+    def holds(value, depth: int = 0) -> bool:
+        if is_stand_in(value):
+            return True
+        items = getattr(value, "items", None)
+        if depth > 8 or items is None or (isinstance(value, ConstDictVariable) and not isinstance(items, dict)):
+            return False
+        values = items.values() if isinstance(items, dict) else items if isinstance(items, (list, tuple)) else ()
+        return any(holds(item, depth + 1) for item in values)
+
+    translator = output.current_tx
+    while translator is not None:
+        held = list(translator.stack) + (list(translator.symbolic_locals.values()) if graph_break else [])
+        if any(holds(value) for value in held):
+            return "the stand-in is held by a local or the stack, which the program would read as the attribute's object"
+        translator = getattr(translator, "parent", None)
+    return None
+
+
+def pending_write_sources(output) -> list[str]:
+    """The sources of the objects the trace of ``output`` has changed so far (attributes
+    stored, items set, a container's contents), which TorchDynamo writes only after the
+    graph has run: until then the real objects hold their values from before the trace."""
+    from graphmend.torch_adapter.guards import source_name
+
+    side_effects = output.side_effects
+    names = []
+    for variable in side_effects._get_modified_vars():
+        name = source_name(variable)
+        if name is not None:
+            names.append(name)
+    return names

@@ -52,3 +52,24 @@ def install_guards(*guarded) -> None:
     # skip=1: TorchDynamo's debug stack of each guard starts at the caller, as it would
     # had the caller added it.
     install_guard(*[source.make_guard(kind) for source, kind in guarded], skip=1)
+
+
+def guarded_names(output) -> list[str]:
+    """The sources (``L['self'].a``) of every guard the trace of ``output`` holds so far,
+    each naming a value the trace read; a guard on an object's attribute made on the
+    object itself (``hasattr``: ``HASATTR`` with ``attr=``) is named as that attribute."""
+    names = []
+    for guard in output.guards:
+        attribute = getattr(guard.create_fn, "keywords", {}).get("attr")
+        names.append(f"{guard.name}.{attribute}" if isinstance(attribute, str) else guard.name)
+    return names
+
+
+def source_name(variable) -> str | None:
+    """The name of the source a TorchDynamo variable was read from, or None."""
+    source = getattr(variable, "source", None)
+    if source is None:
+        return None
+    # A property in later torches, a method before.
+    name = source.name
+    return name() if callable(name) else name

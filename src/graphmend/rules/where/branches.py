@@ -12,7 +12,10 @@ path keeps the original ``if``)
     z = __graphmend__.select(_gm_taken_1, z__gm_true_1, z__gm_false_1)
 
 Three shapes are handled: the arms assign the same names, the arms return, or the
-arms end by calling the same function with different positional arguments. Both
+arms end by calling the same function with different positional arguments. Arms that
+instead choose which existing object an attribute holds (``self.register_buffer("a",
+self.b)`` against ``self.register_buffer("a", self.c)``), which no selection can keep,
+are run as they are when the graph runs, with the condition it computed (``performed.py``). Both
 arms then run, so every statement in them must be unobservable on the untaken path:
 no possible exception, no write that escapes (writes to locals are renamed per
 arm), no random draw. Two idempotent writes are licensed when a check made while
@@ -113,6 +116,7 @@ from graphmend.rules.conditions import (
     split_static_prefix,
     why_not_tensorizable,
 )
+from graphmend.rules.where import performed
 from graphmend.rules.where.conditions import (
     arms_end_alike,
     arms_leave_only_at_their_end,
@@ -824,12 +828,26 @@ def apply(context: FunctionContext) -> None:
         reason = failed("W101", why_not_tensorizable(context, dynamic, node, condition_safety))
         if reason is None and static_prefix and (false_arm or consumed_next):
             reason = failed("W102", "a static `and` part guards a branch with an else arm")
+        performed_check = None
         if reason is None:
             rewrite_plan = WhereRewrite(context, statement, false_arm, consumed_next, test=dynamic)
             try:
                 planned = rewrite_plan.plan()
             except Decline as decline:
                 reason = decline.args[0]
+                # Arms that choose which existing object an attribute holds: performed
+                # when the graph runs (performed.py), where a selection would make a new one.
+                if consumed_next is None:
+                    performed_plan = performed.plan(
+                        context, statement, false_arm, rewrite_plan.number,
+                        holds_expression(context, dynamic, True), rewrite_plan.names_used_after(),
+                    )
+                    if isinstance(performed_plan, tuple):
+                        planned, performed_check = performed_plan
+                        rewrite_plan = WhereRewrite(context, statement, false_arm, consumed_next, test=dynamic)
+                        reason = None
+                    elif condition_id(performed_plan) != "W119":
+                        reason = performed_plan
         message = f"data-dependent branch `if {ast.unparse(statement.test)}:`"
         if static_prefix:
             # ``if x.dtype == torch.float16 and (...).any():`` breaks only in half precision.
@@ -846,6 +864,8 @@ def apply(context: FunctionContext) -> None:
         place(planned, statement)
         original = [statement] + ([consumed_next] if consumed_next is not None else [])
         checks = rewrite_plan.trace_time_checks + rewrite_plan.operand_checks(condition_safety)
+        if performed_check is not None:
+            checks.insert(0, performed_check)
         if not any(_is_runtime_call(check, "operands_combine") for check in checks):
             # ``operands_combine`` makes this check too (see runtime/selection.py).
             checks.append(statements(f"{RUNTIME_NAME}.selection.graph_so_far_may_continue()")[0].value)

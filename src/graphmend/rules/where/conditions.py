@@ -21,7 +21,8 @@ an expression may run on both paths in ``analysis/safety.py``.
 
 The ``ranges`` pass (a comparison of a uniform draw its range decides) keeps its
 conditions beside it, since they read its helpers, and they are imported here:
-``W115``-``W118``.
+``W115``-``W118``. The performed choice's conditions (``W119``-``W122``) are in
+``performed.py``, beside the plan that reads them.
 """
 
 from __future__ import annotations
