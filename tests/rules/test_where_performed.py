@@ -385,3 +385,72 @@ def test_the_compiled_form_runs_the_original_arms_in_a_function_of_the_locals_th
         "(self, device, original_max_position_embeddings), ('long_inv_freq', 'original_inv_freq'), "
         "('long_inv_freq', 'original_inv_freq'))"
     ) in text
+
+
+TRAINED = ROTARY + textwrap.dedent(
+    """
+    class Trained(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.proj = torch.nn.Linear(1, 1)
+            self.rotary = Rotary()
+
+        def forward(self, x, position_ids):
+            return self.rotary(self.proj(x), position_ids)
+    """
+)
+
+
+def _train_over_calls(module, backend):
+    """Three SGD steps with momentum per position set, compiled with ``backend`` (None:
+    eagerly): losses, gradients, parameters, momentum, which object ``inv_freq`` is,
+    and (graphs, breaks)."""
+    from graphmend.counting import break_count_so_far, recording_graph_breaks
+
+    from graphmend.torch_adapter import graph_break_counters
+
+    reset()
+    torch._dynamo.reset()
+    graph_break_counters().clear()
+    model = module.Trained()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    counting = CountingAotEager() if backend == "aot_eager" else None
+    if backend == "eager":
+        from graphmend.counting import CountingBackend
+
+        counting = CountingBackend()
+    step = model if backend is None else torch.compile(model, backend=counting, dynamic=False)
+    x = torch.randn(1, 6, 1, generator=torch.Generator().manual_seed(1))
+    seen = []
+    with recording_graph_breaks() as records:
+        for first in (0, 20, 3, 25, 1, 30):
+            optimizer.zero_grad()
+            loss = step(x, torch.arange(first, first + 6)[None]).pow(2).sum()
+            loss.backward()
+            optimizer.step()
+            seen.append((loss.detach(), [p.grad.clone() for p in model.parameters()], _state(model.rotary)))
+    momentum = [optimizer.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    counts = None
+    if counting is not None:
+        count = break_count_so_far(counting, records)
+        counts = (count.graphs, count.breaks)
+    return seen, [p.detach().clone() for p in model.parameters()], momentum, counts
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_performed_choice_joins_a_training_graph(backend):
+    """With grad on, the branch puts only a copy of a buffer no autograd flows through in
+    the graph: it joins the graph that trains ``proj``, and every loss, gradient,
+    parameter, momentum and chosen object is the original's, bit for bit."""
+    original, mended, _ = original_and_mended(TRAINED)
+    expected = _train_over_calls(original, None)
+    original_run = _train_over_calls(original, backend)
+    mended_run = _train_over_calls(mended, backend)
+    assert original_run[3][1] > 0 and mended_run[3] == (1, 0)
+    for run in (original_run, mended_run):
+        for (loss, grads, state), (other_loss, other_grads, other_state) in zip(run[0], expected[0]):
+            assert torch.equal(loss, other_loss) and state == other_state
+            assert all(torch.equal(a, b) for a, b in zip(grads, other_grads))
+        assert all(torch.equal(a, b) for a, b in zip(run[1], expected[1]))
+        assert all(torch.equal(a, b) for a, b in zip(run[2], expected[2]))

@@ -205,6 +205,11 @@ def _register(translator, arms, owner, name, arguments, template, also_written, 
             function, _hold(owner_value), name.as_python_constant(),
             tuple(value if constant else _hold(value) for value, constant in zip(values, constants)), _layout(example),
         )
+    # The graph reads a copy of a tensor no autograd flows through (W212, W213), made by
+    # an operator with no gradient: the branch puts nothing differentiable in the graph,
+    # and may join one that records autograd on the terms of a selection of values
+    # without grad (``whole_trace_conditions.joins_under_grad``).
+    claims.note_selection(translator)
     return key
 
 
