@@ -407,7 +407,6 @@ def _train_over_calls(module, backend):
     eagerly): losses, gradients, parameters, momentum, which object ``inv_freq`` is,
     and (graphs, breaks)."""
     from graphmend.counting import break_count_so_far, recording_graph_breaks
-
     from graphmend.torch_adapter import graph_break_counters
 
     reset()
