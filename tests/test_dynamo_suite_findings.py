@@ -79,3 +79,19 @@ def test_a_deferred_print_of_a_constant_tensor_is_printed_once_per_call(function
     original, mended, result = original_and_mended(PRINTS_A_TENSOR_IT_MADE)
     assert result.changed
     assert_equivalent(getattr(original, function), getattr(mended, function), *args, backends=(backend,))
+
+
+def test_graphmends_operators_are_no_random_draws():
+    """Tagged ``nondeterministic_seeded`` so that fake tensors never run them while
+    traced, graphmend's operators still draw no random numbers: a graph holding one
+    keeps inductor's random kernels, and the draw conditions do not count it."""
+    import torch.fx
+
+    from graphmend.runtime import operators  # noqa: F401 - defines the operators
+    from graphmend.runtime.graph_inspection import draws_random_numbers
+
+    graph = torch.fx.Graph()
+    for target in (torch.ops.graphmend.emit_effect, torch.ops.graphmend.emit_effect.default):
+        node = graph.call_function(target, (0, [], []))
+        assert not draws_random_numbers(node)
+    assert draws_random_numbers(graph.call_function(torch.ops.aten.rand.default, ([2],)))
