@@ -11,6 +11,7 @@ import torch
 
 from graphmend import torch_adapter
 from graphmend.runtime import compiled_calls
+from helpers import assert_equivalent, original_and_mended
 
 
 def _frames_below_the_call(compiled) -> list[tuple[str, str]]:
@@ -46,3 +47,51 @@ def test_an_exception_out_of_a_compiled_function_has_the_frames_it_has_without_g
     finally:
         if not was_active:
             torch_adapter.deactivate()
+
+
+# test_misc's test_default_dtype_change: a tensor made from a Python number inside the
+# compiled function is a constant to TorchDynamo's and AOTAutograd's fake tensors, and
+# they run an operator whose operands are all constants for real while tracing; the
+# print that Defer put into the graph was printed once per trace and once more when
+# the graph ran.
+PRINTS_A_TENSOR_IT_MADE = """
+import torch
+
+
+def prints_a_tensor_it_made(x):
+    made = torch.tensor(1)
+    print("made", made, 1.0)
+    return x + 1
+
+
+def prints_nothing_but_made_tensors():
+    print("made", torch.tensor(2), torch.ones(1))
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize(
+    "function, args",
+    [("prints_a_tensor_it_made", (torch.ones(2),)), ("prints_nothing_but_made_tensors", ())],
+    ids=["with_an_input", "without_inputs"],
+)
+def test_a_deferred_print_of_a_constant_tensor_is_printed_once_per_call(function, args, backend):
+    original, mended, result = original_and_mended(PRINTS_A_TENSOR_IT_MADE)
+    assert result.changed
+    assert_equivalent(getattr(original, function), getattr(mended, function), *args, backends=(backend,))
+
+
+def test_graphmends_operators_are_no_random_draws():
+    """Tagged ``nondeterministic_seeded`` so that fake tensors never run them while
+    traced, graphmend's operators still draw no random numbers: a graph holding one
+    keeps inductor's random kernels, and the draw conditions do not count it."""
+    import torch.fx
+
+    from graphmend.runtime import operators  # noqa: F401 - defines the operators
+    from graphmend.runtime.graph_inspection import draws_random_numbers
+
+    graph = torch.fx.Graph()
+    for target in (torch.ops.graphmend.emit_effect, torch.ops.graphmend.emit_effect.default):
+        node = graph.call_function(target, (0, [], []))
+        assert not draws_random_numbers(node)
+    assert draws_random_numbers(graph.call_function(torch.ops.aten.rand.default, ([2],)))

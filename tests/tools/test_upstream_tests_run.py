@@ -106,6 +106,8 @@ def test_the_mended_arm_runs_this_checkout_with_plain_assertions() -> None:
         "-p",
         "upstream_shims",
         "--junitxml=r.xml",
+        "-o",
+        "junit_logging=system-out",
         "-k",
         "x",
     ]
@@ -189,3 +191,26 @@ def test_a_message_whose_lines_are_only_reordered_is_marked_so() -> None:
     assert differing.lines_reordered_only
     (first,) = run.failing_differently(parse_junit(PLAIN_REPORT), parse_junit(MENDED_REPORT))
     assert not first.lines_reordered_only
+
+
+def test_a_test_that_prints_other_text_in_the_mended_arm_is_listed() -> None:
+    # A print performed once more while the graph was traced: the outcome is the same.
+    report = (
+        '<testsuite><testcase classname="c" name="t"><system-out>{}</system-out></testcase>'
+        '<testcase classname="c" name="quiet" /></testsuite>'
+    )
+    plain = parse_junit(report.format("tensor(1) 1.0&#10;"))
+    mended = parse_junit(report.format("tensor(1) 1.0&#10;tensor(1) 1.0&#10;"))
+    (differing,) = run.printing_differently(plain, mended)
+    assert differing.test == "c::t" and differing.plain == differing.mended == "passed"
+    assert differing.plain_message == "tensor(1) 1.0\n"
+    assert differing.mended_message == "tensor(1) 1.0\ntensor(1) 1.0\n"
+
+
+def test_printed_text_that_differs_only_in_addresses_is_the_same() -> None:
+    report = '<testsuite><testcase classname="c" name="t"><system-out>{}</system-out></testcase></testsuite>'
+    plain = parse_junit(report.format("&lt;object at 0x7f00aa&gt; 3"))
+    mended = parse_junit(report.format("&lt;object at 0x7f11bb&gt; 3"))
+    assert run.printing_differently(plain, mended) == []
+    other_number = parse_junit(report.format("&lt;object at 0x7f11bb&gt; 4"))
+    assert [change.test for change in run.printing_differently(plain, other_number)] == ["c::t"]

@@ -6,8 +6,9 @@
 Each file runs in two fresh processes, one at a time:
 
     plain:   PY -m pytest FILE -p no:cacheprovider -p upstream_shims --junitxml=...
+             -o junit_logging=system-out
     mended:  PY -m graphmend run --no-cache -m pytest FILE --assert=plain -p no:cacheprovider
-             -p upstream_shims --junitxml=...
+             -p upstream_shims --junitxml=... -o junit_logging=system-out
 
 The mended arm needs ``--assert=plain``: pytest's own assertion rewriting would load the
 test module itself, and graphmend's import hook would never see it. That leaves one
@@ -26,6 +27,11 @@ The two JUnit XML reports are compared test by test. A test whose outcome (passe
 failed, error, skipped, xfailed) differs is listed with the message of each arm. A file
 whose arm runs past ``--timeout`` writes no report; it is listed as timed out. Only the
 standard library is used, so the tool runs with any interpreter that has pytest.
+
+The reports also hold what each test printed to standard output (pytest's
+``junit_logging=system-out``): a test with the same outcome in both arms whose printed
+text differs is listed too (``printing_differently``), since what a program prints is
+part of its behaviour and most of PyTorch's tests never assert on it.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -56,6 +62,7 @@ MESSAGE_LIMIT = 2000
 class CaseOutcome:
     outcome: str  # passed, failed, error, skipped, xfailed
     message: str = ""
+    stdout: str = ""  # what the test printed, as pytest captured it
 
 
 @dataclass
@@ -85,7 +92,11 @@ def parse_junit(text: str) -> dict[str, CaseOutcome]:
     outcomes: dict[str, CaseOutcome] = {}
     for case in root.iter("testcase"):
         test = f"{case.get('classname', '')}::{case.get('name', '')}"
-        outcomes[test] = _case_outcome(case)
+        outcome = _case_outcome(case)
+        printed = case.find("system-out")
+        if printed is not None and printed.text:
+            outcome = replace(outcome, stdout=_shorten(printed.text))
+        outcomes[test] = outcome
     return outcomes
 
 
@@ -153,6 +164,28 @@ def failing_differently(
     return differing
 
 
+def printing_differently(
+    plain: dict[str, CaseOutcome], mended: dict[str, CaseOutcome]
+) -> list[ChangedOutcome]:
+    """Tests with the same outcome in both arms that printed other text (addresses
+    ignored; the messages hold what each arm printed). Unlike ``failing_differently``,
+    numbers are compared: a value printed differently may differ in nothing else."""
+    differing = []
+    for test, before in plain.items():
+        after = mended.get(test)
+        if after is None or before.outcome != after.outcome:
+            continue
+        if _without_addresses(before.stdout) != _without_addresses(after.stdout):
+            differing.append(
+                ChangedOutcome(test, before.outcome, after.outcome, before.stdout, after.stdout)
+            )
+    return differing
+
+
+def _without_addresses(text: str) -> str:
+    return re.sub(r"0x[0-9a-fA-F]+", "0x", text)
+
+
 def _comparable(message: str) -> str:
     return re.sub(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?", "N", message)
 
@@ -178,6 +211,8 @@ def arm_command(
         "-p",
         "upstream_shims",
         f"--junitxml={report}",
+        "-o",
+        "junit_logging=system-out",
         *pytest_args,
     ]
     if arm == "plain":
@@ -287,6 +322,9 @@ def run_file(
         "failing_differently": [
             asdict(change) for change in failing_differently(outcomes["plain"], outcomes["mended"])
         ],
+        "printing_differently": [
+            asdict(change) for change in printing_differently(outcomes["plain"], outcomes["mended"])
+        ],
     }
 
 
@@ -315,6 +353,11 @@ def text_report(results: list[dict]) -> str:
             for change in differing:
                 reordered = " (the same lines in another order)" * change["lines_reordered_only"]
                 lines.append(f"    {change['test']}{reordered}")
+        printing = result.get("printing_differently", [])
+        if printing:
+            lines.append(f"  printing other text in the two arms: {len(printing)}")
+            for change in printing:
+                lines.append(f"    {change['test']}")
     return "\n".join(lines)
 
 

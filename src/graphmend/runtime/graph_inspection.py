@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from graphmend.runtime import operators
 from graphmend.torch_adapter import ops
 
 
@@ -82,6 +83,8 @@ def draws_random_numbers(node, output=None) -> bool:
         if isinstance(module, (*ops.dropout_module_types(), torch.nn.RReLU)):
             return bool(module.training) and getattr(module, "p", 1) != 0
         return module is None
+    if getattr(target, "namespace", None) == operators.NAMESPACE or str(target).startswith(f"{operators.NAMESPACE}."):
+        return False  # graphmend's own operators, tagged seeded only to run when the graph runs
     if node.op == "call_function" and getattr(target, "_nondeterministic_seeded", False):
         return True
     name = target if isinstance(target, str) else getattr(target, "__name__", None)

@@ -30,7 +30,13 @@ def define(schema: str, kernel: Callable, fake: Callable, *, ordered: bool = Fal
     ``ordered`` operator is kept although it returns nothing and is never moved past
     another ordered one. Returns the operator (``torch.ops.graphmend.<name>``)."""
     name = schema.split("(", 1)[0]
-    _LIBRARY.define(schema)
+    # Every operator here does its work when the graph runs (prints, raises, renders a
+    # message), never while it is traced. Fake tensors run an operator whose tensor
+    # operands are all constants (``torch.tensor(1)`` in the traced code) for real,
+    # unless it is tagged as seeded nondeterministic: TorchDynamo's trace and
+    # AOTAutograd's would each have performed the effect once more. The tag also keeps
+    # inductor from folding the operator into a constant and keeps calls in order.
+    _LIBRARY.define(schema, tags=(torch.Tag.nondeterministic_seeded,))
     _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
     if ordered:
