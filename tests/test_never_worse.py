@@ -435,3 +435,39 @@ def ast_text(result) -> str:
     import ast
 
     return ast.unparse(result.tree)
+
+
+# The first log call carries no tensor: TorchDynamo, seeing the original's call run
+# eagerly at its break, skips logging's frames for good. Defer moves that call into the
+# graph; the second, in a ``with`` block (which Defer leaves as it is), then ran eagerly
+# first, with a tensor, and TorchDynamo compiled logging's own
+# frames: ``Logger.warning``, ``_log``, ``makeRecord`` and ``LogRecord.__init__``, each
+# breaking (fuzz seed 720079: 8 breaks to 15, ``LogRecord.__init__`` compiled on every call).
+FIRST_LOG_CALL_MOVED = """
+import logging
+import torch
+
+logger = logging.getLogger(__name__)
+
+def f(x):
+    logger.warning("start")
+    y = x * 2
+    with torch.no_grad():
+        logger.warning("sum %s", y.sum())
+    return y + 1
+"""
+
+
+def test_logging_frames_compile_no_more_than_the_originals_first_log_call_left_them():
+    from graphmend.runtime.output_frames import is_logging_code
+
+    reset()
+    original, mended, _ = original_and_mended(FIRST_LOG_CALL_MOVED)
+    x = torch.ones(3)
+    before = graphs_and_breaks(original.f, x)
+    after = graphs_and_breaks(mended.f, x)
+    assert before == (2, 2)
+    assert after == (2, 1)
+    assert is_logging_code(logging.Logger.warning.__code__)
+    assert not is_logging_code(original.f.__code__)
+    assert_equivalent(original.f, mended.f, x, backends=("eager", "aot_eager"))
