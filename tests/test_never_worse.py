@@ -471,3 +471,54 @@ def test_logging_frames_compile_no_more_than_the_originals_first_log_call_left_t
     assert is_logging_code(logging.Logger.warning.__code__)
     assert not is_logging_code(original.f.__code__)
     assert_equivalent(original.f, mended.f, x, backends=("eager", "aot_eager"))
+
+
+# The print reads a global list's length before anything is computed, and the list
+# grows between calls: TorchDynamo compiles the frame again on every call. The
+# original's frame breaks there before any op (no graph: the code after the print is a
+# resume function, compiled once); with the print in the graph, every call compiled the
+# frame's whole graph again (fuzz seed 710001: 2 graphs became 6).
+PRINT_OF_A_GROWING_GLOBAL_FIRST = """
+import torch
+
+SEEN = []
+
+def f(x):
+    print("seen", len(SEEN))
+    return x * 2 + 1
+"""
+
+
+def _graphs_and_breaks_as_the_global_grows(module, calls: int = 4) -> tuple[int, int]:
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(module.f, backend=backend)
+    with contextlib.redirect_stdout(io.StringIO()), recording_graph_breaks() as records:
+        for _ in range(calls):
+            compiled(torch.ones(3))
+            module.SEEN.append(1)
+    return backend.graphs, len(records.breaks)
+
+
+def test_a_claim_before_any_op_on_a_changing_global_keeps_its_break():
+    reset()
+    original, mended, _ = original_and_mended(PRINT_OF_A_GROWING_GLOBAL_FIRST)
+    before = _graphs_and_breaks_as_the_global_grows(original)
+    after = _graphs_and_breaks_as_the_global_grows(mended)
+    assert before == (1, 4)
+    assert after == before
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G203"}
+    original.SEEN.clear()
+    mended.SEEN.clear()
+    assert_equivalent(original.f, mended.f, torch.ones(3), backends=("eager", "aot_eager"))
+
+
+def test_a_claim_before_any_op_reading_no_global_value_joins_the_graph():
+    """G203's must-not row: the same print without the global's length is still claimed."""
+    reset()
+    source = PRINT_OF_A_GROWING_GLOBAL_FIRST.replace('print("seen", len(SEEN))', 'print("seen")')
+    original, mended, _ = original_and_mended(source)
+    assert _graphs_and_breaks_as_the_global_grows(original) == (1, 1)
+    assert _graphs_and_breaks_as_the_global_grows(mended) == (1, 0)

@@ -234,8 +234,46 @@ def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
     if claimable is None:
         return False
     translator, site = claimable
+    reason = no_global_value_guarded_before_the_first_op(translator) if kind == OUTPUT else None
+    if reason is not None:
+        store.trace_time_declines[site] = reason
+        return False
     record_claim(translator, site, original_break_keeps_frame_compiled(translator), kind)
     return True
+
+
+_OPS = ("call_function", "call_method", "call_module")
+
+
+def no_global_value_guarded_before_the_first_op(translator) -> str | None:
+    """Where nothing is computed in the frame before the statement, the original broke
+    before any op: that part of the frame compiled no graph, only its guards, and the
+    code after the break compiled once, in a resume function of its own. Removing the
+    break saves no graph there, only the break; and where that graph-less part guards
+    on the value of a module global (a counter the program bumps, the length of a list
+    it appends to: ``print("seen", len(SEEN))``), the global changing makes TorchDynamo
+    compile the frame again on each call, which for the original is a frame with no
+    graph and for the mended one its whole graph, every time (fuzz seed 710001: 2
+    graphs became 6). So the statement keeps its break there, and the frame compiles
+    as the original's does; the statements after it are decided in the resume
+    function. Ops of graphmend's own runtime (``resumable_states.made_by_the_runtime``)
+    are not the program's. Output only: the other claims are made before their test is
+    computed, which the original computed before its break too."""
+    from graphmend.runtime.resumable_states import made_by_the_runtime
+    from graphmend.torch_adapter.guards import guarded_global_values
+
+    for node in translator.output.graph.nodes:
+        if node.op in _OPS and not made_by_the_runtime(node):
+            return None
+    guarded = guarded_global_values(translator.output)
+    if not guarded:
+        return None
+    return failed(
+        "G203",
+        f"nothing is computed in the frame before it, and the trace guards on {guarded[0]}: the original "
+        "compiled no graph up to its break, and the mended frame would compile its whole graph again "
+        "each time that value changes"
+    )
 
 
 def _claimable_user_site(translator):
