@@ -522,3 +522,35 @@ def test_a_claim_before_any_op_reading_no_global_value_joins_the_graph():
     original, mended, _ = original_and_mended(source)
     assert _graphs_and_breaks_as_the_global_grows(original) == (1, 1)
     assert _graphs_and_breaks_as_the_global_grows(mended) == (1, 0)
+
+
+# The same print after ops and another output: the original's frame breaks at the first
+# print, and the part from there to the second print is a resume function with no op,
+# which alone compiles again as the list grows. The first print's claim joined that part
+# to the ops before it; it depended on the second print's break being removed too, and is
+# undone with it, so that the graph-less part is a frame of its own again.
+PRINT_OF_A_GROWING_GLOBAL_AFTER_AN_OUTPUT = """
+import torch
+
+SEEN = []
+
+def f(x):
+    y = x * 2
+    print("start")
+    print("seen", len(SEEN))
+    return y + 1
+"""
+
+
+def test_a_claim_joining_a_graph_less_part_that_keeps_its_break_is_undone():
+    reset()
+    original, mended, _ = original_and_mended(PRINT_OF_A_GROWING_GLOBAL_AFTER_AN_OUTPUT)
+    before = _graphs_and_breaks_as_the_global_grows(original)
+    after = _graphs_and_breaks_as_the_global_grows(mended)
+    assert before == (2, 5)
+    assert after == before
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G203"}
+    assert len(store.trace_time_declines) == 2
+    original.SEEN.clear()
+    mended.SEEN.clear()
+    assert_equivalent(original.f, mended.f, torch.ones(3), backends=("eager", "aot_eager"))
