@@ -263,14 +263,13 @@ def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
     reason = no_global_value_guarded_before_the_first_op(translator) if kind == OUTPUT else None
     if reason is not None:
         store.trace_time_declines[site] = reason
-        _ops, _guarded, latest = getattr(translator.output, LATEST_CLAIM_ATTRIBUTE, (0, frozenset(), None))
-        if latest is not None and _ops:
+        ops_before, _guarded, latest = getattr(translator.output, LATEST_CLAIM_ATTRIBUTE, (0, frozenset(), None))
+        if latest is not None and ops_before:
             # The graph-less part follows a statement that lost its break, which joined it
             # to the ops before: that claim depended on this break being removed too. It is
-            # undone, so that the graph-less part is a frame of its own again, as in the
-            # original, and its guard recompiles no graph.
-            # Undone when the trace is complete (``whole_trace_conditions``), which traces
-            # the frame again.
+            # undone (when the trace is complete, ``whole_trace_conditions``, which traces
+            # the frame again), so that the graph-less part is a frame of its own again, as
+            # in the original, and its guard recompiles no graph.
             undone_in_trace(translator.output)[latest] = reason
         return False
     record_claim(translator, site, original_break_keeps_frame_compiled(translator), kind)
