@@ -435,3 +435,122 @@ def ast_text(result) -> str:
     import ast
 
     return ast.unparse(result.tree)
+
+
+# The first log call carries no tensor: TorchDynamo, seeing the original's call run
+# eagerly at its break, skips logging's frames for good. Defer moves that call into the
+# graph; the second, in a ``with`` block (which Defer leaves as it is), then ran eagerly
+# first, with a tensor, and TorchDynamo compiled logging's own
+# frames: ``Logger.warning``, ``_log``, ``makeRecord`` and ``LogRecord.__init__``, each
+# breaking (fuzz seed 720079: 8 breaks to 15, ``LogRecord.__init__`` compiled on every call).
+FIRST_LOG_CALL_MOVED = """
+import logging
+import torch
+
+logger = logging.getLogger(__name__)
+
+def f(x):
+    logger.warning("start")
+    y = x * 2
+    with torch.no_grad():
+        logger.warning("sum %s", y.sum())
+    return y + 1
+"""
+
+
+def test_logging_frames_compile_no_more_than_the_originals_first_log_call_left_them():
+    from graphmend.runtime.output_frames import is_logging_code
+
+    reset()
+    original, mended, _ = original_and_mended(FIRST_LOG_CALL_MOVED)
+    x = torch.ones(3)
+    before = graphs_and_breaks(original.f, x)
+    after = graphs_and_breaks(mended.f, x)
+    assert before == (2, 2)
+    assert after == (2, 1)
+    assert is_logging_code(logging.Logger.warning.__code__)
+    assert not is_logging_code(original.f.__code__)
+    assert_equivalent(original.f, mended.f, x, backends=("eager", "aot_eager"))
+
+
+# The print reads a global list's length before anything is computed, and the list
+# grows between calls: TorchDynamo compiles the frame again on every call. The
+# original's frame breaks there before any op (no graph: the code after the print is a
+# resume function, compiled once); with the print in the graph, every call compiled the
+# frame's whole graph again (fuzz seed 710001: 2 graphs became 6).
+PRINT_OF_A_GROWING_GLOBAL_FIRST = """
+import torch
+
+SEEN = []
+
+def f(x):
+    print("seen", len(SEEN))
+    return x * 2 + 1
+"""
+
+
+def _graphs_and_breaks_as_the_global_grows(module, calls: int = 4) -> tuple[int, int]:
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(module.f, backend=backend)
+    with contextlib.redirect_stdout(io.StringIO()), recording_graph_breaks() as records:
+        for _ in range(calls):
+            compiled(torch.ones(3))
+            module.SEEN.append(1)
+    return backend.graphs, len(records.breaks)
+
+
+def test_a_claim_before_any_op_on_a_changing_global_keeps_its_break():
+    reset()
+    original, mended, _ = original_and_mended(PRINT_OF_A_GROWING_GLOBAL_FIRST)
+    before = _graphs_and_breaks_as_the_global_grows(original)
+    after = _graphs_and_breaks_as_the_global_grows(mended)
+    assert before == (1, 4)
+    assert after == before
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G203"}
+    original.SEEN.clear()
+    mended.SEEN.clear()
+    assert_equivalent(original.f, mended.f, torch.ones(3), backends=("eager", "aot_eager"))
+
+
+def test_a_claim_before_any_op_reading_no_global_value_joins_the_graph():
+    """G203's must-not row: the same print without the global's length is still claimed."""
+    reset()
+    source = PRINT_OF_A_GROWING_GLOBAL_FIRST.replace('print("seen", len(SEEN))', 'print("seen")')
+    original, mended, _ = original_and_mended(source)
+    assert _graphs_and_breaks_as_the_global_grows(original) == (1, 1)
+    assert _graphs_and_breaks_as_the_global_grows(mended) == (1, 0)
+
+
+# The same print after ops and another output: the original's frame breaks at the first
+# print, and the part from there to the second print is a resume function with no op,
+# which alone compiles again as the list grows. The first print's claim joined that part
+# to the ops before it; it depended on the second print's break being removed too, and is
+# undone with it, so that the graph-less part is a frame of its own again.
+PRINT_OF_A_GROWING_GLOBAL_AFTER_AN_OUTPUT = """
+import torch
+
+SEEN = []
+
+def f(x):
+    y = x * 2
+    print("start")
+    print("seen", len(SEEN))
+    return y + 1
+"""
+
+
+def test_a_claim_joining_a_graph_less_part_that_keeps_its_break_is_undone():
+    reset()
+    original, mended, _ = original_and_mended(PRINT_OF_A_GROWING_GLOBAL_AFTER_AN_OUTPUT)
+    before = _graphs_and_breaks_as_the_global_grows(original)
+    after = _graphs_and_breaks_as_the_global_grows(mended)
+    assert before == (2, 5)
+    assert after == before
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G203"}
+    assert len(store.trace_time_declines) == 2
+    original.SEEN.clear()
+    mended.SEEN.clear()
+    assert_equivalent(original.f, mended.f, torch.ones(3), backends=("eager", "aot_eager"))

@@ -302,7 +302,9 @@ def f(x, v):
 def test_a_value_formatted_in_the_mended_module_keeps_its_output_and_writes_in_order():
     """The f-string formats the object when the graph ends, in both programs (its
     ``__format__`` prints and records then, and the warning keeps its break, D208);
-    its ``__str__`` is traced, and the print of it joins the graph in the mended.
+    its ``__str__`` is traced, and appends to ``SEEN``: the print of it, first in the
+    frame resumed after the warning, where the trace guards on ``SEEN``'s length before
+    any op, keeps its break too (G203), as the original's frame there compiled no graph.
     What the list holds is compared with the original compiled: TorchDynamo (2.13)
     replays the traced ``SEEN.clear()`` after the format it applies at the break, in
     the original as in the mended program, so both lose the ``__format__``'s entry."""
@@ -311,8 +313,8 @@ def test_a_value_formatted_in_the_mended_module_keeps_its_output_and_writes_in_o
     x = torch.randn(4)
     assert graphs_and_breaks(original.f, x, original.Noted()) == (2, 2)
     store.trace_time_declines.clear()
-    assert graphs_and_breaks(mended.f, x, mended.Noted()) == (2, 1)
-    assert [condition_id(reason) for reason in store.trace_time_declines.values()] == ["D208"]
+    assert graphs_and_breaks(mended.f, x, mended.Noted()) == (2, 2)
+    assert [condition_id(reason) for reason in store.trace_time_declines.values()] == ["D208", "G203"]
     expected = helpers.observe(original.f, x, original.Noted())
     for backend in ("eager", "aot_eager"):
         as_compiled = helpers.observe(original.f, x, original.Noted(), compiled=True, backend=backend)

@@ -374,6 +374,10 @@ _CONDITIONS = (
      "this torch has the TorchDynamo functions the whole-trace checks wrap"),
     (_G, WHILE_TRACING, "G202", "not_inside_inference_mode", "graphmend.runtime.claims:not_inside_inference_mode",
      "the statement is not traced inside `torch.inference_mode()`"),
+    (_G, WHILE_TRACING, "G203", "no_global_value_guarded_before_the_first_op",
+     "graphmend.runtime.claims:no_global_value_guarded_before_the_first_op",
+     "where the frame computes nothing before the statement, its trace guards on no module global's value "
+     "or length (which, changing, would compile the mended frame's whole graph where the original's had none)"),
     # Every rule, whole trace (runtime/whole_trace_conditions.py).
     (_G, WHOLE_TRACE, "G301", "no_later_op_failed_while_tracing", "graphmend.runtime.whole_trace_conditions:no_later_op_failed_while_tracing",
      "no op after the statement fails while TorchDynamo traces it"),

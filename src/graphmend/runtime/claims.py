@@ -55,6 +55,11 @@ CAPTURE_SITES_ATTRIBUTE = "_graphmend_capture_sites"
 # where it returned (``trace_hooks._note_inlined_call_spans``).
 CALL_BEGAN_ATTRIBUTE = "_graphmend_call_began"
 CALL_ENDED_ATTRIBUTE = "_graphmend_call_ended"
+# On the trace's output graph: the program's ops and the module globals whose value the
+# trace guarded on, when the latest claim was made (``no_global_value_guarded_before_the_first_op``).
+LATEST_CLAIM_ATTRIBUTE = "_graphmend_latest_claim"
+# On the trace's output graph: the claims a later statement's condition undid.
+UNDONE_ATTRIBUTE = "_graphmend_undone"
 
 
 @dataclass(frozen=True)
@@ -184,6 +189,27 @@ def record_claim(
         site, position, rest_ran_eagerly, kind, tuple(checks), autograd_sequence_now(),
         tuple(_inlined_calls(translator)),
     )
+    setattr(translator.output, LATEST_CLAIM_ATTRIBUTE, (*_ops_and_guarded_globals(translator.output), site))
+
+
+def undone_in_trace(output) -> dict:
+    """Site -> reason, for the claims of this trace a later statement's condition undid
+    (``no_global_value_guarded_before_the_first_op``)."""
+    undone = getattr(output, UNDONE_ATTRIBUTE, None)
+    if undone is None:
+        undone = {}
+        setattr(output, UNDONE_ATTRIBUTE, undone)
+    return undone
+
+
+def _ops_and_guarded_globals(output) -> tuple[int, frozenset]:
+    """How many of the program's ops the trace's graph holds, and the module globals
+    whose value it guards on."""
+    from graphmend.runtime.resumable_states import made_by_the_runtime
+    from graphmend.torch_adapter.guards import guarded_global_values
+
+    ops = sum(1 for node in output.graph.nodes if node.op in _OPS and not made_by_the_runtime(node))
+    return ops, frozenset(guarded_global_values(output))
 
 
 def _inlined_calls(translator):
@@ -234,8 +260,53 @@ def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
     if claimable is None:
         return False
     translator, site = claimable
+    reason = no_global_value_guarded_before_the_first_op(translator) if kind == OUTPUT else None
+    if reason is not None:
+        store.trace_time_declines[site] = reason
+        ops_before, _guarded, latest = getattr(translator.output, LATEST_CLAIM_ATTRIBUTE, (0, frozenset(), None))
+        if latest is not None and ops_before:
+            # The graph-less part follows a statement that lost its break, which joined it
+            # to the ops before: that claim depended on this break being removed too. It is
+            # undone (when the trace is complete, ``whole_trace_conditions``, which traces
+            # the frame again), so that the graph-less part is a frame of its own again, as
+            # in the original, and its guard recompiles no graph.
+            undone_in_trace(translator.output)[latest] = reason
+        return False
     record_claim(translator, site, original_break_keeps_frame_compiled(translator), kind)
     return True
+
+
+_OPS = ("call_function", "call_method", "call_module")
+
+
+def no_global_value_guarded_before_the_first_op(translator) -> str | None:
+    """Where nothing is computed in the frame before the output call, or since the
+    latest statement that lost its break (each a break of the original), the original
+    broke before any op of its own frame: that part compiled no graph, only its guards,
+    and the code after the break compiled once, in a resume function of its own.
+    Removing the break saves no graph there, only the break; and where that graph-less
+    part guards on the value of a module global (a counter the program bumps, the
+    length of a list it appends to: ``print("seen", len(SEEN))``), the global changing
+    makes TorchDynamo compile the frame again on each call, which for the original is
+    a frame with no graph and for the mended one its whole graph, every time (fuzz seed
+    710001: 2 graphs became 6). So the output keeps its break there, and that part
+    compiles as the original's does; the statements after it are decided in the resume
+    function. Ops of graphmend's own runtime (``resumable_states.made_by_the_runtime``)
+    are not the program's. Output only: the other claims are made before their test is
+    computed, which the original computed before its break too."""
+    ops, guarded = _ops_and_guarded_globals(translator.output)
+    ops_before, guarded_before, _site = getattr(translator.output, LATEST_CLAIM_ATTRIBUTE, (0, frozenset(), None))
+    if ops > ops_before:
+        return None
+    new = sorted(guarded - guarded_before)
+    if not new:
+        return None
+    return failed(
+        "G203",
+        f"nothing is computed before it in its part of the frame, and that part guards on {new[0]}: the "
+        "original compiled no graph there, and the mended frame would compile its whole graph again each "
+        "time that value changes"
+    )
 
 
 def _claimable_user_site(translator):

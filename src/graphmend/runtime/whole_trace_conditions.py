@@ -63,6 +63,7 @@ from graphmend.runtime.claims import (
     refused_for_good_as,
     refused_reason,
     selected_without_grad,
+    undone_in_trace,
 )
 from graphmend.runtime.graph_inspection import (
     computed_nodes,
@@ -708,6 +709,10 @@ def whole_trace_refusals(output, translator, claims, graph_break: bool):
 
 
 def _claim_refusals(output, translator, claims, graph_break: bool):
+    # Claims undone while tracing by a later statement's G203 (``claims.undone_in_trace``).
+    undone = [(site, ALWAYS, reason) for site, reason in undone_in_trace(output).items() if site in claims]
+    if undone:
+        return undone
     stopped = merged_branches_were_traced(output, claims)
     if stopped:
         reason = failed("C302", "TorchDynamo broke the graph at the branch's `torch.cond`")

@@ -96,6 +96,10 @@ def _count_only_the_programs_calls(original):
     return _runtime("resumable_states")._count_only_the_programs_calls(original)
 
 
+def _logging_frames_hold_no_tensor(original):
+    return _runtime("output_frames")._logging_frames_hold_no_tensor(original)
+
+
 def _trace_hook(factory_name: str):
     def make(original):
         return getattr(_runtime("trace_hooks"), factory_name)(original)
@@ -116,6 +120,10 @@ PATCHES: tuple[Patch, ...] = (
     # Resumable states counted over the program's own calls (runtime.resumable_states).
     Patch("count_only_the_programs_calls", "torch._dynamo.symbolic_convert", "InstructionTranslatorBase",
           "is_non_empty_graph", _count_only_the_programs_calls),
+    # The logging package's frames run eagerly, as the original's first log call left
+    # them, whichever log calls Defer moved into graphs (runtime.output_frames).
+    Patch("logging_frames_run_eagerly", "torch._dynamo.convert_frame", None, "has_tensor_in_frame",
+          _logging_frames_hold_no_tensor),
     # The checks of the whole trace (runtime.trace_hooks); a torch lacking one of these gets
     # no rewrite that needs it (claims.trace_checks_unavailable).
     Patch("restart_on_given_up_frame", "torch._dynamo.symbolic_convert", "InstructionTranslator", "run",

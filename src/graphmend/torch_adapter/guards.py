@@ -73,3 +73,27 @@ def source_name(variable) -> str | None:
     # A property in later torches, a method before.
     name = source.name
     return name() if callable(name) else name
+
+
+# Guard kinds on a value a program may change between calls: the value itself, or how
+# many items a container holds.
+_VALUE_KINDS = frozenset({
+    "EQUALS_MATCH", "CONSTANT_MATCH", "SEQUENCE_LENGTH", "LIST_LENGTH", "TUPLE_ITERATOR_LEN",
+    "DICT_LENGTH", "DICT_KEYS_MATCH", "DICT_CONTAINS", "DICT_VERSION",
+})
+
+
+def guarded_global_values(output) -> list[str]:
+    """The names of the trace's guards on the value (or the length) of a module global
+    itself (``G['COUNT']``, ``len(G['SEEN'])``), as TorchDynamo names them. The module's
+    own dunder names (``__name__``, which rewritten code passes to the runtime) are not
+    the program's state."""
+    from torch._dynamo.source import GlobalSource
+
+    found = []
+    for guard in getattr(output, "guards", ()) or ():
+        source = getattr(guard, "originating_source", None)
+        kind = getattr(getattr(guard, "create_fn", None), "__name__", "") or ""
+        if isinstance(source, GlobalSource) and kind in _VALUE_KINDS and not source.global_name.startswith("__"):
+            found.append(guard.name)
+    return sorted(set(found))
