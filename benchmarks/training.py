@@ -18,7 +18,6 @@ import contextlib
 import copy
 import io
 import time
-from collections import Counter
 
 TRAINING_STEPS = 3
 TRAINING_BACKENDS = ("aot_eager", "eager")
@@ -134,8 +133,7 @@ def run_train(model, example_kwargs, result: dict, outputs: dict, backends=TRAIN
     import torch
     from torch._dynamo.utils import counters
 
-    from benchmarks.categories import count_categories
-    from benchmarks.worker import _error_text
+    from benchmarks.worker import _error_text, count_fields
     from graphmend.counting import break_count_so_far, recording_graph_breaks
 
     model.train()
@@ -174,15 +172,7 @@ def run_train(model, example_kwargs, result: dict, outputs: dict, backends=TRAIN
             except Exception as error:  # noqa: BLE001
                 run["error"] = _error_text(error)
         run["seconds"] = time.perf_counter() - start
-        count = break_count_so_far(counting, records)
-        rows = [record.summary() for record in count.records]
-        run["graphs"] = count.graphs
-        run["breaks"] = count.breaks
-        run["frames_skipped"] = count.frames_skipped
-        run["dynamo_break_reasons"] = dict(Counter(record.gb_type for record in count.records))
-        run["logged_breaks"] = rows
-        run["categories"] = count_categories(row["category"] for row in rows)
-        run["recompilations"] = [item.to_json() for item in count.recompilations]
+        run.update(count_fields(break_count_so_far(counting, records)))
         declined = trace_time_declines()
         if declined is not None:
             run["declined"] = declined

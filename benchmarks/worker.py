@@ -198,10 +198,26 @@ def _rewrite_seconds(model) -> dict:
     }
 
 
+def count_fields(count) -> dict:
+    """A break count as the result's fields: graphs, breaks, frames skipped, Dynamo's
+    reasons and records of each break, their categories, the recompilations."""
+    from benchmarks.categories import count_categories
+
+    rows = [record.summary() for record in count.records]
+    return {
+        "graphs": count.graphs,
+        "breaks": count.breaks,
+        "frames_skipped": count.frames_skipped,
+        "dynamo_break_reasons": dict(Counter(record.gb_type for record in count.records)),
+        "logged_breaks": rows,
+        "categories": count_categories(row["category"] for row in rows),
+        "recompilations": [item.to_json() for item in count.recompilations],
+    }
+
+
 def run_quick(model, example_kwargs, result: dict, outputs: dict) -> None:
     import torch
 
-    from benchmarks.categories import count_categories
     from graphmend.counting import count_breaks
 
     # 1. Counting backend: graphs, breaks, and Dynamo's record of each break.
@@ -210,14 +226,7 @@ def run_quick(model, example_kwargs, result: dict, outputs: dict) -> None:
     try:
         with torch.no_grad():
             compiled_output, count = count_breaks(model, **copy.deepcopy(example_kwargs))
-        rows = [record.summary() for record in count.records]
-        result["graphs"] = count.graphs
-        result["breaks"] = count.breaks
-        result["frames_skipped"] = count.frames_skipped
-        result["dynamo_break_reasons"] = dict(Counter(record.gb_type for record in count.records))
-        result["logged_breaks"] = rows
-        result["categories"] = count_categories(row["category"] for row in rows)
-        result["recompilations"] = [item.to_json() for item in count.recompilations]
+        result.update(count_fields(count))
         outputs["compiled"] = tensor_leaves(compiled_output)
     except Exception as error:  # noqa: BLE001 - report and go on with the other steps
         result["count_error"] = _error_text(error)

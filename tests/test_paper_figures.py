@@ -12,7 +12,7 @@ import torch
 from helpers import assert_equivalent, breaks, original_and_mended
 
 EXAMPLE = pathlib.Path(__file__).parent.parent / "examples" / "paper_figures.py"
-ROTARY = (pathlib.Path(__file__).parent / "rules" / "test_where.py").read_text()
+ROTARY = (pathlib.Path(__file__).parent / "rules" / "test_where_performed.py").read_text()
 
 
 def figures_source() -> str:
@@ -21,8 +21,9 @@ def figures_source() -> str:
 
 
 def rotary_source() -> str:
-    start = ROTARY.index('        import torch\n\n        def compute_longrope')
-    end = ROTARY.index('        """\n    )\n    original, mended, result = original_and_mended(source)\n', start)
+    """Figure 3's module, as tests/rules/test_where_performed.py holds it (``ROTARY``)."""
+    start = ROTARY.index('ROTARY = textwrap.dedent(\n    """\n') + len('ROTARY = textwrap.dedent(\n    """\n')
+    end = ROTARY.index('    """\n)\n', start)
     return textwrap.dedent(ROTARY[start:end])
 
 

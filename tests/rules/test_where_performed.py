@@ -106,6 +106,27 @@ def run_over_calls(original_model, mended_model, backend: str, fullgraph: bool =
     return counting.graphs
 
 
+def test_figure_3_longrope_rewritten_keeping_which_buffer_is_inv_freq():
+    original, mended, result = original_and_mended(ROTARY)
+    # Each arm registers an existing buffer as ``inv_freq``: ``torch.where`` would register
+    # a new tensor (``inv_freq is original_inv_freq`` turns False), so the choice is
+    # performed when the graph runs.
+    assert finding_reasons(result, "Where") == []
+    assert any(f.rule == "Where" and f.fixed for f in result.findings)
+    x = torch.randn(1, 6, 1)
+    for positions in (torch.arange(6)[None], torch.arange(20, 26)[None]):
+        original_model, mended_model = original.Rotary(), mended.Rotary()
+        assert breaks(original_model, x, positions) >= 1
+        assert breaks(mended_model, x, positions) == 0
+        original_model, mended_model = original.Rotary(), mended.Rotary()
+        assert_equivalent(original_model, mended_model, x, positions, backends=("eager", "aot_eager"))
+        assert torch.equal(original_model.inv_freq, mended_model.inv_freq)
+        assert (mended_model.inv_freq is mended_model.original_inv_freq) == (
+            original_model.inv_freq is original_model.original_inv_freq
+        )
+        assert hasattr(mended_model, "long_inv_freq") == hasattr(original_model, "long_inv_freq")
+
+
 def test_figure_3_longrope_is_rewritten_as_a_performed_choice():
     _, _, result = original_and_mended(ROTARY)
     assert finding_reasons(result, "Where") == []

@@ -126,8 +126,10 @@ from graphmend.rules.where.conditions import (
     selected_names_hold_distinct_objects,
     writes_no_outer_name,
 )
+from graphmend.rules.where.memoized import attribute_missing_test
 
 RULE = "Where"
+
 
 
 class Decline(Exception):
@@ -242,23 +244,14 @@ class WhereRewrite:
         """
         if not (isinstance(statement, ast.If) and not statement.orelse and len(statement.body) == 1):
             return False
-        test = statement.test
-        if not (
-            isinstance(test, ast.UnaryOp)
-            and isinstance(test.op, ast.Not)
-            and isinstance(test.operand, ast.Call)
-            and isinstance(test.operand.func, ast.Name)
-            and test.operand.func.id == "hasattr"
-            and len(test.operand.args) == 2
-            and isinstance(test.operand.args[1], ast.Constant)
-            and isinstance(test.operand.args[1].value, str)
-        ):
+        tested = attribute_missing_test(statement.test)
+        if tested is None:
             return False
-        owner, attribute = test.operand.args
+        owner, attribute = tested
         if self.expression_is_safe(owner) is not None or not isinstance(owner, ast.Name):
             return False
         self.trace_time_checks.append(
-            statements(f"{RUNTIME_NAME}.reads_plainly(OWNER, {attribute.value!r})", OWNER=owner)[0].value
+            statements(f"{RUNTIME_NAME}.reads_plainly(OWNER, {attribute!r})", OWNER=owner)[0].value
         )
         return None
 

@@ -45,6 +45,7 @@ import copy
 
 from graphmend.core.legality import failed
 from graphmend.rewrite.templates import RUNTIME_NAME, statements
+from graphmend.rules.where.memoized import attribute_missing_test
 
 _RECEIVER_WRITES = ("register_buffer",)
 
@@ -110,18 +111,8 @@ def _writes_only(statement: ast.stmt, receiver: str) -> str | None:
             return None
         return f"line {line}: `{ast.unparse(statement.value.func)}` is not a method of `{receiver}`"
     if isinstance(statement, ast.If) and not statement.orelse:
-        test = statement.test
-        if (
-            isinstance(test, ast.UnaryOp)
-            and isinstance(test.op, ast.Not)
-            and isinstance(test.operand, ast.Call)
-            and isinstance(test.operand.func, ast.Name)
-            and test.operand.func.id == "hasattr"
-            and len(test.operand.args) == 2
-            and isinstance(test.operand.args[0], ast.Name)
-            and test.operand.args[0].id == receiver
-            and isinstance(test.operand.args[1], ast.Constant)
-        ):
+        tested = attribute_missing_test(statement.test)
+        if tested is not None and isinstance(tested[0], ast.Name) and tested[0].id == receiver:
             for inner in statement.body:
                 reason = _writes_only(inner, receiver)
                 if reason:
