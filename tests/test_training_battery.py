@@ -398,22 +398,10 @@ OPTIONS = {
 }
 
 
-# Not strict: torch 2.15 raises no such warning in this program (test_a_failed_join_warns_nothing
-# stays strict on every supported torch).
-WARNS_AFTER_A_FAILED_JOIN = pytest.mark.xfail(
-    strict=False,
-    reason="the joined graph's failed compile (G314) leaks AOTAutograd's anomaly-mode UserWarning "
-    "'Error detected in ReluBackward0' (test_a_failed_join_warns_nothing)",
-)
-
-
 def _cases():
     for name, options in EXPECTED:
         for backend in ("eager", "aot_eager"):
-            marks = ()
-            if name == "saved for backward, written in place after the branch" and backend == "aot_eager":
-                marks = (WARNS_AFTER_A_FAILED_JOIN,)
-            yield pytest.param(name, options, backend, marks=marks, id=f"{name}-{options}-{backend}")
+            yield pytest.param(name, options, backend, id=f"{name}-{options}-{backend}")
 
 
 @pytest.mark.parametrize(("name", "options", "backend"), list(_cases()))
@@ -461,17 +449,51 @@ def _warnings_and_error(function):
     return [(str(w.message), w.category.__name__) for w in warned], error
 
 
-@pytest.mark.xfail(strict=True, reason="AOTAutograd traces the joined graph's backward under anomaly mode, "
-                   "which warns 'Error detected in ReluBackward0' before G314 refuses the claim: the "
-                   "warning reaches the user, where the original warned nothing")
 def test_a_failed_join_warns_nothing():
     """The claim is refused (G314) and the breaks kept, counts and backward()'s error
-    as the original's; but the failed compile's warning is the user's to see."""
+    as the original's; AOTAutograd's anomaly-mode warning from the failed compile of
+    the joined graph (``Error detected in ReluBackward0``) is dropped with it."""
     original, mended, _ = original_and_mended(SAVED_THEN_WRITTEN_IN_PLACE)
     expected = _warnings_and_error(original.f)
     assert expected == ([], "RuntimeError")
     reset()
     assert _warnings_and_error(mended.f) == expected
+
+
+PRINT_BETWEEN = """
+import torch
+
+
+def f(y):
+    y = torch.relu(y)
+    print("between")
+    return y * 2.0
+"""
+
+
+def test_a_joined_graph_that_compiles_shows_its_compile_warnings():
+    """What the backend warns while it compiles a joined graph is held (a failed compile's
+    warnings are dropped), then shown when the graph compiled, in its order."""
+    _, mended, _ = original_and_mended(PRINT_BETWEEN)
+    aot_eager = torch._dynamo.lookup_backend("aot_eager")
+    compiled = []
+
+    def warning_backend(graph_module, example_inputs):
+        compiled.append(graph_module)
+        warnings.warn("compiling one", UserWarning, stacklevel=1)
+        warnings.warn("compiling two", DeprecationWarning, stacklevel=1)
+        return aot_eager(graph_module, example_inputs)
+
+    warning_backend.__wrapped__ = aot_eager  # graphmend joins under grad by the backend it names
+    reset()
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as warned, contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("always")
+        torch.compile(mended.f, backend=warning_backend)(torch.ones(3, requires_grad=True)).sum().backward()
+    assert [(str(w.message), w.category) for w in warned] == [
+        ("compiling one", UserWarning), ("compiling two", DeprecationWarning)
+    ]
+    assert len(compiled) == 1  # joined: the held path
 
 
 ONE_DROPPED_LAYER = """

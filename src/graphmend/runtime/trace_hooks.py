@@ -30,6 +30,9 @@ cannot be made, and every claim is refused (``claims.trace_checks_unavailable``)
 
 from __future__ import annotations
 
+import threading
+import warnings
+
 import torch
 
 from graphmend.core.legality import failed
@@ -106,20 +109,63 @@ def _check_the_compiled_graph(call_user_compiler):
                 refuse(site, UNDER_GRAD, why)
             raise restart(self, refusals[0][1])
         if claims:
+            held = _WarningsHeld()
             try:
-                return _compile_joined_graph(self, graph_module, call_user_compiler, *args, **kwargs)
+                with held:
+                    compiled = _compile_joined_graph(self, graph_module, call_user_compiler, *args, **kwargs)
             except Exception as raised:
                 refusal = backend_compiles_the_joined_graph(self, raised)
                 if refusal is None:
+                    held.show()
                     raise
                 kind = UNDER_GRAD if any(records_autograd(node) for node in computed_nodes(self)) else ALWAYS
                 for site in claims:
                     refuse(site, kind, refusal)
+                # The failed compile's warnings (AOTAutograd's anomaly-mode report of the
+                # error it then raised) belong to a graph the program never runs.
                 raise restart(self, refusal) from None
+            held.show()
+            return compiled
         return _compile_joined_graph(self, graph_module, call_user_compiler, *args, **kwargs)
 
     wrapped._graphmend_wrapped = True
     return wrapped
+
+
+class _WarningsHeld:
+    """Holds the warnings this thread shows while a joined graph compiles, to show them
+    after, as shown, if it compiles (``show``), or drop them if the claim is refused for
+    it: the frame is traced again and compiles the original's graphs, whose own compile
+    warns as it would have. The warnings filters are left alone (the compile may set
+    some): only the last step, showing a warning that passed them, is held
+    (``warnings._showwarnmsg_impl``, which ``catch_warnings`` inside the compile swaps for
+    its own and restores, so that what torch records for itself stays torch's). A
+    program that replaced ``warnings.showwarning`` is shown its warnings as before."""
+
+    def __init__(self) -> None:
+        self.held: list = []
+        self._thread = threading.get_ident()
+        self._show = None
+
+    def __enter__(self):
+        self._show = warnings._showwarnmsg_impl
+
+        def hold(message) -> None:
+            if threading.get_ident() == self._thread:
+                self.held.append(message)
+            else:
+                self._show(message)
+
+        warnings._showwarnmsg_impl = hold
+        return self
+
+    def __exit__(self, *exc) -> None:
+        warnings._showwarnmsg_impl = self._show
+
+    def show(self) -> None:
+        held, self.held = self.held, []
+        for message in held:
+            warnings._showwarnmsg_impl(message)
 
 
 def _compile_joined_graph(self, graph_module, call_user_compiler, *args, **kwargs):
