@@ -70,6 +70,9 @@ TINY_SIZES = {
     **dict.fromkeys(("image_size", "img_size"), 32),
     "patch_size": 8,
     "num_mel_bins": 16,
+    # Audio codecs: channels double at each of their strides, from this many.
+    "num_filters": 8,
+    "codebook_size": 64,
     # EfficientNet-style scaling of the per-stage lists below.
     "depth_coefficient": 1.0,
     "width_coefficient": 0.5,
@@ -91,8 +94,15 @@ CHOSEN_OF = {
     "top_k": ("num_experts", "num_local_experts", "n_routed_experts"),
     "topk_group": ("n_group",),
 }
-# Groups that must divide a set: expert groups.
+# Groups that must divide a set, two members a group at least: expert groups.
 GROUPS_OF = {"n_group": ("num_experts", "num_local_experts", "n_routed_experts")}
+# Sizes no general rule above keeps tied: config model type -> attribute -> value, each
+# with its reason. Applied last, over everything else.
+OVERRIDES = {
+    # The image embedding is the vision tower's last stage, 320 channels x its
+    # width_coefficient (0.5 once shrunk); the text projection must meet it.
+    "align": {"projection_dim": 160},
+}
 # Values some configs refuse to build without (no default): the value given.
 REQUIRED_VALUES = {"prediction_length": 4}
 SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
@@ -196,7 +206,7 @@ def _scaled_parts(parts, total: int) -> list[int]:
     return scaled
 
 
-def _keep_derived(present: dict, values: dict, widths: dict[int, int]) -> None:
+def _keep_derived(present: dict, values: dict, widths: dict[int, int], multimodal: bool = False) -> None:
     """Adjust ``values`` so that what the defaults ``present`` tie together stays tied once
     shrunk: a size equal to a shrunk width follows it (across configs: a vision tower's
     output size is the text model's width); a list summing to a shrunk size still sums to
@@ -210,6 +220,10 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int]) -> None:
             continue
         if key.endswith(FOLLOWER_SUFFIXES) and value in widths:
             values[key] = widths[value]
+        elif key.endswith("hidden_size"):
+            # Every width is shrunk to the same one: a width of its own (a vision tower's
+            # output) then still meets the one it feeds.
+            values[key] = min(value, WIDTH)
     shrunk = {present[key]: values[key] for key in values
               if _is_int(present.get(key)) and _is_int(values[key]) and values[key] < present[key]}
     layers = {present[key]: values[key] for key in LAYER_KEYS if key in values and _is_int(present.get(key))}
@@ -225,15 +239,47 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int]) -> None:
         if not _is_int(now(chosen)) or size is None:
             continue
         if chosen in GROUPS_OF:
-            values[chosen] = math.gcd(now(chosen), size) or 1
+            # Two experts a group at least: a group is scored by its best two.
+            values[chosen] = math.gcd(now(chosen), max(1, size // 2))
         elif now(chosen) > size:
             values[chosen] = size
+    _keep_rope_sections(present, values, multimodal)
+    # Multi-head attention stays multi-head (latent attention projects every head's keys).
+    heads, kv_heads = present.get("num_attention_heads"), present.get("num_key_value_heads")
+    if _is_int(heads) and heads == kv_heads and "num_attention_heads" in values:
+        values["num_key_value_heads"] = values["num_attention_heads"]
     # topk_group is chosen among the groups: fix it again once the groups are known.
     if _is_int(now("topk_group")) and _is_int(now("n_group")) and now("topk_group") > now("n_group"):
         values["topk_group"] = now("n_group")
 
 
-def _tiny_values(config, widths: dict[int, int] | None = None) -> dict:
+def _keep_rope_sections(present: dict, values: dict, multimodal: bool) -> None:
+    """Multimodal rotary sections (``rope_parameters["mrope_section"]``, one a position
+    axis: time, height, width) split the rotary frequencies: half the rotary part of a
+    head, once shrunk. A multimodal model's text config that names none gets them: its
+    modeling code falls back to sections written for the full-size head."""
+    rope = present.get("rope_parameters")
+    if not isinstance(rope, dict):
+        return
+    sections = rope.get("mrope_section")
+    if sections is None and multimodal:
+        sections = (1, 1, 1)
+    if not isinstance(sections, (list, tuple)):
+        return
+    width, heads = values.get("hidden_size", present.get("hidden_size")), values.get(
+        "num_attention_heads", present.get("num_attention_heads"))
+    head = values.get("head_dim", present.get("head_dim"))
+    if not _is_int(head) and _is_int(width) and _is_int(heads) and heads:
+        head = width // heads
+    if not _is_int(head) or not all(_is_int(part) and part > 0 for part in sections):
+        return
+    partial = rope.get("partial_rotary_factor", present.get("partial_rotary_factor")) or 1.0
+    frequencies = int(head * partial) // 2
+    if frequencies >= len(sections) and sum(sections) != frequencies:
+        values["rope_parameters"] = {**rope, "mrope_section": _scaled_parts(sections, frequencies)}
+
+
+def _tiny_values(config, widths: dict[int, int] | None = None, multimodal: bool = False) -> dict:
     """The keyword arguments that shrink ``config``'s class, nested sub-configs too, keeping
     the sizes its defaults tie together tied (see ``_keep_derived``)."""
     if widths is None:
@@ -257,9 +303,12 @@ def _tiny_values(config, widths: dict[int, int] | None = None) -> dict:
         token = present.get(key)
         if _is_int(token) and token >= VOCABULARY:
             values[key] = VOCABULARY - 1 - SPECIAL_TOKENS.index(key)
-    _keep_derived(present, values, widths)
-    for key, sub in _sub_configs(config).items():
-        values[key] = {**sub.to_dict(), **_tiny_values(sub, widths)}
+    _keep_derived(present, values, widths, multimodal)
+    values.update(OVERRIDES.get(getattr(config, "model_type", ""), {}))
+    subs = _sub_configs(config)
+    with_vision = any("vision" in key for key in subs)
+    for key, sub in subs.items():
+        values[key] = {**sub.to_dict(), **_tiny_values(sub, widths, with_vision and "vision" not in key)}
     return values
 
 
