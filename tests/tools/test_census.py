@@ -219,3 +219,156 @@ def test_the_counting_backend_is_known_as_the_backend_it_counts_for(name) -> Non
     output = types.SimpleNamespace(compiler_fn=CountingBackend(name))
     assert backend_is(output, (name,), None)
     assert not backend_is(output, ("inductor",), None)
+
+
+# ---------------------------------------------------------------------------------
+# Tiny configs: small fake configs, so these run with whichever transformers is installed.
+# ---------------------------------------------------------------------------------
+
+
+def _config(model_type: str = "fake", **attributes):
+    """A config of a fresh class holding ``attributes`` (sub-configs among them)."""
+    transformers = pytest.importorskip("transformers")
+
+    class FakeConfig(transformers.PretrainedConfig):
+        pass
+
+    FakeConfig.model_type = model_type
+    config = FakeConfig()
+    for key, value in attributes.items():
+        setattr(config, key, value)
+    return config
+
+
+def test_tiny_sizes_reach_a_nested_config_of_any_name() -> None:
+    from tools.census.models import _tiny_values
+
+    speech = _config(hidden_size=512, num_hidden_layers=12)
+    values = _tiny_values(_config(hidden_size=768, speech_encoder_config=speech))
+    assert values["hidden_size"] == 32
+    assert values["speech_encoder_config"]["hidden_size"] == 32
+    assert values["speech_encoder_config"]["num_hidden_layers"] == 2
+
+
+def test_a_list_summing_to_a_shrunk_size_still_sums_to_it() -> None:
+    # Reformer's axial position factors must sum to its width.
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(hidden_size=256, axial_pos_embds_dim=(64, 192), axial_pos_shape=(64, 64)))
+    assert sum(values["axial_pos_embds_dim"]) == values["hidden_size"] == 32
+    assert values["axial_pos_embds_dim"] == (8, 24)
+    assert "axial_pos_shape" not in values  # sums to nothing shrunk
+
+
+def test_a_size_equal_to_a_width_follows_it_across_configs() -> None:
+    # A codec's groups are its channels; a vision tower's output is the text model's width.
+    from tools.census.models import _tiny_values
+
+    codec = _tiny_values(_config(hidden_size=512, upsample_groups=512, codebook_dim=256))
+    assert codec["upsample_groups"] == codec["hidden_size"] == 32
+    assert "codebook_dim" not in codec
+    vision = _config(hidden_size=1536, out_hidden_size=4096, depth=24, num_heads=12)
+    values = _tiny_values(_config(text_config=_config(hidden_size=4096), vision_config=vision))
+    assert values["vision_config"]["out_hidden_size"] == values["text_config"]["hidden_size"] == 32
+    assert values["vision_config"]["depth"] == 2 and values["vision_config"]["num_heads"] == 4
+
+
+def test_a_per_layer_list_keeps_one_entry_a_layer() -> None:
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(num_hidden_layers=6, layer_types=["full", "sliding"] * 3))
+    assert values["layer_types"] == ["full", "sliding"]
+
+
+def test_routing_picks_no_more_experts_than_there_are_in_groups_of_two_at_least() -> None:
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(n_routed_experts=256, num_experts_per_tok=8, n_group=8, topk_group=4))
+    assert values["n_routed_experts"] == 4 and values["num_experts_per_tok"] == 4
+    assert values["n_routed_experts"] // values["n_group"] >= 2
+    assert values["topk_group"] <= values["n_group"]
+
+
+def test_multi_head_attention_stays_multi_head() -> None:
+    from tools.census.models import _tiny_values
+
+    assert _tiny_values(_config(num_attention_heads=64, num_key_value_heads=64))["num_key_value_heads"] == 4
+    assert _tiny_values(_config(num_attention_heads=32, num_key_value_heads=8))["num_key_value_heads"] == 2
+
+
+def test_rotary_sections_split_the_shrunk_heads_frequencies() -> None:
+    from tools.census.models import _tiny_values
+
+    rope = {"rope_type": "default", "mrope_section": [16, 24, 24]}
+    values = _tiny_values(_config(hidden_size=4096, num_attention_heads=32, rope_parameters=rope))
+    assert values["rope_parameters"]["mrope_section"] == [1, 1, 2]  # head 32 / 4 = 8: 4 frequencies
+    # A multimodal model's text config naming no sections gets them; a text-only one does not.
+    text = _config(hidden_size=4096, num_attention_heads=32, rope_parameters={"rope_type": "default"})
+    values = _tiny_values(_config(text_config=text, vision_config=_config(hidden_size=64)))
+    assert sum(values["text_config"]["rope_parameters"]["mrope_section"]) == 4
+    assert "rope_parameters" not in _tiny_values(text)
+
+
+def test_a_value_a_config_cannot_default_is_given() -> None:
+    from tools.census.models import _tiny_values
+
+    assert _tiny_values(_config(prediction_length=None))["prediction_length"] == 4
+    assert "prediction_length" not in _tiny_values(_config(prediction_length=24))
+
+
+def test_an_override_names_its_model_type_and_wins() -> None:
+    from tools.census.models import OVERRIDES, _tiny_values
+
+    assert _tiny_values(_config("align", projection_dim=640))["projection_dim"] == OVERRIDES["align"]["projection_dim"]
+    assert _tiny_values(_config("other", projection_dim=640))["projection_dim"] == 32
+
+
+# ---------------------------------------------------------------------------------
+# Inputs sized from the config.
+# ---------------------------------------------------------------------------------
+
+
+class _Forward:
+    """A model whose forward takes the given names, all optional."""
+
+    def __init__(self, *names: str) -> None:
+        import inspect
+
+        parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in names]
+        self.forward = lambda **kwargs: None
+        self.forward.__signature__ = inspect.Signature(parameters)
+
+
+def test_token_ids_stay_below_the_smallest_vocabulary() -> None:
+    from tools.census.models import make_inputs
+
+    config = _config(vocab_size=38)
+    ids = make_inputs(_Forward("input_ids"), config, "text")["input_ids"]
+    assert int(ids.max()) < 38
+
+
+def test_each_audio_shape_is_a_set_of_its_own_sized_from_the_config() -> None:
+    from tools.census.models import input_candidates, make_inputs
+
+    model = _Forward("input_values", "decoder_input_values")
+    codec = _config(audio_channels=2, upsampling_ratios=[8, 5, 4, 2])
+    assert input_candidates(model, codec) == ["waveform", "multichannel-waveform", "hidden-states"]
+    assert tuple(make_inputs(model, codec, "multichannel-waveform")["input_values"].shape) == (2, 2, 320 * 8)
+    spectrogram = _config(max_length=64, num_mel_bins=16)
+    assert "spectrogram" in input_candidates(model, spectrogram)
+    assert tuple(make_inputs(model, spectrogram, "spectrogram")["input_values"].shape) == (2, 64, 16)
+    states = make_inputs(model, _config(hidden_size=32), "hidden-states")
+    assert states["input_values"].shape[-1] == states["decoder_input_values"].shape[-1] == 32
+
+
+def test_a_time_series_covers_its_context_and_lags() -> None:
+    from tools.census.models import input_candidates, make_inputs
+
+    names = ("past_values", "past_time_features", "past_observed_mask", "future_values", "future_time_features")
+    model = _Forward(*names)
+    config = _config(prediction_length=4, context_length=6, lags_sequence=[1, 2, 7], num_time_features=1)
+    assert input_candidates(model, config) == ["time-series"]
+    inputs = make_inputs(model, config, "time-series")
+    assert tuple(inputs["past_values"].shape) == (2, 13) == tuple(inputs["past_observed_mask"].shape)
+    assert tuple(inputs["past_time_features"].shape) == (2, 13, 1)
+    assert tuple(inputs["future_values"].shape) == (2, 4)

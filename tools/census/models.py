@@ -498,7 +498,7 @@ INPUT_SETS = (
 # as a set before it, or one it cannot mean).
 SET_NEEDS = {
     "multichannel-waveform": "audio_channels",
-    "spectrogram": "max_length",
+    "spectrogram": "num_mel_bins",
     "time-series": "prediction_length",
 }
 
