@@ -273,6 +273,15 @@ def test_a_size_equal_to_a_width_follows_it_across_configs() -> None:
     assert values["vision_config"]["depth"] == 2 and values["vision_config"]["num_heads"] == 4
 
 
+def test_a_stem_follows_the_first_stage_width() -> None:
+    # TextNet's stem feeds its first stage: both shrink together.
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(hidden_sizes=[64, 64, 128, 256], stem_out_channels=64, depths=[3, 4, 4, 4]))
+    assert values["hidden_sizes"] == [32] * 4 and values["stem_out_channels"] == 32
+    assert values["depths"] == [1] * 4
+
+
 def test_a_per_layer_list_keeps_one_entry_a_layer() -> None:
     from tools.census.models import _tiny_values
 
@@ -354,6 +363,9 @@ def test_each_audio_shape_is_a_set_of_its_own_sized_from_the_config() -> None:
     codec = _config(audio_channels=2, upsampling_ratios=[8, 5, 4, 2])
     assert input_candidates(model, codec) == ["waveform", "multichannel-waveform", "hidden-states"]
     assert tuple(make_inputs(model, codec, "multichannel-waveform")["input_values"].shape) == (2, 2, 320 * 8)
+    # A codec that names no channels is mono, still (batch, channels, samples).
+    mono = make_inputs(model, _config(codebook_size=1024), "multichannel-waveform")["input_values"]
+    assert mono.shape[:2] == (2, 1)
     spectrogram = _config(max_length=64, num_mel_bins=16)
     assert "spectrogram" in input_candidates(model, spectrogram)
     assert tuple(make_inputs(model, spectrogram, "spectrogram")["input_values"].shape) == (2, 64, 16)
@@ -372,3 +384,23 @@ def test_a_time_series_covers_its_context_and_lags() -> None:
     assert tuple(inputs["past_values"].shape) == (2, 13) == tuple(inputs["past_observed_mask"].shape)
     assert tuple(inputs["past_time_features"].shape) == (2, 13, 1)
     assert tuple(inputs["future_values"].shape) == (2, 4)
+
+
+def test_speech_features_come_bins_first_or_frames_first() -> None:
+    from tools.census.models import input_candidates, make_inputs
+
+    model = _Forward("input_features")
+    config = _config(num_mel_bins=16, max_source_positions=8)
+    assert input_candidates(model, config) == ["speech-features", "frame-features"]
+    assert tuple(make_inputs(model, config, "speech-features")["input_features"].shape) == (2, 16, 16)
+    assert tuple(make_inputs(model, config, "frame-features")["input_features"].shape) == (2, 16, 16)
+    config = _config(num_mel_bins=16, max_source_positions=4)
+    assert tuple(make_inputs(model, config, "frame-features")["input_features"].shape) == (2, 8, 16)
+
+
+def test_a_series_of_counted_channels_has_a_channel_axis() -> None:
+    from tools.census.models import make_inputs
+
+    model = _Forward("past_values")
+    config = _config(prediction_length=4, context_length=32, num_input_channels=1)
+    assert tuple(make_inputs(model, config, "time-series")["past_values"].shape) == (2, 32, 1)

@@ -292,10 +292,14 @@ def _tiny_values(config, widths: dict[int, int] | None = None, multimodal: bool 
             values[key] = min(old, value)
         elif _is_int(old) and _is_int(value):
             values[key] = min(old, value) if key not in ("max_position_embeddings",) else value
+    stage_widths = {}
     for key, most in TINY_STAGES.items():
         old = present.get(key)
         if isinstance(old, (list, tuple)) and old and all(_is_int(part) for part in old):
             values[key] = type(old)(min(part, most) for part in old)
+            if key == "hidden_sizes":
+                # A stem's output is the first stage's width.
+                stage_widths.update(zip(old, values[key]))
     for key, value in REQUIRED_VALUES.items():
         if key in present and present[key] is None:
             values[key] = value
@@ -303,7 +307,7 @@ def _tiny_values(config, widths: dict[int, int] | None = None, multimodal: bool 
         token = present.get(key)
         if _is_int(token) and token >= VOCABULARY:
             values[key] = VOCABULARY - 1 - SPECIAL_TOKENS.index(key)
-    _keep_derived(present, values, widths, multimodal)
+    _keep_derived(present, values, {**widths, **stage_widths}, multimodal)
     values.update(OVERRIDES.get(getattr(config, "model_type", ""), {}))
     subs = _sub_configs(config)
     with_vision = any("vision" in key for key in subs)
@@ -389,8 +393,8 @@ def _vocabulary(config) -> int:
 
 
 def _multichannel_waveform(config):
-    """(batch, channels, samples): codecs take audio with its channels; the samples a whole
-    number of the codec's hops."""
+    """(batch, channels, samples): codecs (a config with a codebook or audio channels) take
+    audio with its channels, mono unless it says; the samples a whole number of hops."""
     import torch
 
     channels = _find(config, "audio_channels", default=1)
@@ -428,8 +432,10 @@ def _series(future: bool):
     def make(config):
         import torch
 
-        size = _find(config, "input_size", default=1)
-        shape = (BATCH, _series_length(config, future)) + ((size,) if size > 1 else ())
+        # One variable is (batch, time), unless the model counts its channels.
+        size = _find(config, "input_size", "num_input_channels", default=1)
+        channels = size > 1 or _find(config, "num_input_channels") is not None
+        shape = (BATCH, _series_length(config, future)) + ((size,) if channels else ())
         return torch.randn(shape)
     return make
 
@@ -473,17 +479,19 @@ def _input_makers():
 SET_MAKERS = {
     "multichannel-waveform": {"input_values": _multichannel_waveform},
     "spectrogram": {"input_values": _spectrogram},
+    "frame-features": {"input_features": lambda config: _features(config).transpose(1, 2)},
     "hidden-states": {"input_values": _hidden_states(LENGTH), "decoder_input_values": _hidden_states(6)},
 }
 
 
 # The inputs tried in turn, first that the original model runs with wins: one modality,
 # then all it takes together. Audio comes in several shapes under one name
-# (``input_values``): each is a set of its own.
+# (``input_values``; ``input_features`` bins first or frames first): each is a set of its own.
 INPUT_SETS = (
     ("text", ("input_ids", "attention_mask", "decoder_input_ids")),
     ("image", ("pixel_values",)),
     ("speech-features", ("input_features", "decoder_input_ids")),
+    ("frame-features", ("input_features", "decoder_input_ids")),
     ("waveform", ("input_values",)),
     ("multichannel-waveform", ("input_values",)),
     ("spectrogram", ("input_values",)),
@@ -494,10 +502,10 @@ INPUT_SETS = (
 )
 
 
-# Sets that only a config with this attribute can take (another would try the same shape
+# Sets that only a config with this attribute (one of these) can take (another would try the same shape
 # as a set before it, or one it cannot mean).
 SET_NEEDS = {
-    "multichannel-waveform": "audio_channels",
+    "multichannel-waveform": ("audio_channels", "codebook_size"),
     "spectrogram": "num_mel_bins",
     "time-series": "prediction_length",
 }
@@ -514,7 +522,8 @@ def input_candidates(model, config) -> list[str]:
     }
     candidates = []
     for set_name, names in INPUT_SETS:
-        if SET_NEEDS.get(set_name) and _find(config, SET_NEEDS[set_name]) is None:
+        needs = SET_NEEDS.get(set_name)
+        if needs and _find(config, *((needs,) if isinstance(needs, str) else needs)) is None:
             continue
         taken = [name for name in names if name in parameters]
         primary = names[0]
