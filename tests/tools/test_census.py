@@ -282,6 +282,17 @@ def test_a_stem_follows_the_first_stage_width() -> None:
     assert values["depths"] == [1] * 4
 
 
+def test_a_count_of_stages_keeps_its_stages_and_their_heads_divide_them() -> None:
+    # Swin v2 names its stage count num_layers, with one entry a stage in each list.
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(embed_dim=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], num_layers=4,
+                                  pretrained_window_sizes=[0, 0, 0, 0]))
+    assert "num_layers" not in values and "pretrained_window_sizes" not in values
+    assert values["depths"] == [1] * 4 and values["num_heads"] == [2] * 4
+    assert values["embed_dim"] % 2 == 0
+
+
 def test_a_per_layer_list_keeps_one_entry_a_layer() -> None:
     from tools.census.models import _tiny_values
 

@@ -77,8 +77,9 @@ TINY_SIZES = {
     "depth_coefficient": 1.0,
     "width_coefficient": 0.5,
 }
-# Per-stage lists (one value a stage): each value at most this.
-TINY_STAGES = {"depths": 1, "num_block_repeats": 1, "hidden_sizes": WIDTH}
+# Per-stage lists (one value a stage): each value at most this (heads: two divide every
+# stage's width).
+TINY_STAGES = {"depths": 1, "num_block_repeats": 1, "hidden_sizes": WIDTH, "num_heads": 2}
 # The attributes that set a model's width: another size equal to one of their defaults
 # (in any config of the tree) is taken to be that width, and follows it.
 WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "d_embed")
@@ -300,6 +301,11 @@ def _tiny_values(config, widths: dict[int, int] | None = None, multimodal: bool 
             if key == "hidden_sizes":
                 # A stem's output is the first stage's width.
                 stage_widths.update(zip(old, values[key]))
+    stages = {len(present[key]) for key in TINY_STAGES if isinstance(present.get(key), (list, tuple))}
+    for key in LAYER_KEYS:
+        # A layer count as long as the per-stage lists counts stages: those keep their number.
+        if key in values and present[key] in stages:
+            del values[key]
     for key, value in REQUIRED_VALUES.items():
         if key in present and present[key] is None:
             values[key] = value
