@@ -291,6 +291,9 @@ def test_a_count_of_stages_keeps_its_stages_and_their_heads_divide_them() -> Non
     assert "num_layers" not in values and "pretrained_window_sizes" not in values
     assert values["depths"] == [1] * 4 and values["num_heads"] == [2] * 4
     assert values["embed_dim"] % 2 == 0
+    # SegFormer's per-stage heads go by the name of a count.
+    values = _tiny_values(_config(hidden_sizes=[32, 64, 160, 256], num_attention_heads=[1, 2, 5, 8]))
+    assert all(width % heads == 0 for width, heads in zip(values["hidden_sizes"], values["num_attention_heads"]))
 
 
 def test_a_per_layer_list_keeps_one_entry_a_layer() -> None:
@@ -314,6 +317,14 @@ def test_multi_head_attention_stays_multi_head() -> None:
 
     assert _tiny_values(_config(num_attention_heads=64, num_key_value_heads=64))["num_key_value_heads"] == 4
     assert _tiny_values(_config(num_attention_heads=32, num_key_value_heads=8))["num_key_value_heads"] == 2
+    assert _tiny_values(_config(num_attention_heads=32, num_key_value_heads=None))["num_key_value_heads"] == 4
+
+
+def test_a_head_size_left_unset_is_the_width_over_the_heads() -> None:
+    from tools.census.models import _tiny_values
+
+    assert _tiny_values(_config(hidden_size=4096, num_attention_heads=32, head_dim=None))["head_dim"] == 8
+    assert _tiny_values(_config(vocab_size=None))["vocab_size"] == 100
 
 
 def test_rotary_sections_split_the_shrunk_heads_frequencies() -> None:

@@ -79,7 +79,9 @@ TINY_SIZES = {
 }
 # Per-stage lists (one value a stage): each value at most this (heads: two divide every
 # stage's width).
-TINY_STAGES = {"depths": 1, "num_block_repeats": 1, "hidden_sizes": WIDTH, "num_heads": 2}
+TINY_STAGES = {
+    "depths": 1, "num_block_repeats": 1, "hidden_sizes": WIDTH, "num_heads": 2, "num_attention_heads": 2,
+}
 # The attributes that set a model's width: another size equal to one of their defaults
 # (in any config of the tree) is taken to be that width, and follows it.
 WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "d_embed")
@@ -103,9 +105,11 @@ OVERRIDES = {
     # The image embedding is the vision tower's last stage, 320 channels x its
     # width_coefficient (0.5 once shrunk); the text projection must meet it.
     "align": {"projection_dim": 160},
+    # Its position ids count the tokens that are not padding: it needs a padding id.
+    "esm": {"pad_token_id": 1},
 }
 # Values some configs refuse to build without (no default): the value given.
-REQUIRED_VALUES = {"prediction_length": 4}
+REQUIRED_VALUES = {"prediction_length": 4, "vocab_size": VOCABULARY}
 SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
 BATCH, LENGTH = 2, 8
@@ -245,9 +249,15 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int], multimoda
         elif now(chosen) > size:
             values[chosen] = size
     _keep_rope_sections(present, values, multimodal)
-    # Multi-head attention stays multi-head (latent attention projects every head's keys).
+    # A head size left to the model: some compute it, others read it as is.
+    if "head_dim" in present and present["head_dim"] is None and _is_int(now("hidden_size")) \
+            and _is_int(now("num_attention_heads")) and now("num_attention_heads"):
+        values["head_dim"] = now("hidden_size") // now("num_attention_heads")
+    # Multi-head attention stays multi-head (latent attention projects every head's keys);
+    # no key-value heads named means as many as heads.
     heads, kv_heads = present.get("num_attention_heads"), present.get("num_key_value_heads")
-    if _is_int(heads) and heads == kv_heads and "num_attention_heads" in values:
+    multi_head = heads == kv_heads or ("num_key_value_heads" in present and kv_heads is None)
+    if _is_int(heads) and multi_head and "num_attention_heads" in values:
         values["num_key_value_heads"] = values["num_attention_heads"]
     # topk_group is chosen among the groups: fix it again once the groups are known.
     if _is_int(now("topk_group")) and _is_int(now("n_group")) and now("topk_group") > now("n_group"):
