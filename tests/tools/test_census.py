@@ -273,6 +273,13 @@ def test_a_size_equal_to_a_width_follows_it_across_configs() -> None:
     assert values["vision_config"]["depth"] == 2 and values["vision_config"]["num_heads"] == 4
 
 
+def test_xlm_names_its_width_and_vocabulary_its_own_way() -> None:
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(emb_dim=2048, n_words=30145))
+    assert values["emb_dim"] == 32 and values["n_words"] == 100
+
+
 def test_a_stem_follows_the_first_stage_width() -> None:
     # TextNet's stem feeds its first stage: both shrink together.
     from tools.census.models import _tiny_values
@@ -338,6 +345,9 @@ def test_rotary_sections_split_the_shrunk_heads_frequencies() -> None:
     values = _tiny_values(_config(text_config=text, vision_config=_config(hidden_size=64)))
     assert sum(values["text_config"]["rope_parameters"]["mrope_section"]) == 4
     assert "rope_parameters" not in _tiny_values(text)
+    # That text config built on its own is still a multimodal model's.
+    alone = _config("fake_vl_text", hidden_size=4096, num_attention_heads=32, rope_parameters={"rope_type": "default"})
+    assert sum(_tiny_values(alone)["rope_parameters"]["mrope_section"]) == 4
 
 
 def test_a_value_a_config_cannot_default_is_given() -> None:

@@ -32,8 +32,8 @@ WIDTH = 32
 # Config attribute -> tiny value; only attributes the config already has are set, and never
 # above the config's own default.
 TINY_SIZES = {
-    **dict.fromkeys(("vocab_size", "entity_vocab_size"), VOCABULARY),
-    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "d_embed"), WIDTH),
+    **dict.fromkeys(("vocab_size", "entity_vocab_size", "n_words"), VOCABULARY),
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "d_embed", "emb_dim"), WIDTH),
     **dict.fromkeys(("embedding_size", "projection_dim", "proj_size"), WIDTH),
     **dict.fromkeys(
         (
@@ -84,7 +84,7 @@ TINY_STAGES = {
 }
 # The attributes that set a model's width: another size equal to one of their defaults
 # (in any config of the tree) is taken to be that width, and follows it.
-WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "d_embed")
+WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "d_embed", "emb_dim")
 FOLLOWER_SUFFIXES = ("hidden_size", "groups", "_channels", "_dim")
 LAYER_KEYS = (
     "num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers",
@@ -295,6 +295,8 @@ def _tiny_values(config, widths: dict[int, int] | None = None, multimodal: bool 
     the sizes its defaults tie together tied (see ``_keep_derived``)."""
     if widths is None:
         widths = _shrunk_widths(config)
+        # A multimodal model's text config built on its own (``qwen2_vl_text``).
+        multimodal = multimodal or str(getattr(config, "model_type", "")).endswith("_text")
     values = {}
     present = config.to_dict()
     for key, value in TINY_SIZES.items():
