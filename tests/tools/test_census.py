@@ -310,6 +310,44 @@ def test_a_per_layer_list_keeps_one_entry_a_layer() -> None:
     assert values["layer_types"] == ["full", "sliding"]
 
 
+def test_a_per_layer_list_keeps_a_layer_of_each_kind_and_the_count_grows_to_hold_them() -> None:
+    # A hybrid whose first two layers are convolutions still gets its attention layers.
+    from tools.census.models import _tiny_values
+
+    kinds = ["conv", "conv", "full_attention", "conv", "sliding_attention", "conv"]
+    values = _tiny_values(_config(num_hidden_layers=6, layer_types=kinds))
+    assert values["layer_types"] == ["conv", "conv", "full_attention", "sliding_attention"]
+    assert values["num_hidden_layers"] == 4
+
+
+def test_twice_a_width_stays_twice_it() -> None:
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(hidden_size=2560, attention_hidden_size=5120))
+    assert values["attention_hidden_size"] == 2 * values["hidden_size"] == 64
+
+
+def test_a_mamba_mixer_keeps_expand_times_width_equal_to_heads_times_head_size() -> None:
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(hidden_size=4096, mamba_expand=2, mamba_n_heads=128, mamba_d_head=64))
+    assert 2 * values["hidden_size"] == values["mamba_n_heads"] * values["mamba_d_head"]
+
+
+def test_a_model_over_the_cap_is_counted_without_being_built() -> None:
+    # Sizes that do not fit a config leave its defaults, some of billions of parameters:
+    # counted on the meta device, such a model takes no memory.
+    pytest.importorskip("transformers")
+    from tools.census.models import Entry, TooLarge, build_transformers_model
+
+    entry = Entry("gpt2:GPT2Model", "transformers", "gpt2", "GPT2Model")
+    with pytest.raises(TooLarge) as raised:
+        build_transformers_model(entry, max_parameters=1000)
+    model, _ = build_transformers_model(entry, max_parameters=raised.value.parameters)
+    assert sum(parameter.numel() for parameter in model.parameters()) == raised.value.parameters
+    assert next(model.parameters()).device.type == "cpu"
+
+
 def test_routing_picks_no_more_experts_than_there_are_in_groups_of_two_at_least() -> None:
     from tools.census.models import _tiny_values
 

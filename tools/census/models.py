@@ -73,6 +73,9 @@ TINY_SIZES = {
     # Audio codecs: channels double at each of their strides, from this many.
     "num_filters": 8,
     "codebook_size": 64,
+    # Mamba mixers: expand x width = heads x head size (2 x 32 = 8 x 8).
+    **dict.fromkeys(("mamba_n_heads", "mamba_d_head"), 8),
+    **dict.fromkeys(("mamba_d_state", "mamba_chunk_size"), 16),
     # EfficientNet-style scaling of the per-stage lists below.
     "depth_coefficient": 1.0,
     "width_coefficient": 0.5,
@@ -223,8 +226,13 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int], multimoda
     for key, value in present.items():
         if key in values or not _is_int(value):
             continue
+        multiple = next(((times, width) for width in widths for times in (2, 4)
+                         if value == times * width), None) if key.endswith(FOLLOWER_SUFFIXES) else None
         if key.endswith(FOLLOWER_SUFFIXES) and value in widths:
             values[key] = widths[value]
+        elif multiple:
+            # Twice the width (Zamba2's attention over the input and the residual together).
+            values[key] = multiple[0] * widths[multiple[1]]
         elif key.endswith("hidden_size"):
             # Every width is shrunk to the same one: a width of its own (a vision tower's
             # output) then still meets the one it feeds.
@@ -238,7 +246,14 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int], multimoda
         if all(_is_int(part) and part > 0 for part in value) and sum(value) in shrunk and len(value) > 1:
             values[key] = type(value)(_scaled_parts(value, shrunk[sum(value)]))
         elif len(value) in layers and len(value) > layers[len(value)]:
-            values[key] = type(value)(value[: layers[len(value)]])
+            values[key] = type(value)(_every_kind(value, layers[len(value)]))
+    # A per-layer list of kinds keeps one layer of each (an all-convolution stack of a
+    # hybrid model has no attention): the layer count grows to hold them.
+    for key in LAYER_KEYS:
+        if key in values:
+            lengths = [len(values[name]) for name in values if isinstance(values[name], (list, tuple))
+                       and isinstance(present.get(name), (list, tuple)) and len(present[name]) == present[key]]
+            values[key] = max([values[key], *lengths])
     for chosen, sets in {**CHOSEN_OF, **GROUPS_OF}.items():
         size = next((now(key) for key in sets if _is_int(now(key))), None)
         if not _is_int(now(chosen)) or size is None:
@@ -262,6 +277,16 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int], multimoda
     # topk_group is chosen among the groups: fix it again once the groups are known.
     if _is_int(now("topk_group")) and _is_int(now("n_group")) and now("topk_group") > now("n_group"):
         values["topk_group"] = now("n_group")
+
+
+def _every_kind(value, count: int) -> list:
+    """The first ``count`` entries of a per-layer list, then the first layer of each kind
+    they lack."""
+    kept = list(value[:count])
+    for entry in value[count:]:
+        if isinstance(entry, str) and entry not in kept:
+            kept.append(entry)
+    return kept
 
 
 def _keep_rope_sections(present: dict, values: dict, multimodal: bool) -> None:
@@ -344,14 +369,40 @@ def tiny_config(config_class):
         return default
 
 
-def build_transformers_model(entry: Entry):
-    """(model, config) for a transformers class, tiny and seeded."""
+class TooLarge(Exception):
+    """The model would have more parameters than the cap: it was not built."""
+
+    def __init__(self, parameters: int) -> None:
+        super().__init__(parameters)
+        self.parameters = parameters
+
+
+def _meta_parameters(model_class, config) -> int | None:
+    """The parameter count of ``model_class(config)`` built on the meta device (no memory);
+    None when it cannot be built there."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return parameter_count(model_class(config))
+    except Exception:  # noqa: BLE001 - the real build then tells
+        return None
+
+
+def build_transformers_model(entry: Entry, max_parameters: int | None = None):
+    """(model, config) for a transformers class, tiny and seeded. TooLarge, before any
+    memory is taken, when it would hold more than ``max_parameters``: sizes that do not
+    fit a config leave its full defaults, some of billions of parameters."""
     import torch
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     model_class = getattr(transformers, entry.class_name)
     config = tiny_config(CONFIG_MAPPING[entry.model_type])
+    if max_parameters is not None:
+        parameters = _meta_parameters(model_class, config)
+        if parameters is not None and parameters > max_parameters:
+            raise TooLarge(parameters)
     torch.manual_seed(0)
     return model_class(config), config
 
