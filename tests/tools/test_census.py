@@ -308,6 +308,9 @@ def test_a_per_layer_list_keeps_one_entry_a_layer() -> None:
 
     values = _tiny_values(_config(num_hidden_layers=6, layer_types=["full", "sliding"] * 3))
     assert values["layer_types"] == ["full", "sliding"]
+    # Counts a layer are the config's to derive from the layer count.
+    values = _tiny_values(_config(num_hidden_layers=4, num_attention_heads=16, heads_per_layer=[16, 16, 8, 8]))
+    assert "heads_per_layer" not in values
 
 
 def test_a_per_layer_list_keeps_a_layer_of_each_kind_and_the_count_grows_to_hold_them() -> None:

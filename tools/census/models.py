@@ -245,7 +245,9 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int], multimoda
             continue
         if all(_is_int(part) and part > 0 for part in value) and sum(value) in shrunk and len(value) > 1:
             values[key] = type(value)(_scaled_parts(value, shrunk[sum(value)]))
-        elif len(value) in layers and len(value) > layers[len(value)]:
+        elif len(value) in layers and len(value) > layers[len(value)] and all(isinstance(e, str) for e in value):
+            # Kinds of layer only: counts a layer (heads) are left to the config to derive
+            # from the layer count, which it does when not given them.
             values[key] = type(value)(_every_kind(value, layers[len(value)]))
     # A per-layer list of kinds keeps one layer of each (an all-convolution stack of a
     # hybrid model has no attention): the layer count grows to hold them.
