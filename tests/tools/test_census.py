@@ -319,8 +319,12 @@ def test_a_per_layer_list_keeps_a_layer_of_each_kind_and_the_count_grows_to_hold
 
     kinds = ["conv", "conv", "full_attention", "conv", "sliding_attention", "conv"]
     values = _tiny_values(_config(num_hidden_layers=6, layer_types=kinds))
-    assert values["layer_types"] == ["conv", "conv", "full_attention", "sliding_attention"]
-    assert values["num_hidden_layers"] == 4
+    assert values["layer_types"] == ["conv", "sliding_attention", "full_attention"]
+    assert values["num_hidden_layers"] == 3
+    # Every per-layer list of kinds takes the grown count.
+    values = _tiny_values(_config(num_hidden_layers=6, layer_types=kinds, mlp_layer_types=["dense"] + ["sparse"] * 5))
+    assert len(values["layer_types"]) == len(values["mlp_layer_types"]) == values["num_hidden_layers"] == 3
+    assert values["mlp_layer_types"] == ["dense", "sparse", "sparse"]
 
 
 def test_twice_a_width_stays_twice_it() -> None:

@@ -240,6 +240,7 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int], multimoda
     shrunk = {present[key]: values[key] for key in values
               if _is_int(present.get(key)) and _is_int(values[key]) and values[key] < present[key]}
     layers = {present[key]: values[key] for key in LAYER_KEYS if key in values and _is_int(present.get(key))}
+    kinds = {}
     for key, value in present.items():
         if key in values or not isinstance(value, (list, tuple)) or not value:
             continue
@@ -248,14 +249,17 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int], multimoda
         elif len(value) in layers and len(value) > layers[len(value)] and all(isinstance(e, str) for e in value):
             # Kinds of layer only: counts a layer (heads) are left to the config to derive
             # from the layer count, which it does when not given them.
-            values[key] = type(value)(_every_kind(value, layers[len(value)]))
+            kinds[key] = value
     # A per-layer list of kinds keeps one layer of each (an all-convolution stack of a
-    # hybrid model has no attention): the layer count grows to hold them.
+    # hybrid model has no attention): the layer count grows to hold them, and every such
+    # list takes the grown count.
     for key in LAYER_KEYS:
-        if key in values:
-            lengths = [len(values[name]) for name in values if isinstance(values[name], (list, tuple))
-                       and isinstance(present.get(name), (list, tuple)) and len(present[name]) == present[key]]
-            values[key] = max([values[key], *lengths])
+        if key not in values or not _is_int(present.get(key)):
+            continue
+        lists = {name: value for name, value in kinds.items() if len(value) == present[key]}
+        values[key] = max([values[key], *(len(dict.fromkeys(value)) for value in lists.values())])
+        for name, value in lists.items():
+            values[name] = type(value)(_every_kind(value, values[key]))
     for chosen, sets in {**CHOSEN_OF, **GROUPS_OF}.items():
         size = next((now(key) for key in sets if _is_int(now(key))), None)
         if not _is_int(now(chosen)) or size is None:
@@ -282,12 +286,13 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int], multimoda
 
 
 def _every_kind(value, count: int) -> list:
-    """The first ``count`` entries of a per-layer list, then the first layer of each kind
-    they lack."""
+    """The first ``count`` entries of a per-layer list (``count`` no fewer than its kinds),
+    a layer of each kind they lack put in place of the last repeated one."""
     kept = list(value[:count])
-    for entry in value[count:]:
-        if isinstance(entry, str) and entry not in kept:
-            kept.append(entry)
+    for kind in dict.fromkeys(value):
+        if kind not in kept:
+            repeated = max(index for index, entry in enumerate(kept) if kept.count(entry) > 1)
+            kept[repeated] = kind
     return kept
 
 
