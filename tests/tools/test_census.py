@@ -332,6 +332,8 @@ def test_twice_a_width_stays_twice_it() -> None:
 
     values = _tiny_values(_config(hidden_size=2560, attention_hidden_size=5120))
     assert values["attention_hidden_size"] == 2 * values["hidden_size"] == 64
+    # Another size four times a width is a sum of widths, not a multiple (XCodec).
+    assert "codebook_dim" not in _tiny_values(_config(hidden_size=256, codebook_dim=1024))
 
 
 def test_a_mamba_mixer_keeps_expand_times_width_equal_to_heads_times_head_size() -> None:

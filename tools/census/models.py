@@ -227,11 +227,12 @@ def _keep_derived(present: dict, values: dict, widths: dict[int, int], multimoda
         if key in values or not _is_int(value):
             continue
         multiple = next(((times, width) for width in widths for times in (2, 4)
-                         if value == times * width), None) if key.endswith(FOLLOWER_SUFFIXES) else None
+                         if value == times * width), None) if key.endswith("hidden_size") else None
         if key.endswith(FOLLOWER_SUFFIXES) and value in widths:
             values[key] = widths[value]
         elif multiple:
-            # Twice the width (Zamba2's attention over the input and the residual together).
+            # Twice the width (Zamba2's attention over the input and the residual together);
+            # hidden sizes only: another size can be a sum of widths (XCodec's codebooks).
             values[key] = multiple[0] * widths[multiple[1]]
         elif key.endswith("hidden_size"):
             # Every width is shrunk to the same one: a width of its own (a vision tower's
