@@ -219,3 +219,267 @@ def test_the_counting_backend_is_known_as_the_backend_it_counts_for(name) -> Non
     output = types.SimpleNamespace(compiler_fn=CountingBackend(name))
     assert backend_is(output, (name,), None)
     assert not backend_is(output, ("inductor",), None)
+
+
+# ---------------------------------------------------------------------------------
+# Tiny configs: small fake configs, so these run with whichever transformers is installed.
+# ---------------------------------------------------------------------------------
+
+
+def _config(model_type: str = "fake", **attributes):
+    """A config of a fresh class holding ``attributes`` (sub-configs among them)."""
+    transformers = pytest.importorskip("transformers")
+
+    class FakeConfig(transformers.PretrainedConfig):
+        pass
+
+    FakeConfig.model_type = model_type
+    config = FakeConfig()
+    for key, value in attributes.items():
+        setattr(config, key, value)
+    return config
+
+
+def test_tiny_sizes_reach_a_nested_config_of_any_name() -> None:
+    from tools.census.models import _tiny_values
+
+    speech = _config(hidden_size=512, num_hidden_layers=12)
+    values = _tiny_values(_config(hidden_size=768, speech_encoder_config=speech))
+    assert values["hidden_size"] == 32
+    assert values["speech_encoder_config"]["hidden_size"] == 32
+    assert values["speech_encoder_config"]["num_hidden_layers"] == 2
+
+
+def test_a_list_summing_to_a_shrunk_size_still_sums_to_it() -> None:
+    # Reformer's axial position factors must sum to its width.
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(hidden_size=256, axial_pos_embds_dim=(64, 192), axial_pos_shape=(64, 64)))
+    assert sum(values["axial_pos_embds_dim"]) == values["hidden_size"] == 32
+    assert values["axial_pos_embds_dim"] == (8, 24)
+    assert "axial_pos_shape" not in values  # sums to nothing shrunk
+
+
+def test_a_size_equal_to_a_width_follows_it_across_configs() -> None:
+    # A codec's groups are its channels; a vision tower's output is the text model's width.
+    from tools.census.models import _tiny_values
+
+    codec = _tiny_values(_config(hidden_size=512, upsample_groups=512, codebook_dim=256))
+    assert codec["upsample_groups"] == codec["hidden_size"] == 32
+    assert "codebook_dim" not in codec
+    vision = _config(hidden_size=1536, out_hidden_size=4096, depth=24, num_heads=12)
+    values = _tiny_values(_config(text_config=_config(hidden_size=4096), vision_config=vision))
+    assert values["vision_config"]["out_hidden_size"] == values["text_config"]["hidden_size"] == 32
+    assert values["vision_config"]["depth"] == 2 and values["vision_config"]["num_heads"] == 4
+
+
+def test_xlm_names_its_width_and_vocabulary_its_own_way() -> None:
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(emb_dim=2048, n_words=30145))
+    assert values["emb_dim"] == 32 and values["n_words"] == 100
+
+
+def test_a_stem_follows_the_first_stage_width() -> None:
+    # TextNet's stem feeds its first stage: both shrink together.
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(hidden_sizes=[64, 64, 128, 256], stem_out_channels=64, depths=[3, 4, 4, 4]))
+    assert values["hidden_sizes"] == [32] * 4 and values["stem_out_channels"] == 32
+    assert values["depths"] == [1] * 4
+
+
+def test_a_count_of_stages_keeps_its_stages_and_their_heads_divide_them() -> None:
+    # Swin v2 names its stage count num_layers, with one entry a stage in each list.
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(embed_dim=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], num_layers=4,
+                                  pretrained_window_sizes=[0, 0, 0, 0]))
+    assert "num_layers" not in values and "pretrained_window_sizes" not in values
+    assert values["depths"] == [1] * 4 and values["num_heads"] == [2] * 4
+    assert values["embed_dim"] % 2 == 0
+    # SegFormer's per-stage heads go by the name of a count.
+    values = _tiny_values(_config(hidden_sizes=[32, 64, 160, 256], num_attention_heads=[1, 2, 5, 8]))
+    assert all(width % heads == 0 for width, heads in zip(values["hidden_sizes"], values["num_attention_heads"]))
+
+
+def test_a_per_layer_list_keeps_one_entry_a_layer() -> None:
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(num_hidden_layers=6, layer_types=["full", "sliding"] * 3))
+    assert values["layer_types"] == ["full", "sliding"]
+    # Counts a layer are the config's to derive from the layer count.
+    values = _tiny_values(_config(num_hidden_layers=4, num_attention_heads=16, heads_per_layer=[16, 16, 8, 8]))
+    assert "heads_per_layer" not in values
+
+
+def test_a_per_layer_list_keeps_a_layer_of_each_kind_and_the_count_grows_to_hold_them() -> None:
+    # A hybrid whose first two layers are convolutions still gets its attention layers.
+    from tools.census.models import _tiny_values
+
+    kinds = ["conv", "conv", "full_attention", "conv", "sliding_attention", "conv"]
+    values = _tiny_values(_config(num_hidden_layers=6, layer_types=kinds))
+    assert values["layer_types"] == ["conv", "sliding_attention", "full_attention"]
+    assert values["num_hidden_layers"] == 3
+    # Every per-layer list of kinds takes the grown count.
+    values = _tiny_values(_config(num_hidden_layers=6, layer_types=kinds, mlp_layer_types=["dense"] + ["sparse"] * 5))
+    assert len(values["layer_types"]) == len(values["mlp_layer_types"]) == values["num_hidden_layers"] == 3
+    assert values["mlp_layer_types"] == ["dense", "sparse", "sparse"]
+
+
+def test_twice_a_width_stays_twice_it() -> None:
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(hidden_size=2560, attention_hidden_size=5120))
+    assert values["attention_hidden_size"] == 2 * values["hidden_size"] == 64
+    # Another size four times a width is a sum of widths, not a multiple (XCodec).
+    assert "codebook_dim" not in _tiny_values(_config(hidden_size=256, codebook_dim=1024))
+
+
+def test_a_mamba_mixer_keeps_expand_times_width_equal_to_heads_times_head_size() -> None:
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(hidden_size=4096, mamba_expand=2, mamba_n_heads=128, mamba_d_head=64))
+    assert 2 * values["hidden_size"] == values["mamba_n_heads"] * values["mamba_d_head"]
+
+
+def test_a_model_over_the_cap_is_counted_without_being_built() -> None:
+    # Sizes that do not fit a config leave its defaults, some of billions of parameters:
+    # counted on the meta device, such a model takes no memory.
+    pytest.importorskip("transformers")
+    from tools.census.models import Entry, TooLarge, build_transformers_model
+
+    entry = Entry("gpt2:GPT2Model", "transformers", "gpt2", "GPT2Model")
+    with pytest.raises(TooLarge) as raised:
+        build_transformers_model(entry, max_parameters=1000)
+    model, _ = build_transformers_model(entry, max_parameters=raised.value.parameters)
+    assert sum(parameter.numel() for parameter in model.parameters()) == raised.value.parameters
+    assert next(model.parameters()).device.type == "cpu"
+
+
+def test_routing_picks_no_more_experts_than_there_are_in_groups_of_two_at_least() -> None:
+    from tools.census.models import _tiny_values
+
+    values = _tiny_values(_config(n_routed_experts=256, num_experts_per_tok=8, n_group=8, topk_group=4))
+    assert values["n_routed_experts"] == 4 and values["num_experts_per_tok"] == 4
+    assert values["n_routed_experts"] // values["n_group"] >= 2
+    assert values["topk_group"] <= values["n_group"]
+
+
+def test_multi_head_attention_stays_multi_head() -> None:
+    from tools.census.models import _tiny_values
+
+    assert _tiny_values(_config(num_attention_heads=64, num_key_value_heads=64))["num_key_value_heads"] == 4
+    assert _tiny_values(_config(num_attention_heads=32, num_key_value_heads=8))["num_key_value_heads"] == 2
+    assert _tiny_values(_config(num_attention_heads=32, num_key_value_heads=None))["num_key_value_heads"] == 4
+
+
+def test_a_head_size_left_unset_is_the_width_over_the_heads() -> None:
+    from tools.census.models import _tiny_values
+
+    assert _tiny_values(_config(hidden_size=4096, num_attention_heads=32, head_dim=None))["head_dim"] == 8
+    assert _tiny_values(_config(vocab_size=None))["vocab_size"] == 100
+
+
+def test_rotary_sections_split_the_shrunk_heads_frequencies() -> None:
+    from tools.census.models import _tiny_values
+
+    rope = {"rope_type": "default", "mrope_section": [16, 24, 24]}
+    values = _tiny_values(_config(hidden_size=4096, num_attention_heads=32, rope_parameters=rope))
+    assert values["rope_parameters"]["mrope_section"] == [1, 1, 2]  # head 32 / 4 = 8: 4 frequencies
+    # A multimodal model's text config naming no sections gets them; a text-only one does not.
+    text = _config(hidden_size=4096, num_attention_heads=32, rope_parameters={"rope_type": "default"})
+    values = _tiny_values(_config(text_config=text, vision_config=_config(hidden_size=64)))
+    assert sum(values["text_config"]["rope_parameters"]["mrope_section"]) == 4
+    assert "rope_parameters" not in _tiny_values(text)
+    # That text config built on its own is still a multimodal model's.
+    alone = _config("fake_vl_text", hidden_size=4096, num_attention_heads=32, rope_parameters={"rope_type": "default"})
+    assert sum(_tiny_values(alone)["rope_parameters"]["mrope_section"]) == 4
+
+
+def test_a_value_a_config_cannot_default_is_given() -> None:
+    from tools.census.models import _tiny_values
+
+    assert _tiny_values(_config(prediction_length=None))["prediction_length"] == 4
+    assert "prediction_length" not in _tiny_values(_config(prediction_length=24))
+
+
+def test_an_override_names_its_model_type_and_wins() -> None:
+    from tools.census.models import OVERRIDES, _tiny_values
+
+    assert _tiny_values(_config("align", projection_dim=640))["projection_dim"] == OVERRIDES["align"]["projection_dim"]
+    assert _tiny_values(_config("other", projection_dim=640))["projection_dim"] == 32
+
+
+# ---------------------------------------------------------------------------------
+# Inputs sized from the config.
+# ---------------------------------------------------------------------------------
+
+
+class _Forward:
+    """A model whose forward takes the given names, all optional."""
+
+    def __init__(self, *names: str) -> None:
+        import inspect
+
+        parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in names]
+        self.forward = lambda **kwargs: None
+        self.forward.__signature__ = inspect.Signature(parameters)
+
+
+def test_token_ids_stay_below_the_smallest_vocabulary() -> None:
+    from tools.census.models import make_inputs
+
+    config = _config(vocab_size=38)
+    ids = make_inputs(_Forward("input_ids"), config, "text")["input_ids"]
+    assert int(ids.max()) < 38
+
+
+def test_each_audio_shape_is_a_set_of_its_own_sized_from_the_config() -> None:
+    from tools.census.models import input_candidates, make_inputs
+
+    model = _Forward("input_values", "decoder_input_values")
+    codec = _config(audio_channels=2, upsampling_ratios=[8, 5, 4, 2])
+    assert input_candidates(model, codec) == ["waveform", "multichannel-waveform", "hidden-states"]
+    assert tuple(make_inputs(model, codec, "multichannel-waveform")["input_values"].shape) == (2, 2, 320 * 8)
+    # A codec that names no channels is mono, still (batch, channels, samples).
+    mono = make_inputs(model, _config(codebook_size=1024), "multichannel-waveform")["input_values"]
+    assert mono.shape[:2] == (2, 1)
+    spectrogram = _config(max_length=64, num_mel_bins=16)
+    assert "spectrogram" in input_candidates(model, spectrogram)
+    assert tuple(make_inputs(model, spectrogram, "spectrogram")["input_values"].shape) == (2, 64, 16)
+    states = make_inputs(model, _config(hidden_size=32), "hidden-states")
+    assert states["input_values"].shape[-1] == states["decoder_input_values"].shape[-1] == 32
+
+
+def test_a_time_series_covers_its_context_and_lags() -> None:
+    from tools.census.models import input_candidates, make_inputs
+
+    names = ("past_values", "past_time_features", "past_observed_mask", "future_values", "future_time_features")
+    model = _Forward(*names)
+    config = _config(prediction_length=4, context_length=6, lags_sequence=[1, 2, 7], num_time_features=1)
+    assert input_candidates(model, config) == ["time-series"]
+    inputs = make_inputs(model, config, "time-series")
+    assert tuple(inputs["past_values"].shape) == (2, 13) == tuple(inputs["past_observed_mask"].shape)
+    assert tuple(inputs["past_time_features"].shape) == (2, 13, 1)
+    assert tuple(inputs["future_values"].shape) == (2, 4)
+
+
+def test_speech_features_come_bins_first_or_frames_first() -> None:
+    from tools.census.models import input_candidates, make_inputs
+
+    model = _Forward("input_features")
+    config = _config(num_mel_bins=16, max_source_positions=8)
+    assert input_candidates(model, config) == ["speech-features", "frame-features"]
+    assert tuple(make_inputs(model, config, "speech-features")["input_features"].shape) == (2, 16, 16)
+    assert tuple(make_inputs(model, config, "frame-features")["input_features"].shape) == (2, 16, 16)
+    config = _config(num_mel_bins=16, max_source_positions=4)
+    assert tuple(make_inputs(model, config, "frame-features")["input_features"].shape) == (2, 8, 16)
+
+
+def test_a_series_of_counted_channels_has_a_channel_axis() -> None:
+    from tools.census.models import make_inputs
+
+    model = _Forward("past_values")
+    config = _config(prediction_length=4, context_length=32, num_input_channels=1)
+    assert tuple(make_inputs(model, config, "time-series")["past_values"].shape) == (2, 32, 1)

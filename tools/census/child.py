@@ -30,6 +30,7 @@ from benchmarks.training import CountingBackend, seed_every_generator
 from benchmarks.training import main_tensor as _main_tensor
 from tools.census.models import (
     Entry,
+    TooLarge,
     build_transformers_model,
     input_candidates,
     make_inputs,
@@ -153,8 +154,11 @@ def _build(entry: Entry, max_parameters: int, result: dict):
         model, inputs = load_model_file(entry.path).build()
         result["input_set"] = "build()"
         return model, inputs, None
-    model, config = build_transformers_model(entry)
-    result["parameters"] = parameter_count(model)
+    try:
+        model, config = build_transformers_model(entry, max_parameters)
+        result["parameters"] = parameter_count(model)
+    except TooLarge as too_large:
+        result["parameters"] = too_large.parameters
     if result["parameters"] > max_parameters:
         result["status"] = "skipped"
         result["reason"] = f"{result['parameters']} parameters > the cap of {max_parameters}"
