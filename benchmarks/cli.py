@@ -198,7 +198,8 @@ def _bench(argv: list[str]) -> int:
         else:
             run = run_suite(models, options)
     if args.json:
-        _write(args.json, json.dumps(run, indent=1, default=str) + "\n")
+        # Compact: the results pages keep these runs in docs/, where size counts.
+        _write(args.json, json.dumps(run, separators=(",", ":"), default=str) + "\n")
     if args.markdown:
         _write(args.markdown, report.render_markdown(run, title=args.title))
     if args.plot and report.training_only(run):

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -198,12 +199,29 @@ def _rewrite_seconds(model) -> dict:
     }
 
 
+_GB_ID = re.compile(r"gb\d{4}")
+# Dynamo's words for a break type, the same for every record of that type: its
+# registry (or ``graphmend rule``) gives them back from the graph-break id.
+_TEXT_OF_THE_TYPE = ("explanation", "hints", "reference")
+
+
+def break_row(record) -> dict:
+    """One break record as a result row: where it happened, its type, graph-break id and
+    category (``GraphBreakRecord.summary`` without the texts its id stands for)."""
+    row = record.summary()
+    match = _GB_ID.search(row.get("reference") or "")
+    row["gb_id"] = match.group(0) if match else None
+    for key in _TEXT_OF_THE_TYPE:
+        row.pop(key, None)
+    return row
+
+
 def count_fields(count) -> dict:
     """A break count as the result's fields: graphs, breaks, frames skipped, Dynamo's
     reasons and records of each break, their categories, the recompilations."""
     from benchmarks.categories import count_categories
 
-    rows = [record.summary() for record in count.records]
+    rows = [break_row(record) for record in count.records]
     return {
         "graphs": count.graphs,
         "breaks": count.breaks,

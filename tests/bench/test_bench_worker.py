@@ -292,3 +292,22 @@ def test_the_runner_passes_the_steady_window_to_each_timing_worker(monkeypatch, 
     assert result["exit_status"] == "timeout"
     command = commands[0]
     assert command[command.index("--steady-calls") + 1] == "37"
+
+
+def test_a_break_row_keeps_the_place_type_and_id_not_the_texts_of_the_type():
+    from benchmarks.worker import break_row
+
+    class Record:
+        def summary(self):
+            return {
+                "file": "m.py", "line": 3, "function": "f", "source": "print(x)",
+                "gb_type": "Unsupported builtin", "explanation": "long text",
+                "hints": ["a hint"], "reference": "https://example/gb/gb0123.html",
+                "cause": None, "skips_frame": False, "category": "LC",
+            }
+
+    assert break_row(Record()) == {
+        "file": "m.py", "line": 3, "function": "f", "source": "print(x)",
+        "gb_type": "Unsupported builtin", "gb_id": "gb0123",
+        "cause": None, "skips_frame": False, "category": "LC",
+    }

@@ -21,7 +21,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import sys
 import time
 import traceback
@@ -36,8 +35,6 @@ from tools.census.models import (
     make_inputs,
     parameter_count,
 )
-
-_GB_ID = re.compile(r"gb\d{4}")
 
 
 def _headline(error: BaseException) -> str:
@@ -92,14 +89,9 @@ def _call(function, model, inputs: dict, mode: str, result: dict, prefix: str) -
 
 
 def break_rows(count) -> list[dict]:
-    rows = []
-    for record in count.records:
-        row = record.summary()
-        match = _GB_ID.search(row.get("reference") or "")
-        row["gb_id"] = match.group(0) if match else None
-        row.pop("hints", None)
-        rows.append(row)
-    return rows
+    from benchmarks.worker import break_row
+
+    return [break_row(record) for record in count.records]
 
 
 def measure_model(model, inputs: dict, mode: str, backend: str, result: dict) -> None:
