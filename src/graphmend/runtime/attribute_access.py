@@ -24,7 +24,7 @@ import torch
 from graphmend.core.legality import failed
 from graphmend.runtime import claims, trace_decisions
 from graphmend.runtime.selection import PLAIN_TENSOR_TYPES
-from graphmend.torch_adapter.tracing import comptime
+from graphmend.torch_adapter.tracing import comptime, realized
 
 _MISSING = object()
 
@@ -150,9 +150,7 @@ def _traced_object(variable):
     """The object a TorchDynamo variable stands for, or the type of a traced tensor."""
     from graphmend.torch_adapter.tracing import TensorVariable
 
-    realize = getattr(variable, "realize", None)
-    if realize is not None:
-        variable = realize()
+    variable = realized(variable)
     if isinstance(variable, TensorVariable):
         return _InstanceOf(variable.python_type())
     if variable.is_python_constant():

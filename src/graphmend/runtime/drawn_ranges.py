@@ -35,7 +35,7 @@ import torch
 
 from graphmend.core.legality import failed
 from graphmend.runtime import claims, trace_decisions
-from graphmend.torch_adapter.tracing import comptime
+from graphmend.torch_adapter.tracing import comptime, realized
 
 # Dtypes whose draws stay below 1.0.
 _BELOW_ONE = (torch.float32, torch.float64)
@@ -52,16 +52,9 @@ def decided(left, right, operator_name: str, drawn_on_left: bool):
     return answer
 
 
-def _variable(variable):
-    """TorchDynamo's variable itself, built where it is still lazy (reading a module's
-    attribute): its guard is then installed, so a call with another value traces again."""
-    realize = getattr(variable, "realize", None)
-    return realize() if realize is not None else variable
-
-
 def _decide(context) -> None:
     trace_decisions.decide_in_trace(
-        context, "answer", ("left", "right", "operator_name", "drawn_on_left"), _answer, read=_variable,
+        context, "answer", ("left", "right", "operator_name", "drawn_on_left"), _answer, read=realized,
     )
 
 

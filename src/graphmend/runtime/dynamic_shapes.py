@@ -34,7 +34,7 @@ from graphmend.runtime import claims, expert_calls, trace_decisions
 from graphmend.runtime.selection import is_plain_tensor
 from graphmend.runtime.store import store
 from graphmend.torch_adapter import ops
-from graphmend.torch_adapter.tracing import comptime, translator_of
+from graphmend.torch_adapter.tracing import comptime, realized, translator_of
 
 
 def sizes_made() -> int:
@@ -205,9 +205,7 @@ def _module_node_or_constant(variable):
     value = getattr(variable, "value", None)
     if isinstance(value, torch.nn.Module):
         return value
-    realize = getattr(variable, "realize", None)  # a graph input TorchDynamo has not built yet
-    if realize is not None:
-        variable = realize()
+    variable = realized(variable)
     if type(variable) is TensorVariable:
         return variable.as_proxy().node
     return variable.as_python_constant()

@@ -48,7 +48,7 @@ from graphmend.core.legality import failed
 from graphmend.runtime import claims, operators
 from graphmend.runtime.selection import PLAIN_TENSOR_TYPES
 from graphmend.runtime.trace_decisions import decide_in_trace, user_site
-from graphmend.torch_adapter.tracing import comptime
+from graphmend.torch_adapter.tracing import comptime, realized
 
 # key -> (arms, owner, name, arguments, layout): what each compiled operator performs.
 _CHOICES: dict[int, tuple] = {}
@@ -190,7 +190,7 @@ def _register(translator, arms, owner, name, arguments, template, also_written, 
         return _refusal_number(reason)
     guards.install_guards(*((source, guards.IDENTITY) for source in _identity_sources(owner, arguments)))
     site = user_site(translator)
-    owner_name = guards.source_name(owner.realize() if hasattr(owner, "realize") else owner)
+    owner_name = guards.source_name(realized(owner))
     if site is None or owner_name is None:
         return -1
     sites = getattr(translator.output, STAND_IN_SITES_ATTRIBUTE, None)
@@ -214,17 +214,12 @@ def _register(translator, arms, owner, name, arguments, template, also_written, 
 
 
 def _guarded_object(variable):
-    realize = getattr(variable, "realize", None)
-    if realize is not None:
-        variable = realize()
-    return variable.value
+    return realized(variable).value
 
 
 def _identity_sources(owner, arguments) -> list:
     sources = []
-    for item in [owner, *arguments.items]:
-        realize = getattr(item, "realize", None)
-        item = realize() if realize is not None else item
+    for item in map(realized, [owner, *arguments.items]):
         if not item.is_python_constant():
             sources.append(item.source)
     return sources
@@ -247,8 +242,7 @@ def why_not_fixed_in_trace(arms, owner, arguments) -> str | None:
     for item in [owner, *getattr(arguments, "items", [None])]:
         if item is None:
             return failed("W211", "the arms' arguments are not a tuple of the trace")
-        realize = getattr(item, "realize", None)
-        item = realize() if realize is not None else item
+        item = realized(item)
         if isinstance(item, TensorVariable):
             return failed("W211", "the arms read a tensor, whose value only the graph has")
         if item.is_python_constant():
@@ -294,8 +288,7 @@ def arms_read_nothing_the_trace_wrote(translator, variables) -> str | None:
 
     written = torch_adapter.pending_write_sources(translator.output)
     for variable in variables:
-        realize = getattr(variable, "realize", None)
-        variable = realize() if realize is not None else variable
+        variable = realized(variable)
         if variable.is_python_constant():
             continue
         root = guards.source_name(variable)

@@ -353,7 +353,7 @@ def drop_stand_in_writes(output, is_stand_in, graph_break: bool) -> str | None:
             for key, value in list(variable.items.items()):
                 if not is_stand_in(value):
                     continue
-                original = variable.original_items.get(key.vt) if key.vt in variable.original_items else None
+                original = variable.original_items.get(key.vt)
                 if original is None:
                     return "the trace stored the stand-in where no value was before"
                 variable.items[key] = original
@@ -366,6 +366,7 @@ def drop_stand_in_writes(output, is_stand_in, graph_break: bool) -> str | None:
         for value in list(getattr(variable, "items", None) or []):
             if is_stand_in(value):
                 return "the trace keeps the stand-in in a container"
+
     def holds(value, depth: int = 0) -> bool:
         if is_stand_in(value):
             return True

@@ -28,6 +28,7 @@ __all__ = [
     "disable_wrapper_code",
     "eval_frame_callback",
     "graph_breaks_nest",
+    "realized",
     "reorders_logging_calls",
     "resume_function_origins",
     "root_translator",
@@ -62,6 +63,14 @@ def root_translator():
     except ImportError:  # pragma: no cover - another torch
         return None
     return getattr(tls, "current_tx", None)
+
+
+def realized(variable):
+    """TorchDynamo's variable itself, built where it is still lazy (a module's attribute, a
+    graph input not built yet): its guard is then installed, so a call with another
+    value traces again."""
+    realize = getattr(variable, "realize", None)
+    return realize() if realize is not None else variable
 
 
 def constant_variable(value):

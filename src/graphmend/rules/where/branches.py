@@ -131,7 +131,6 @@ from graphmend.rules.where.memoized import attribute_missing_test
 RULE = "Where"
 
 
-
 class Decline(Exception):
     pass
 
