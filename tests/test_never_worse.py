@@ -554,3 +554,55 @@ def test_a_claim_joining_a_graph_less_part_that_keeps_its_break_is_undone():
     original.SEEN.clear()
     mended.SEEN.clear()
     assert_equivalent(original.f, mended.f, torch.ones(3), backends=("eager", "aot_eager"))
+
+
+# A log call between two prints that keep their breaks (the first after print options
+# changed in the frame, the second before any op, reading a module global): joined, it
+# is a graph of graphmend's operators alone, where the original's stretch between the
+# prints computed nothing and compiled no graph (fuzz seed 740041: 2 graphs became 3).
+OUTPUT_ALONE_BETWEEN_KEPT_BREAKS = """
+import logging
+import torch
+
+logger = logging.getLogger("graphmend.tests.output_alone")
+COUNT = 0
+
+def f(x, y):
+    torch.set_printoptions(precision=3)
+    print("scaled", y * 1.5)
+    logger.warning("shape %s", x.shape)
+    print(f"count {COUNT + y.shape[-1]}")
+    return torch.sigmoid(x)
+"""
+
+
+def test_a_graph_of_graphmends_operators_alone_keeps_the_original_breaks():
+    reset()
+    original, mended, _ = original_and_mended(OUTPUT_ALONE_BETWEEN_KEPT_BREAKS)
+    arguments = (torch.ones(3), torch.ones(3))
+    try:
+        before = graphs_and_breaks(original.f, *arguments)
+        after = graphs_and_breaks(mended.f, *arguments)
+        assert before == (2, 3)
+        assert after == before
+        assert "G315" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+        assert_equivalent(original.f, mended.f, *arguments, backends=("eager", "aot_eager"))
+    finally:
+        torch.set_printoptions(profile="default")
+
+
+def test_an_output_joined_to_an_op_of_the_program_stays_claimed():
+    """G315's must-not row: with an op of the program's after the log call, the graph
+    holds more than graphmend's operators, and it saves breaks."""
+    reset()
+    source = OUTPUT_ALONE_BETWEEN_KEPT_BREAKS.replace(
+        'logger.warning("shape %s", x.shape)', 'logger.warning("shape %s", x.shape)\n    x = x + 1'
+    )
+    original, mended, _ = original_and_mended(source)
+    arguments = (torch.ones(3), torch.ones(3))
+    try:
+        assert graphs_and_breaks(original.f, *arguments) == (3, 3)
+        assert graphs_and_breaks(mended.f, *arguments) == (2, 1)
+        assert "G315" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    finally:
+        torch.set_printoptions(profile="default")

@@ -418,6 +418,10 @@ _CONDITIONS = (
     (_G, WHOLE_TRACE, "G314", "backend_compiles_the_joined_graph",
      "graphmend.runtime.whole_trace_conditions:backend_compiles_the_joined_graph",
      "the backend compiles the joined graph (else the frame is traced again with the breaks)"),
+    (_G, WHOLE_TRACE, "G315", "graph_holds_an_op_of_the_program",
+     "graphmend.runtime.whole_trace_conditions:graph_holds_an_op_of_the_program",
+     "the joined graph computes something of the program's own, not only graphmend's operators "
+     "(a graph of those alone is one the original did not compile)"),
 )
 
 

@@ -63,6 +63,14 @@ def _aten_packet_is_seeded(name: str) -> bool:
     return any(_SEEDED in getattr(packet, overload).tags for overload in packet.overloads())
 
 
+def is_graphmend_operator(node) -> bool:
+    """Whether an FX node calls one of graphmend's own operators (``graphmend::*``)."""
+    target = node.target
+    return getattr(target, "namespace", None) == operators.NAMESPACE or str(target).startswith(
+        f"{operators.NAMESPACE}."
+    )
+
+
 def draws_random_numbers(node, output=None) -> bool:
     """Whether an FX node of TorchDynamo's graph draws from a random generator, by the
     ``nondeterministic_seeded`` tag of the ATen operator of the same name (torch
@@ -83,7 +91,7 @@ def draws_random_numbers(node, output=None) -> bool:
         if isinstance(module, (*ops.dropout_module_types(), torch.nn.RReLU)):
             return bool(module.training) and getattr(module, "p", 1) != 0
         return module is None
-    if getattr(target, "namespace", None) == operators.NAMESPACE or str(target).startswith(f"{operators.NAMESPACE}."):
+    if is_graphmend_operator(node):
         return False  # graphmend's own operators, tagged seeded only to run when the graph runs
     if node.op == "call_function" and getattr(target, "_nondeterministic_seeded", False):
         return True

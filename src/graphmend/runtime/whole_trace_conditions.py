@@ -30,7 +30,9 @@ graph (by the hooks of ``graphmend.runtime.trace_hooks``):
   (``rest_of_eager_frame_compiles_whole``);
 - a ``.item()`` kept as a tensor has no check that reads it lowered in the same graph
   (``items_stay_with_lowered_checks``);
-- the backend compiles the joined graph (``backend_compiles_the_joined_graph``).
+- the backend compiles the joined graph (``backend_compiles_the_joined_graph``);
+- the graph computes something of the program's own, not only graphmend's operators
+  (``graph_holds_an_op_of_the_program``).
 
 ``whole_trace_refusals`` applies them, in order, to a trace's claims. Each is registered
 in ``graphmend.core.legality`` by its ``module:function``.
@@ -69,11 +71,13 @@ from graphmend.runtime.graph_inspection import (
     computed_nodes,
     draw_positions,
     inputs_written_in_place,
+    is_graphmend_operator,
     known_contiguous,
     records_autograd,
     tensors_requiring_grad,
     unbacked_symbols,
 )
+from graphmend.runtime.resumable_states import made_by_the_runtime
 from graphmend.runtime.store import store
 from graphmend.torch_adapter import ops
 from graphmend.torch_adapter.tracing import autocast_in_trace, rng_ops_are_functionalized
@@ -657,6 +661,22 @@ def captured_sizes_decide_no_break(output, translator, claims, graph_break: bool
     return None
 
 
+def graph_holds_an_op_of_the_program(output) -> str | None:
+    """A graph whose only calls are graphmend's own (its operators for an output, a
+    guard, a message, moved in from between two breaks the mended frame keeps, and the
+    operands its runtime makes for them) is one the original never compiled: where it
+    broke, a stretch of the frame that computes nothing makes no graph. Joining there
+    removes breaks but adds a graph (fuzz seed 740041: a log call between two prints
+    that keep their breaks, 2 graphs became 3), so the claims keep their breaks and the
+    frame compiles as the original's."""
+    calls = computed_nodes(output)
+    if not calls or not all(is_graphmend_operator(node) or made_by_the_runtime(node) for node in calls):
+        return None
+    return failed(
+        "G315", "the joined graph would hold only graphmend's operators, a graph the original did not compile"
+    )
+
+
 def refused_capture_reason(claims) -> str | None:
     """Why the first capture claim of a trace was refused since it was made, if one was."""
     for claim in claims.values():
@@ -713,6 +733,9 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
     undone = [(site, ALWAYS, reason) for site, reason in undone_in_trace(output).items() if site in claims]
     if undone:
         return undone
+    only_ours = graph_holds_an_op_of_the_program(output)
+    if only_ours is not None:
+        return [(site, ALWAYS, only_ours) for site in claims]
     stopped = merged_branches_were_traced(output, claims)
     if stopped:
         reason = failed("C302", "TorchDynamo broke the graph at the branch's `torch.cond`")
