@@ -606,3 +606,4 @@ def test_an_output_joined_to_an_op_of_the_program_stays_claimed():
         assert "G315" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
     finally:
         torch.set_printoptions(profile="default")
+

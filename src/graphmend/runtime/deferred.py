@@ -49,7 +49,10 @@ from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS  # noqa: F401 - re
 from graphmend.runtime.output_decisions import register, text_fixed_at_the_call
 from graphmend.runtime.output_effects import LOG_METHOD, LOG_RECORD, PRINT, WARNING, perform
 from graphmend.runtime.output_guards import (
+    drop_held_guards,
+    hold_guards_until_decided,
     identity_guarded_on,
+    install_held_guards,
     log_chain_guarded,
     print_receiver,
     warning_display_guarded,
@@ -118,13 +121,16 @@ def print_in_graph(args: tuple, kwargs: dict, item_reads: tuple = ()):
     ``print`` with eagerly (or, with ``item_reads``, to make the original call again)."""
     printed = dict(kwargs)
     target = printed.pop("file", None)
-    if target is None:
-        # Read while traced, so that TorchDynamo guards on the type of ``sys.stdout``:
-        # whether the stream's ``write`` is code traced code may also write through is
-        # decided on it, and a program may swap the stream between calls.
-        type(sys.stdout)
+    hold_guards_until_decided()
     if _record(PRINT, target, (), args, printed, item_reads) is _IN_GRAPH:
+        install_held_guards()
+        if target is None:
+            # Read while traced, so that TorchDynamo guards on the type of ``sys.stdout``:
+            # whether the stream's ``write`` is code traced code may also write through is
+            # decided on it, and a program may swap the stream between calls.
+            type(sys.stdout)
         return _IN_GRAPH
+    drop_held_guards()
     return args, kwargs
 
 
@@ -137,19 +143,34 @@ def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, 
     methods such as transformers' ``warning_once``, which are performed by calling
     the method itself so that their own once-only bookkeeping stays what it was.
     """
+    hold_guards_until_decided()
     if not log_chain_guarded(logger, method_name):
+        drop_held_guards()
         return args, kwargs
     if level is None:
-        return _record(LOG_METHOD, logger, (method_name,), args, kwargs, item_reads)
-    return _record(LOG_RECORD, logger, (level, location), args, kwargs, item_reads)
+        recorded = _record(LOG_METHOD, logger, (method_name,), args, kwargs, item_reads)
+    else:
+        recorded = _record(LOG_RECORD, logger, (level, location), args, kwargs, item_reads)
+    if recorded is _IN_GRAPH:
+        install_held_guards()
+    else:
+        drop_held_guards()
+    return recorded
 
 
 def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
     """``warnings.warn`` at ``location`` inside the graph: ``()``, or ``(args, kwargs)``
     to call it with eagerly."""
+    hold_guards_until_decided()
     if not warning_display_guarded():
+        drop_held_guards()
         return args, kwargs
-    return _record(WARNING, None, location, args, kwargs)
+    recorded = _record(WARNING, None, location, args, kwargs)
+    if recorded is _IN_GRAPH:
+        install_held_guards()
+    else:
+        drop_held_guards()
+    return recorded
 
 
 # Code that an earlier ``graphmend fix`` wrote into users' files calls these three,

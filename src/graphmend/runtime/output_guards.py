@@ -7,6 +7,13 @@ through ``comptime``, installs the guards on what the decision read
 (``graphmend.torch_adapter.guards``): by type and mark where a program makes a new
 object of the same kind for each call, so that the graph is reused as the original's
 graphs were.
+
+The guards are held while the call is decided (``hold_guards_until_decided``) and
+installed only when it goes into the graph (``install_held_guards``): a call that keeps
+its break runs as the original's does whatever later calls find, and a guard taken for
+it alone made the frame compile again where the original's did not (a log call with no
+handler, guarded on the type of ``sys.stderr``, which the program swaps between calls:
+fuzz seed 740118, one more break).
 """
 
 from __future__ import annotations
@@ -22,10 +29,60 @@ from graphmend.runtime.output_decisions import (
     loggers_reached,
 )
 from graphmend.runtime.output_effects import STANDARD_STREAMS
-from graphmend.runtime.trace_decisions import decide_in_trace
-from graphmend.torch_adapter.tracing import comptime, disable_wrapper_code
+from graphmend.runtime.trace_decisions import current_translator, decide_in_trace
+from graphmend.torch_adapter.tracing import comptime, disable_wrapper_code, translator_of
 
 _NOT_A_STANDARD_STREAM = "elsewhere"
+_HELD_ATTRIBUTE = "_graphmend_output_guards_held"
+
+
+def _install(*guarded) -> None:
+    """Install ``guarded`` ((source, kind) pairs), or hold them while an output call is
+    decided. The holder is TorchDynamo's output graph of the trace: a trace started
+    again (a break, a refused claim) starts with nothing held."""
+    from graphmend.torch_adapter import guards
+
+    held = getattr(getattr(current_translator(), "output", None), _HELD_ATTRIBUTE, None)
+    if held is None:
+        guards.install_guards(*guarded)
+    else:
+        held.extend(guarded)
+
+
+def hold_guards_until_decided() -> None:
+    """While traced: hold the guards the output call's decision takes."""
+    comptime(_start_holding)
+
+
+def install_held_guards() -> None:
+    """While traced: the call went into the graph; install the guards held for it."""
+    comptime(_install_held)
+
+
+def drop_held_guards() -> None:
+    """While traced: the call keeps its break; the guards held for it are not needed."""
+    comptime(_drop_held)
+
+
+def _start_holding(context) -> None:
+    setattr(translator_of(context).output, _HELD_ATTRIBUTE, [])
+
+
+def _install_held(context) -> None:
+    from graphmend.torch_adapter import guards
+
+    output = translator_of(context).output
+    held = getattr(output, _HELD_ATTRIBUTE, None) or []
+    if hasattr(output, _HELD_ATTRIBUTE):
+        delattr(output, _HELD_ATTRIBUTE)
+    if held:
+        guards.install_guards(*held)
+
+
+def _drop_held(context) -> None:
+    output = translator_of(context).output
+    if hasattr(output, _HELD_ATTRIBUTE):
+        delattr(output, _HELD_ATTRIBUTE)
 
 
 def print_receiver(target):
@@ -73,7 +130,7 @@ def _print_receiver_read(translator, variable) -> str | None:
         return None
     if holder is not sys or value is not getattr(sys, source.member):
         return None
-    guards.install_guards((source.base, guards.IDENTITY), (source, guards.TYPE))
+    _install((source.base, guards.IDENTITY), (source, guards.TYPE))
     return source.member
 
 
@@ -107,7 +164,7 @@ def _identity_read_while_traced(translator, variable) -> int | None:
     source = getattr(variable, "source", None)
     if value is _NO_VALUE or source is None:
         return None
-    guards.install_guards((source, guards.IDENTITY))
+    _install((source, guards.IDENTITY))
     return id(value)
 
 
@@ -169,7 +226,7 @@ def _guard_on_the_log_chain(translator, variable, method_variable) -> bool:
         guards += [(attribute_source(module_source("logging"), "lastResort"), dynamo.IDENTITY),
                    (attribute_source(module_source("sys"), "stderr"), dynamo.TYPE)]
     for guarded in guards:
-        dynamo.install_guards(guarded)
+        _install(guarded)
     return True
 
 
@@ -219,7 +276,7 @@ def _is_a_disable_wrapper(function) -> bool:
 
 def _guard_on_the_warning_display(translator) -> bool:
     from graphmend.torch_adapter import guards as dynamo
-    from graphmend.torch_adapter.guards import attribute_source, install_guards
+    from graphmend.torch_adapter.guards import attribute_source
 
     module = dynamo.module_source("warnings")
     shown = attribute_source(module, "showwarning")
@@ -230,11 +287,11 @@ def _guard_on_the_warning_display(translator) -> bool:
         # ``showwarning``) keeps the graph, where a guard on the function dropped it once
         # the function was freed, and the frame compiled again on every call, recording
         # its breaks each time (the original compiled once).
-        install_guards((attribute_source(shown, "__code__"), dynamo.IDENTITY))
-        install_guards((attribute_source(shown, "_torchdynamo_disable"), dynamo.CONSTANT))
+        _install((attribute_source(shown, "__code__"), dynamo.IDENTITY))
+        _install((attribute_source(shown, "_torchdynamo_disable"), dynamo.CONSTANT))
     else:
-        install_guards((shown, dynamo.IDENTITY))
-    install_guards((attribute_source(dynamo.module_source("sys"), "stderr"), dynamo.TYPE))
+        _install((shown, dynamo.IDENTITY))
+    _install((attribute_source(dynamo.module_source("sys"), "stderr"), dynamo.TYPE))
     display = attribute_source(attribute_source(module, "_showwarnmsg_impl"), "__module__")
-    install_guards((display, dynamo.CONSTANT))
+    _install((display, dynamo.CONSTANT))
     return True
