@@ -129,6 +129,19 @@ def test_comparison_names_the_differing_outputs_and_gradients() -> None:
     }
 
 
+def test_an_original_that_differs_from_call_to_call_is_not_compared() -> None:
+    """A model seeding itself from the system's entropy (reformer's reversible layers in
+    training) differs between two seeded calls of the original: its arms differ too,
+    and that is no difference of graphmend's."""
+    original = {"eager_outputs": {"output.logits": "aa"}, "varies_between_calls": True}
+    mended = {"eager_outputs": {"output.logits": "bb"}}
+    verdict = compare(original, mended)
+    assert list(verdict) == ["not_comparable"]
+    rows = _rows("a", breaks=(1, 1), identical=verdict)
+    summary = summarise(rows)
+    assert (summary["totals"]["differs"], summary["totals"]["not_comparable"]) == (0, 1)
+
+
 def test_summary_counts_per_model_and_cause_and_flags_worse_and_differing() -> None:
     rows = (
         _rows("a", breaks=(2, 0))

@@ -102,6 +102,8 @@ CHOSEN_OF = {
 }
 # Groups that must divide a set, two members a group at least: expert groups.
 GROUPS_OF = {"n_group": ("num_experts", "num_local_experts", "n_routed_experts")}
+BATCH, LENGTH = 2, 8
+
 # Sizes no general rule above keeps tied: config model type -> attribute -> value, each
 # with its reason. Applied last, over everything else.
 OVERRIDES = {
@@ -110,12 +112,13 @@ OVERRIDES = {
     "align": {"projection_dim": 160},
     # Its position ids count the tokens that are not padding: it needs a padding id.
     "esm": {"pad_token_id": 1},
+    # In training its axial position embeddings must factor the sequence length exactly.
+    "reformer": {"axial_pos_shape": [2, LENGTH // 2]},
 }
 # Values some configs refuse to build without (no default): the value given.
 REQUIRED_VALUES = {"prediction_length": 4, "vocab_size": VOCABULARY}
 SPECIAL_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
-BATCH, LENGTH = 2, 8
 
 
 @dataclass(frozen=True)

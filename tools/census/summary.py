@@ -94,6 +94,7 @@ def summarise(rows: list[dict]) -> dict:
         if not both:
             continue
         totals["counted"] += 1
+        totals["not_comparable"] += "not_comparable" in (mended.get("identical") or {})
         totals["breaks_original"] += original["breaks"]
         totals["breaks_graphmend"] += mended["breaks"]
         totals["breaking_original"] += original["breaks"] > 0
@@ -146,7 +147,8 @@ def text_report(summary: dict, top: int = 10) -> str:
         f"models that break {totals.get('breaking_original', 0)} -> {totals.get('breaking_graphmend', 0)}; "
         f"whole {totals.get('whole_original', 0)} -> {totals.get('whole_graphmend', 0)} "
         f"(made whole {totals.get('made_whole', 0)}); worse {totals.get('worse', 0)}; "
-        f"output/gradient differences {totals.get('differs', 0)}",
+        f"output/gradient differences {totals.get('differs', 0)}"
+        f" (not comparable: {totals.get('not_comparable', 0)})",
     ]
     for model in summary["models"]:
         if model["differs"] or model["worse"]:
