@@ -607,3 +607,60 @@ def test_an_output_joined_to_an_op_of_the_program_stays_claimed():
     finally:
         torch.set_printoptions(profile="default")
 
+
+
+# Both paths of a branch that keeps its break compute nothing before the print after
+# the ``if``: the original broke at the print on each path and shared the code after
+# it, one resume function compiled once; joined, each path compiled that code into a
+# graph of its own (fuzz seed 740054: one graph more).
+PRINT_WHERE_THE_PATHS_OF_A_BRANCH_MEET = """
+import torch
+
+def f(x, y):
+    if y.mean() < 0:
+        z = x
+    else:
+        z = y
+    print("chosen", z is x)
+    return (z * 2).sin()
+"""
+
+
+def _graphs_and_breaks_on_both_paths(module) -> tuple[int, int]:
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(module.f, backend=backend)
+    with contextlib.redirect_stdout(io.StringIO()), recording_graph_breaks() as records:
+        for sign in (1.0, -1.0):
+            compiled(torch.ones(3), torch.ones(3) * sign)
+    return backend.graphs, len(records.breaks)
+
+
+def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break():
+    reset()
+    original, mended, _ = original_and_mended(PRINT_WHERE_THE_PATHS_OF_A_BRANCH_MEET)
+    before = _graphs_and_breaks_on_both_paths(original)
+    after = _graphs_and_breaks_on_both_paths(mended)
+    assert before == (2, 3)
+    assert after == before
+    assert "G204" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    for sign in (1.0, -1.0):
+        assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3) * sign, backends=("eager", "aot_eager"))
+
+
+def test_an_output_on_one_path_of_a_branch_stays_claimed():
+    """G204's must-not row: a print inside one arm, with an op after it on that path, is
+    reached by that path alone; it joins the graph of that path."""
+    reset()
+    source = PRINT_WHERE_THE_PATHS_OF_A_BRANCH_MEET.replace(
+        "        z = x\n", '        z = x\n        print("chosen x")\n        z = z + 1\n'
+    )
+    original, mended, _ = original_and_mended(source)
+    before = _graphs_and_breaks_on_both_paths(original)
+    after = _graphs_and_breaks_on_both_paths(mended)
+    assert before == (3, 4)
+    assert after == (3, 2)
+    declined = {line: condition_id(reason) for (_file, line), reason in store.trace_time_declines.items()}
+    assert declined == {11: "G204"}

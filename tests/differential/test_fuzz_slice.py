@@ -267,6 +267,8 @@ PROGRAM_FINDINGS = {
     # graphmend's operators: one break fewer, one graph more (G315).
     740030: ("compiled:eager",),
     740063: ("compiled:eager",),
+    # A print after an ``if`` whose paths both compute nothing first (G204).
+    740054: ("compiled:eager",),
 }
 
 

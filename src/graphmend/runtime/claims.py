@@ -260,7 +260,11 @@ def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
     if claimable is None:
         return False
     translator, site = claimable
-    reason = no_global_value_guarded_before_the_first_op(translator) if kind == OUTPUT else None
+    reason = (
+        no_global_value_guarded_before_the_first_op(translator) or no_paths_of_a_branch_meet_before_the_first_op(translator)
+        if kind == OUTPUT
+        else None
+    )
     if reason is not None:
         store.trace_time_declines[site] = reason
         ops_before, _guarded, latest = getattr(translator.output, LATEST_CLAIM_ATTRIBUTE, (0, frozenset(), None))
@@ -307,6 +311,87 @@ def no_global_value_guarded_before_the_first_op(translator) -> str | None:
         "original compiled no graph there, and the mended frame would compile its whole graph again each "
         "time that value changes"
     )
+
+
+def no_paths_of_a_branch_meet_before_the_first_op(translator) -> str | None:
+    """Where the frame is TorchDynamo's resume function at one path of a branch that kept
+    its break, nothing is computed in it before the output call, and the other path of
+    the branch reaches the call too (the call follows the ``if``): the original broke at
+    the call on each path before any op, and the code after it was one resume function
+    that both paths shared, compiled once. Joined, that code is compiled again into the
+    graph of each path that reaches it (fuzz seed 740054: an alias chosen by
+    ``if y.mean() < 0`` and printed after the ``if``, one graph more). The call keeps
+    its break there; an output claimed before it on the same path then stands alone in
+    its graph, and keeps its break too (G315)."""
+    from graphmend.torch_adapter.tracing import resume_function_line
+
+    output = translator.output
+    if translator is not getattr(output, "root_tx", None):
+        return None
+    ops, _guarded = _ops_and_guarded_globals(output)
+    if ops:
+        return None
+    if resume_function_line(translator.f_code) is None or not paths_meet_at(translator.f_code, translator.lineno):
+        return None
+    return failed(
+        "G204",
+        "it follows the branch its frame resumes at, whose other path reaches it too, and nothing is "
+        "computed before it: the original shared the code after it between the paths, compiled once"
+    )
+
+
+_ENDS_FLOW = frozenset({
+    "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD", "JUMP_BACKWARD",
+    "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE", "JUMP",
+})
+
+
+def paths_meet_at(code, line: int) -> bool:
+    """Whether ``code``, a resume function, resumes at one way out of a conditional jump
+    (its prologue ends in a jump to that place), and both ways reach ``line`` without
+    passing the jump again (a loop's next turn is not the other path)."""
+    import dis
+
+    instructions = list(dis.get_instructions(code))
+    index_of = {instruction.offset: index for index, instruction in enumerate(instructions)}
+    entry = next((index_of.get(i.argval) for i in instructions if i.opname in _ENDS_FLOW and "JUMP" in i.opname), None)
+    goals = {
+        index for index, instruction in enumerate(instructions)
+        if instruction.positions is not None and instruction.positions.lineno == line
+    }
+    if entry is None or not goals:
+        return False
+
+    def successors(index: int) -> list[int]:
+        instruction = instructions[index]
+        following = []
+        if instruction.opcode in dis.hasjrel or instruction.opcode in dis.hasjabs:
+            target = index_of.get(instruction.argval)
+            if target is not None:
+                following.append(target)
+        if instruction.opname not in _ENDS_FLOW and index + 1 < len(instructions):
+            following.append(index + 1)
+        return following
+
+    def reaches(start: int, avoiding: int) -> bool:
+        seen, pending = {avoiding}, [start]
+        while pending:
+            index = pending.pop()
+            if index in goals:
+                return True
+            if index in seen:
+                continue
+            seen.add(index)
+            pending.extend(successors(index))
+        return False
+
+    for index, instruction in enumerate(instructions):
+        if "JUMP" not in instruction.opname or "_IF_" not in instruction.opname:
+            continue
+        ways = successors(index)
+        if entry in ways and len(ways) == 2 and all(reaches(way, index) for way in ways):
+            return True
+    return False
 
 
 def _claimable_user_site(translator):

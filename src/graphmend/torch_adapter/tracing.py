@@ -30,6 +30,7 @@ __all__ = [
     "graph_breaks_nest",
     "realized",
     "reorders_logging_calls",
+    "resume_function_line",
     "resume_function_origins",
     "root_translator",
     "run_outside_dynamo",
@@ -126,6 +127,18 @@ def resume_function_origins() -> dict:
     from torch._dynamo.resume_execution import ContinueExecutionCache
 
     return ContinueExecutionCache.generated_code_metadata
+
+
+def resume_function_line(code) -> int | None:
+    """The line of the code it resumes that a resume function of TorchDynamo's resumes
+    at (its name ends ``_at_<line>``), or None for other code."""
+    from torch._dynamo.resume_execution import TORCH_DYNAMO_RESUME_IN_PREFIX
+
+    name = code.co_name
+    if not name.startswith(TORCH_DYNAMO_RESUME_IN_PREFIX):
+        return None
+    _, _, line = name.rpartition("_at_")
+    return int(line) if line.isdigit() else None
 
 
 def backends_named(names) -> tuple:
