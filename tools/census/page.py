@@ -60,6 +60,9 @@ def _section(command: str, summary: dict) -> list[str]:
     if not_counted:
         lines += ["Not counted: " + ", ".join(f"{value} {status.replace('_', ' ')}"
                                                 for status, value in sorted(not_counted.items())) + ".", ""]
+    if totals.get("not_comparable"):
+        lines += [f"Outputs not compared: {totals['not_comparable']} (the original's own seeded calls "
+                  "differ from each other).", ""]
     breaking = [row for row in models if row.get("breaks") and any(row["breaks"])]
     if breaking:
         lines += ["| model | mode | breaks | graphs | whole |", "|---|---|---|---|---|"]
