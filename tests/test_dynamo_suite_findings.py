@@ -95,3 +95,55 @@ def test_graphmends_operators_are_no_random_draws():
         node = graph.call_function(target, (0, [], []))
         assert not draws_random_numbers(node)
     assert draws_random_numbers(graph.call_function(torch.ops.aten.rand.default, ([2],)))
+
+
+@pytest.fixture
+def graphmends_patches():
+    """graphmend's patches of torch on, as ``graphmend run`` has them, for one test."""
+    was_active = torch_adapter.active()
+    torch_adapter.activate()
+    try:
+        torch._dynamo.reset()
+        yield
+    finally:
+        torch._dynamo.reset()
+        if not was_active:
+            torch_adapter.deactivate()
+
+
+def _doubled(x, c=None):
+    if c is None:
+        c = 2
+    return c * x
+
+
+def _compiles_inside(x):
+    return torch.compile(_doubled, backend="eager")(x)
+
+
+def test_a_compiled_function_that_calls_torch_compile_compiles_whole(graphmends_patches):
+    """test_repros's test_torch_compile_in_compile_frame: TorchDynamo finds its rule for
+    a call of ``torch.compile`` by the function's identity; graphmend's ``torch.compile``
+    had none, and TorchDynamo traced into it and failed (``fullgraph=True``: an error
+    where the original compiled)."""
+    x = torch.randn(4)
+    result = torch.compile(_compiles_inside, backend="eager", fullgraph=True)(x)
+    assert torch.equal(result, _compiles_inside(x))
+
+
+@torch._dynamo.disable(recursive=False)
+def _not_traced_itself(x):
+    return x + (1 if torch.compiler.is_compiling() else 2)
+
+
+def _calls_a_nonrecursively_disabled_function(x):
+    return _not_traced_itself(x)
+
+
+def test_a_nonrecursively_disabled_function_runs_uncompiled(graphmends_patches):
+    """test_repros's test_listcomp: TorchDynamo leaves a frame uncompiled when its caller
+    is the wrapper of ``torch._dynamo.disable(recursive=False)``, found by walking up
+    past its own frames; graphmend's frame around ``ConvertFrame.__call__`` hid the
+    wrapper, and the function was compiled (``is_compiling()`` answered True)."""
+    result = torch.compile(_calls_a_nonrecursively_disabled_function, backend="eager")(torch.zeros(2))
+    assert torch.equal(result, torch.full((2,), 2.0))

@@ -31,6 +31,7 @@ answered otherwise).
 from __future__ import annotations
 
 import logging
+import sys
 
 from graphmend.runtime.graph_inspection import is_rewritten_code
 from graphmend.runtime.store import store
@@ -68,6 +69,7 @@ def _run_eagerly_on_internal_error(convert):
         InternalTorchDynamoError,
         UncapturedHigherOrderOpError,
     )
+    from graphmend.torch_adapter.tracing import nonrecursively_disabled_caller
 
     def again_without_failed_claims(convert, failure, claimed, why, made_by_claims=lambda sizes_before: True):
         # Convert the frame; when it fails with ``failure`` and claims of ``claimed()``
@@ -109,6 +111,10 @@ def _run_eagerly_on_internal_error(convert):
     )
 
     def wrapped(self, frame, *args, **kwargs):
+        if nonrecursively_disabled_caller(sys._getframe(1)):
+            return ConvertFrameReturn(
+                apply_to_code=False, skip_reason="tracing is non-recursively disabled for this frame"
+            )
         sizes_before = dynamic_shapes.sizes_made()
         converting_before = getattr(store.converting, "rewritten", False)
         store.converting.rewritten = _is_rewritten(frame)

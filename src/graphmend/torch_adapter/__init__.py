@@ -77,7 +77,28 @@ def _compile_boundary(original):
         return compiled_calls._compile_with_boundary(original, model, **options)
 
     functools.update_wrapper(compile_with_boundary, original)
+    _traced_as_torch_compile(compile_with_boundary, original)
     return compile_with_boundary
+
+
+def _traced_as_torch_compile(wrapper, original) -> None:
+    """TorchDynamo, tracing a compiled function that calls ``torch.compile`` itself,
+    finds its rule for the call by the function's identity (the call is then the
+    function it is given, uncompiled); the wrapper gets the rule of the function it
+    wraps, else TorchDynamo traced into the wrapper and failed where the original
+    compiled. Both tables are built once, whichever of the two ``torch.compile`` was then."""
+    try:
+        from torch._dynamo import trace_rules
+        from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
+
+        tables = (trace_rules.get_torch_obj_rule_map(), TorchInGraphFunctionVariable._get_handlers())
+    except (ImportError, AttributeError):  # pragma: no cover - another torch: no such tables
+        return
+    for table in tables:
+        known = table.get(original, table.get(wrapper))
+        if known is not None:
+            table.setdefault(wrapper, known)
+            table.setdefault(original, known)
 
 
 def _run_eagerly_on_internal_error(original):

@@ -28,6 +28,7 @@ __all__ = [
     "disable_wrapper_code",
     "eval_frame_callback",
     "graph_breaks_nest",
+    "nonrecursively_disabled_caller",
     "realized",
     "reorders_logging_calls",
     "resume_function_line",
@@ -127,6 +128,23 @@ def resume_function_origins() -> dict:
     from torch._dynamo.resume_execution import ContinueExecutionCache
 
     return ContinueExecutionCache.generated_code_metadata
+
+
+def nonrecursively_disabled_caller(frame) -> bool:
+    """Whether ``frame`` (a frame of the callback TorchDynamo runs on a frame about to
+    run) is called, past TorchDynamo's own frames that convert it, by the wrapper of
+    ``torch._dynamo.disable(recursive=False)``: TorchDynamo then leaves the frame
+    uncompiled. It finds that caller by walking up from its own frames past those of
+    ``convert_frame.py``; a frame of graphmend's on the way (the wrapper of
+    ``ConvertFrame.__call__``) hid the caller from it."""
+    from torch._dynamo import decorators
+
+    code = getattr(decorators, "_nonrecursive_disable_wrapper_code", None)
+    if code is None:
+        return False
+    while frame is not None and "torch/_dynamo/convert_frame.py" in frame.f_code.co_filename.replace("\\", "/"):
+        frame = frame.f_back
+    return frame is not None and frame.f_code is code
 
 
 def resume_function_line(code) -> int | None:
