@@ -116,6 +116,24 @@ def test_uncaught_exception_traceback_starts_at_the_script(script, capsys):
     assert "graphmend" not in stderr.replace(str(path), "")
 
 
+def test_torchdynamos_user_stacks_begin_at_the_script(script, capsys):
+    """The "user code traceback" of TorchDynamo's graph-break logs is the stack above its
+    own frames: it begins at the script, as under ``python script.py``, not at graphmend's
+    launcher (a finding of PyTorch's test_error_messages under ``graphmend run``)."""
+    path = script(
+        """
+        import torch._dynamo.exc
+
+        def where():
+            return [frame.name for frame in torch._dynamo.exc.get_stack_above_dynamo()]
+
+        print(where())
+        """
+    )
+    assert run_command(["--no-cache", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "['<module>', 'where', 'get_stack_above_dynamo']"
+
+
 def test_script_with_a_syntax_error_shows_pythons_message(script, capsys):
     path = script("def f(:\n    pass\n")
     assert run_command([str(path)]) == 1

@@ -21,6 +21,8 @@ import ast
 import builtins
 import dis
 import linecache
+import os
+import traceback
 import types
 from dataclasses import dataclass
 
@@ -197,3 +199,25 @@ def _take_locals(made: types.FrameType, compiled: types.FrameType) -> None:
         made.f_locals.update({name: values[name] for name in names if name in values})
     except Exception:  # noqa: BLE001 - locals are for display only
         pass
+
+
+_LAUNCHER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cli", "run.py")
+
+
+def _user_stacks_begin_at_the_script(filter_stack):
+    """Wrap TorchDynamo's ``filter_stack``, which makes the "user code traceback" of its
+    graph-break and recompilation logs from the whole stack above its own frames: under
+    ``graphmend run`` that stack begins with graphmend's launcher, where ``python
+    script.py`` begins it at the script. The frames up to the launcher's ``exec`` of the
+    script are left out (applied by ``graphmend.torch_adapter``)."""
+
+    def filtered(stack):
+        kept = filter_stack(stack)
+        launched = [index for index, frame in enumerate(kept) if frame.filename == _LAUNCHER and frame.name == "_execute"]
+        if not launched:
+            return kept
+        return traceback.StackSummary.from_list(list(kept)[launched[-1] + 1:])
+
+    filtered._graphmend_wrapped = True
+    return filtered
+

@@ -117,6 +117,10 @@ def _count_only_the_programs_calls(original):
     return _runtime("resumable_states")._count_only_the_programs_calls(original)
 
 
+def _user_stacks_begin_at_the_script(original):
+    return _runtime("restored_frames")._user_stacks_begin_at_the_script(original)
+
+
 def _logging_frames_hold_no_tensor(original):
     return _runtime("output_frames")._logging_frames_hold_no_tensor(original)
 
@@ -145,6 +149,10 @@ PATCHES: tuple[Patch, ...] = (
     # them, whichever log calls Defer moved into graphs (runtime.output_frames).
     Patch("logging_frames_run_eagerly", "torch._dynamo.convert_frame", None, "has_tensor_in_frame",
           _logging_frames_hold_no_tensor),
+    # The stacks TorchDynamo's logs show begin at the script, as without graphmend run
+    # (runtime.restored_frames).
+    Patch("user_stacks_begin_at_the_script", "torch._dynamo.exc", None, "filter_stack",
+          _user_stacks_begin_at_the_script),
     # The checks of the whole trace (runtime.trace_hooks); a torch lacking one of these gets
     # no rewrite that needs it (claims.trace_checks_unavailable).
     Patch("restart_on_given_up_frame", "torch._dynamo.symbolic_convert", "InstructionTranslator", "run",
