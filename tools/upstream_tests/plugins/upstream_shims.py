@@ -21,7 +21,30 @@ def _identity(function):
 
 
 if not hasattr(dynamo_test_case, "TestCaseWithNestedGraphBreaks"):
-    dynamo_test_case.TestCaseWithNestedGraphBreaks = dynamo_test_case.TestCase
+
+    class TestCaseWithNestedGraphBreaks(dynamo_test_case.TestCase):
+        """Newer files list it before ``LoggingTestCase`` among a class's bases, which an
+        alias of ``TestCase`` makes an impossible order; a subclass that turns nested
+        graph breaks on for each test, as its name says, collects."""
+
+        def setUp(self):
+            super().setUp()
+            import torch._dynamo.config as dynamo_config
+
+            self._nested_graph_breaks_before = getattr(dynamo_config, "nested_graph_breaks", False)
+            dynamo_config.nested_graph_breaks = True
+
+        def tearDown(self):
+            import torch._dynamo.config as dynamo_config
+
+            dynamo_config.nested_graph_breaks = self._nested_graph_breaks_before
+            super().tearDown()
+
+    dynamo_test_case.TestCaseWithNestedGraphBreaks = TestCaseWithNestedGraphBreaks
+
+# A decorator of test_functions.py that the installed torch does not have.
+if not hasattr(dynamo_testing, "requires_numpy_pytorch_interop"):
+    dynamo_testing.requires_numpy_pytorch_interop = _identity
 
 # Translation validation is off by default: the decorator had nothing to disable.
 if not hasattr(common_utils, "disable_translation_validation_if_dynamic_shapes"):
@@ -65,3 +88,21 @@ if "test_minifier" not in sys.modules:
         not torch.cuda.is_available(), "requires cuda"
     )
     sys.modules["test_minifier"] = _minifier
+
+# The installed torch calls the guard-manager testing hook with a third argument (the
+# guard builder); the hook the sibling utils.py of test_repros.py installs takes two.
+try:
+    import utils as _dynamo_test_utils
+except ImportError:
+    _dynamo_test_utils = None
+if _dynamo_test_utils is not None and hasattr(_dynamo_test_utils, "install_guard_manager_testing_hook"):
+    _install_two_argument_hook = _dynamo_test_utils.install_guard_manager_testing_hook
+
+    def _install_guard_manager_testing_hook(hook):
+        def adapted(guard_manager, f_locals, *_rest):
+            return hook(guard_manager, f_locals)
+
+        return _install_two_argument_hook(adapted)
+
+    _dynamo_test_utils.install_guard_manager_testing_hook = _install_guard_manager_testing_hook
+
