@@ -664,3 +664,64 @@ def test_an_output_on_one_path_of_a_branch_stays_claimed():
     assert after == (3, 2)
     declined = {line: condition_id(reason) for (_file, line), reason in store.trace_time_declines.items()}
     assert declined == {11: "G204"}
+
+
+# A helper that counts its calls in a module global, with a branch Where rewrites: the
+# original broke inside the helper, so its caller's trace stopped at the call and only
+# the helper's own frame guarded on the count, compiling again on each call. Inlined,
+# the count's guard joins the caller, which compiles again on each call too, recording
+# the breaks it keeps each time (fuzz seeds 740093 and 740137, kept as slow tests: one
+# break more than the original). The claim keeps its break (G316).
+HELPER_COUNTING_ITS_CALLS = """
+import torch
+
+COUNT = 0
+
+def helper(t, u):
+    global COUNT
+    COUNT += 1
+    if t.sum() > 0:
+        return u * 2.0 - t
+    return torch.relu(t) + torch.sigmoid(u)
+
+def f(x, y):
+    y = helper(y, x)
+    torch._dynamo.graph_break()
+    y = y.cos()
+    torch._dynamo.graph_break()
+    return y.sin()
+"""
+
+
+def _graphs_and_breaks_over_calls(module, calls: int = 3) -> tuple[int, int]:
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(module.f, backend=backend, dynamic=False)
+    with recording_graph_breaks() as records:
+        for _ in range(calls):
+            compiled(torch.ones(3), torch.ones(3))
+    return backend.graphs, len(records.breaks)
+
+
+def test_a_claim_in_a_helper_writing_a_guarded_global_keeps_its_break():
+    reset()
+    original, mended, _ = original_and_mended(HELPER_COUNTING_ITS_CALLS)
+    before = _graphs_and_breaks_over_calls(original)
+    after = _graphs_and_breaks_over_calls(mended)
+    assert before == (6, 6)
+    assert after == before
+    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G316"}
+    original.COUNT = mended.COUNT = 0
+    assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3), backends=("eager", "aot_eager"))
+
+
+def test_a_claim_in_a_helper_writing_no_global_joins_its_caller():
+    """G316's must-not row: the same helper without its count is inlined, its break removed."""
+    reset()
+    source = HELPER_COUNTING_ITS_CALLS.replace("    global COUNT\n    COUNT += 1\n", "")
+    original, mended, _ = original_and_mended(source)
+    assert _graphs_and_breaks_over_calls(original) == (4, 4)
+    assert _graphs_and_breaks_over_calls(mended) == (3, 2)
+    assert "G316" not in {condition_id(reason) for reason in store.trace_time_declines.values()}

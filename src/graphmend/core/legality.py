@@ -427,6 +427,10 @@ _CONDITIONS = (
      "graphmend.runtime.whole_trace_conditions:graph_holds_an_op_of_the_program",
      "the joined graph computes something of the program's own, not only graphmend's operators "
      "(a graph of those alone is one the original did not compile)"),
+    (_G, WHOLE_TRACE, "G316", "inlined_claims_guard_no_global_the_trace_writes",
+     "graphmend.runtime.whole_trace_conditions:inlined_claims_guard_no_global_the_trace_writes",
+     "a statement inside an inlined call joins where the trace guards on no module global it also writes "
+     "(else the caller compiles again on every call)"),
 )
 
 

@@ -677,6 +677,31 @@ def graph_holds_an_op_of_the_program(output) -> str | None:
     )
 
 
+def inlined_claims_guard_no_global_the_trace_writes(output, claims) -> list[tuple[str, int]]:
+    """Where the original broke inside a function its frame called, TorchDynamo cut the
+    frame's trace at the call, and the function ran as a frame of its own: what it read
+    was guarded there alone. Removing that break inlines the function, and its guards
+    join the caller's frame. Where the trace also writes a module global whose value or
+    length it guards on (a helper that counts its calls with ``global COUNT; COUNT +=
+    1``, a hook appending to a list), the guard fails on the next call, and the whole
+    caller compiles again, each time recording the breaks it keeps, where the original
+    compiled only the callee again (fuzz seeds 740093 and 740137: one break more). That
+    can cost fewer graphs too; but more breaks than the original is worse, so the claims
+    inside inlined calls keep their breaks there. Returns their sites."""
+    from graphmend.torch_adapter.guards import globals_written, guarded_global_names
+
+    inlined = [claim.site for claim in claims.values() if claim.inlined_calls]
+    if not inlined or not (globals_written(output) & guarded_global_names(output)):
+        return []
+    return inlined
+
+
+_GLOBAL_WRITTEN_REASON = failed(
+    "G316", "it lies in an inlined call, and the trace guards on a module global it also writes: "
+    "the caller would compile again on every call, where the original compiled only the callee again"
+)
+
+
 def refused_capture_reason(claims) -> str | None:
     """Why the first capture claim of a trace was refused since it was made, if one was."""
     for claim in claims.values():
@@ -736,6 +761,9 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
     only_ours = graph_holds_an_op_of_the_program(output)
     if only_ours is not None:
         return [(site, ALWAYS, only_ours) for site in claims]
+    written = inlined_claims_guard_no_global_the_trace_writes(output, claims)
+    if written:
+        return [(site, ALWAYS, _GLOBAL_WRITTEN_REASON) for site in written]
     stopped = merged_branches_were_traced(output, claims)
     if stopped:
         reason = failed("C302", "TorchDynamo broke the graph at the branch's `torch.cond`")

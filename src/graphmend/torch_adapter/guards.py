@@ -83,6 +83,44 @@ _VALUE_KINDS = frozenset({
 })
 
 
+def globals_written(output) -> set[str]:
+    """The names of the module globals the trace rebinds (``global COUNT; COUNT += 1``)
+    or whose object it changes (``HISTORY.append(...)``), as TorchDynamo's side effects
+    record them."""
+    from torch._dynamo.source import GlobalSource
+
+    side_effects = getattr(output, "side_effects", None)
+    if side_effects is None:
+        return set()
+    names = set()
+    for variable, attributes in side_effects.store_attr_mutations.items():
+        if isinstance(getattr(variable, "source", None), GlobalSource):
+            names |= set(attributes)
+    for variable in side_effects.id_to_variable.values():
+        source = getattr(variable, "source", None)
+        if isinstance(source, GlobalSource):
+            try:
+                modified = side_effects.is_modified(variable)
+            except Exception:  # noqa: BLE001 - a variable whose mutation TorchDynamo does not track
+                modified = False
+            if modified:
+                names.add(source.global_name)
+    return names
+
+
+def guarded_global_names(output) -> set[str]:
+    """The module globals whose value or length the trace guards on, by name."""
+    from torch._dynamo.source import GlobalSource
+
+    names = set()
+    for guard in getattr(output, "guards", ()) or ():
+        source = getattr(guard, "originating_source", None)
+        kind = getattr(getattr(guard, "create_fn", None), "__name__", "") or ""
+        if isinstance(source, GlobalSource) and kind in _VALUE_KINDS and not source.global_name.startswith("__"):
+            names.add(source.global_name)
+    return names
+
+
 def guarded_global_values(output) -> list[str]:
     """The names of the trace's guards on the value (or the length) of a module global
     itself (``G['COUNT']``, ``len(G['SEEN'])``), as TorchDynamo names them. The module's
