@@ -725,3 +725,40 @@ def test_a_claim_in_a_helper_writing_no_global_joins_its_caller():
     assert _graphs_and_breaks_over_calls(original) == (4, 4)
     assert _graphs_and_breaks_over_calls(mended) == (3, 2)
     assert "G316" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+# The same where one arm of the branch breaks on its own before the paths meet: the
+# print after the ``if`` is reached past that break and by the other arm (fuzz seed
+# 750095: a warning after an ``if`` whose arm wrote to ``sys.stderr``).
+PRINT_AFTER_AN_ARM_THAT_BREAKS = """
+import torch
+
+def f(x, y):
+    if x.sum() > 0:
+        y = y + 1
+        torch._dynamo.graph_break()
+    print("after")
+    return (y * 2).sin()
+"""
+
+
+def test_an_output_reached_past_a_break_and_by_another_path_keeps_its_break():
+    reset()
+    original, mended, _ = original_and_mended(PRINT_AFTER_AN_ARM_THAT_BREAKS)
+    before = _graphs_and_breaks_on_both_paths_of(original)
+    after = _graphs_and_breaks_on_both_paths_of(mended)
+    assert before == (3, 4)
+    assert after == before
+    assert "G204" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+def _graphs_and_breaks_on_both_paths_of(module) -> tuple[int, int]:
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(module.f, backend=backend)
+    with contextlib.redirect_stdout(io.StringIO()), recording_graph_breaks() as records:
+        for sign in (1.0, -1.0):
+            compiled(torch.ones(3) * sign, torch.ones(3))
+    return backend.graphs, len(records.breaks)

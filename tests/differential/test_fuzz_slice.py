@@ -267,8 +267,10 @@ PROGRAM_FINDINGS = {
     # graphmend's operators: one break fewer, one graph more (G315).
     740030: ("compiled:eager",),
     740063: ("compiled:eager",),
-    # A print after an ``if`` whose paths both compute nothing first (G204).
+    # A print after an ``if`` whose paths both compute nothing first, or reached past a
+    # break in one arm and by the other (G204).
     740054: ("compiled:eager",),
+    750095: ("compiled:eager",),
     # A claim inside an inlined helper or hook whose trace writes a module global it
     # guards on: the caller compiled again on every call (G316).
     740093: ("compiled:eager",),

@@ -378,11 +378,11 @@ _CONDITIONS = (
      "graphmend.runtime.claims:no_global_value_guarded_before_the_first_op",
      "where the frame computes nothing before the statement, its trace guards on no module global's value "
      "or length (which, changing, would compile the mended frame's whole graph where the original's had none)"),
-    (_G, WHILE_TRACING, "G204", "no_paths_of_a_branch_meet_before_the_first_op",
-     "graphmend.runtime.claims:no_paths_of_a_branch_meet_before_the_first_op",
-     "where the frame resumes one path of a branch that kept its break and computes nothing before the "
-     "statement, the branch's other path does not reach the statement too (the original shared the code "
-     "after it between the paths, compiled once)"),
+    (_G, WHILE_TRACING, "G204", "no_other_path_reaches_it_before_the_first_op",
+     "graphmend.runtime.claims:no_other_path_reaches_it_before_the_first_op",
+     "where the frame is a resume function that computes nothing before the statement, no other path of "
+     "the function reaches the statement (the original shared the code after it between the paths, "
+     "compiled once)"),
     # Every rule, whole trace (runtime/whole_trace_conditions.py).
     (_G, WHOLE_TRACE, "G301", "no_later_op_failed_while_tracing", "graphmend.runtime.whole_trace_conditions:no_later_op_failed_while_tracing",
      "no op after the statement fails while TorchDynamo traces it"),

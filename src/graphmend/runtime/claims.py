@@ -261,7 +261,7 @@ def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
         return False
     translator, site = claimable
     reason = (
-        no_global_value_guarded_before_the_first_op(translator) or no_paths_of_a_branch_meet_before_the_first_op(translator)
+        no_global_value_guarded_before_the_first_op(translator) or no_other_path_reaches_it_before_the_first_op(translator)
         if kind == OUTPUT
         else None
     )
@@ -313,17 +313,17 @@ def no_global_value_guarded_before_the_first_op(translator) -> str | None:
     )
 
 
-def no_paths_of_a_branch_meet_before_the_first_op(translator) -> str | None:
-    """Where the frame is TorchDynamo's resume function at one path of a branch that kept
-    its break, nothing is computed in it before the output call, and the other path of
-    the branch reaches the call too (the call follows the ``if``): the original broke at
-    the call on each path before any op, and the code after it was one resume function
-    that both paths shared, compiled once. Joined, that code is compiled again into the
-    graph of each path that reaches it (fuzz seed 740054: an alias chosen by
-    ``if y.mean() < 0`` and printed after the ``if``, one graph more). The call keeps
-    its break there; an output claimed before it on the same path then stands alone in
-    its graph, and keeps its break too (G315)."""
-    from graphmend.torch_adapter.tracing import resume_function_line
+def no_other_path_reaches_it_before_the_first_op(translator) -> str | None:
+    """Where the frame is one of TorchDynamo's resume functions, nothing is computed in it
+    before the output call, and the function's code reaches the call on a path that does
+    not pass where the frame resumes (the other arm of a branch that kept its break, or
+    the way past an arm that broke): the original broke at the call before any op on
+    each path, and the code after it was one resume function the paths shared, compiled
+    once. Joined, that code is compiled again into the graph of each path that reaches
+    it (fuzz seed 740054: an alias chosen by ``if y.mean() < 0`` and printed after the
+    ``if``; 750095: a warning after an ``if`` whose arm wrote to ``sys.stderr``; one
+    graph more each). The call keeps its break there; an output claimed before it on
+    the same path then stands alone in its graph, and keeps its break too (G315)."""
 
     output = translator.output
     if translator is not getattr(output, "root_tx", None):
@@ -331,11 +331,11 @@ def no_paths_of_a_branch_meet_before_the_first_op(translator) -> str | None:
     ops, _guarded = _ops_and_guarded_globals(output)
     if ops:
         return None
-    if resume_function_line(translator.f_code) is None or not paths_meet_at(translator.f_code, translator.lineno):
+    if not paths_meet_at(translator.f_code, translator.lineno):
         return None
     return failed(
         "G204",
-        "it follows the branch its frame resumes at, whose other path reaches it too, and nothing is "
+        "another path of the function reaches it than the one its frame resumes on, and nothing is "
         "computed before it: the original shared the code after it between the paths, compiled once"
     )
 
@@ -347,19 +347,39 @@ _ENDS_FLOW = frozenset({
 
 
 def paths_meet_at(code, line: int) -> bool:
-    """Whether ``code``, a resume function, resumes at one way out of a conditional jump
-    (its prologue ends in a jump to that place), and both ways reach ``line`` without
-    passing the jump again (a loop's next turn is not the other path)."""
+    """Whether ``code``, a resume function, resumes at a place of the function it resumes
+    past which the function reaches ``line`` on another path too (the other arm of a
+    branch, or the way past an arm that broke): the original's resume function at that
+    line was then shared by both paths. The paths are read in the function resumed,
+    whose lines TorchDynamo's copy does not keep; its copy's prologue ends in a jump to
+    the place resumed at, after which the copy has the function's instructions."""
     import dis
 
-    instructions = list(dis.get_instructions(code))
+    from graphmend.torch_adapter.tracing import resume_function_line, resume_function_origins
+
+    if resume_function_line(code) is None:
+        return False
+    try:
+        metadata = resume_function_origins().get(code)
+    except (ImportError, AttributeError):  # pragma: no cover - another torch: no resume functions known
+        return False
+    resumed = getattr(metadata, "code", None)
+    if resumed is None or resume_function_line(resumed) is not None:
+        return False  # a resume function of a resume function: its lines are lost too
+    copy = list(dis.get_instructions(code))
+    prologue_end = next((index for index, i in enumerate(copy) if i.opname in _ENDS_FLOW), None)
+    if prologue_end is None or prologue_end + 1 >= len(copy):
+        return False
+    shift = copy[prologue_end + 1].offset
+    at_copy = next((i for i in copy if i.offset == copy[prologue_end].argval), None)
+    instructions = list(dis.get_instructions(resumed))
     index_of = {instruction.offset: index for index, instruction in enumerate(instructions)}
-    entry = next((index_of.get(i.argval) for i in instructions if i.opname in _ENDS_FLOW and "JUMP" in i.opname), None)
-    goals = {
-        index for index, instruction in enumerate(instructions)
-        if instruction.positions is not None and instruction.positions.lineno == line
-    }
-    if entry is None or not goals:
+    entry = index_of.get(at_copy.offset - shift) if at_copy is not None else None
+    if entry is None or instructions[entry].opname != at_copy.opname:
+        return False
+    lines = [instruction.positions.lineno if instruction.positions else None for instruction in instructions]
+    goals = {index for index, at in enumerate(lines) if at == line}
+    if not goals or lines[entry] is None:
         return False
 
     def successors(index: int) -> list[int]:
@@ -373,24 +393,35 @@ def paths_meet_at(code, line: int) -> bool:
             following.append(index + 1)
         return following
 
-    def reaches(start: int, avoiding: int) -> bool:
-        seen, pending = {avoiding}, [start]
-        while pending:
-            index = pending.pop()
-            if index in goals:
-                return True
-            if index in seen:
-                continue
-            seen.add(index)
-            pending.extend(successors(index))
-        return False
+    branch_line = resume_function_line(code)
+    branches = {
+        index for index, instruction in enumerate(instructions)
+        if "JUMP" in instruction.opname and "_IF_" in instruction.opname
+        and lines[index] == branch_line and entry in successors(index)
+    }
+    if branches:
+        # Resumed at one way out of a branch: any other way to the line is another path.
+        def ways_on(index: int) -> list[int]:
+            return [after for after in successors(index) if not (index in branches and after == entry)]
 
-    for index, instruction in enumerate(instructions):
-        if "JUMP" not in instruction.opname or "_IF_" not in instruction.opname:
-            continue
-        ways = successors(index)
-        if entry in ways and len(ways) == 2 and all(reaches(way, index) for way in ways):
+        seen: set[int] = set()
+    else:
+        # Resumed after a call that broke: the statement it is in is passed whole (a
+        # statement graphmend rewrote keeps its line, and its other arms, the call in the
+        # graph and the eager arm, are the same statement of the original).
+        if lines[entry] == line:
+            return False
+        ways_on = successors
+        seen = {index for index, at in enumerate(lines) if at == lines[entry]}
+    pending = [0]
+    while pending:
+        index = pending.pop()
+        if index in goals:
             return True
+        if index in seen:
+            continue
+        seen.add(index)
+        pending.extend(ways_on(index))
     return False
 
 
