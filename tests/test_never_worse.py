@@ -762,3 +762,53 @@ def _graphs_and_breaks_on_both_paths_of(module) -> tuple[int, int]:
         for sign in (1.0, -1.0):
             compiled(torch.ones(3) * sign, torch.ones(3))
     return backend.graphs, len(records.breaks)
+
+
+# A count read with ``.item()`` breaks the graph, and the resume function begins with a
+# print of it: the resume function guards on the count's value, so each new count
+# compiles it again. The original's resume function broke at the print before any op
+# and compiled no graph each time; joined, the print took the rest of the frame into a
+# graph compiled again for each count (fuzz seed 750137: one graph more).
+PRINT_OF_AN_ITEM_FIRST_IN_A_RESUME_FUNCTION = """
+import torch
+
+def f(x):
+    count = (x > 0).sum().item()
+    print("count", count)
+    return (x * 2).sin()
+"""
+
+
+def _graphs_and_breaks_for_counts(module) -> tuple[int, int]:
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(module.f, backend=backend, dynamic=False)
+    with contextlib.redirect_stdout(io.StringIO()), recording_graph_breaks() as records:
+        for positives in (1, 2, 3):
+            compiled(torch.tensor([1.0] * positives + [-1.0] * (4 - positives)))
+    return backend.graphs, len(records.breaks)
+
+
+def test_an_output_first_in_a_resume_function_guarding_a_number_keeps_its_break():
+    reset()
+    original, mended, _ = original_and_mended(PRINT_OF_AN_ITEM_FIRST_IN_A_RESUME_FUNCTION)
+    before = _graphs_and_breaks_for_counts(original)
+    after = _graphs_and_breaks_for_counts(mended)
+    assert before == (2, 4)
+    assert after == before
+    assert "G203" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+def test_an_output_after_an_op_in_a_resume_function_guarding_a_number_joins():
+    """G203's must-not row for resumed numbers: with an op before the print in the resume
+    function, the original compiled a graph there for each count too."""
+    reset()
+    source = PRINT_OF_AN_ITEM_FIRST_IN_A_RESUME_FUNCTION.replace(
+        '    print("count", count)\n    return (x * 2).sin()', '    y = x * 2\n    print("count", count)\n    return y.sin()'
+    )
+    original, mended, _ = original_and_mended(source)
+    assert _graphs_and_breaks_for_counts(original) == (5, 4)
+    assert _graphs_and_breaks_for_counts(mended) == (4, 1)
+    assert "G203" not in {condition_id(reason) for reason in store.trace_time_declines.values()}

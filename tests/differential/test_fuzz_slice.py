@@ -275,6 +275,9 @@ PROGRAM_FINDINGS = {
     # guards on: the caller compiled again on every call (G316).
     740093: ("compiled:eager",),
     740137: ("compiled:eager",),
+    # A print first in a resume function that guards on a number read with ``.item()``
+    # before the break (G203).
+    750137: ("compiled:eager",),
 }
 
 

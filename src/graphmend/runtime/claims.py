@@ -203,13 +203,14 @@ def undone_in_trace(output) -> dict:
 
 
 def _ops_and_guarded_globals(output) -> tuple[int, frozenset]:
-    """How many of the program's ops the trace's graph holds, and the module globals
-    whose value it guards on."""
+    """How many of the program's ops the trace's graph holds, and the values it guards on
+    that a program may change between calls: module globals, and in a resume function
+    the Python numbers its frame computed before the break."""
     from graphmend.runtime.resumable_states import made_by_the_runtime
-    from graphmend.torch_adapter.guards import guarded_global_values
+    from graphmend.torch_adapter.guards import guarded_global_values, guarded_resumed_numbers
 
     ops = sum(1 for node in output.graph.nodes if node.op in _OPS and not made_by_the_runtime(node))
-    return ops, frozenset(guarded_global_values(output))
+    return ops, frozenset(guarded_global_values(output)) | frozenset(guarded_resumed_numbers(output))
 
 
 def _inlined_calls(translator):
@@ -290,8 +291,9 @@ def no_global_value_guarded_before_the_first_op(translator) -> str | None:
     and the code after the break compiled once, in a resume function of its own.
     Removing the break saves no graph there, only the break; and where that graph-less
     part guards on the value of a module global (a counter the program bumps, the
-    length of a list it appends to: ``print("seen", len(SEEN))``), the global changing
-    makes TorchDynamo compile the frame again on each call, which for the original is
+    length of a list it appends to: ``print("seen", len(SEEN))``; in a resume function, a
+    number the frame computed before its break, ``n = t.sum().item()``), the value
+    changing makes TorchDynamo compile the frame again on each call, which for the original is
     a frame with no graph and for the mended one its whole graph, every time (fuzz seed
     710001: 2 graphs became 6). So the output keeps its break there, and that part
     compiles as the original's does; the statements after it are decided in the resume

@@ -121,6 +121,32 @@ def guarded_global_names(output) -> set[str]:
     return names
 
 
+def guarded_resumed_numbers(output) -> list[str]:
+    """Where the trace is of one of TorchDynamo's resume functions: the names of its guards
+    on the value of a local that holds a Python number (not a bool), which the frame it
+    resumes computed before its break (``count = (x > 0).sum().item()``) and which may
+    differ on every call."""
+    from torch._dynamo.source import LocalSource
+
+    from graphmend.torch_adapter.tracing import resume_function_line
+
+    root = getattr(output, "root_tx", None)
+    code = getattr(root, "f_code", None)
+    if code is None or resume_function_line(code) is None:
+        return []
+    values = getattr(root, "f_locals", {}) or {}
+    found = []
+    for guard in getattr(output, "guards", ()) or ():
+        source = getattr(guard, "originating_source", None)
+        kind = getattr(getattr(guard, "create_fn", None), "__name__", "") or ""
+        if not isinstance(source, LocalSource) or kind not in _VALUE_KINDS:
+            continue
+        value = values.get(source.local_name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            found.append(guard.name)
+    return sorted(set(found))
+
+
 def guarded_global_values(output) -> list[str]:
     """The names of the trace's guards on the value (or the length) of a module global
     itself (``G['COUNT']``, ``len(G['SEEN'])``), as TorchDynamo names them. The module's
