@@ -478,6 +478,43 @@ def test_logging_frames_compile_no_more_than_the_originals_first_log_call_left_t
 # original's frame breaks there before any op (no graph: the code after the print is a
 # resume function, compiled once); with the print in the graph, every call compiled the
 # frame's whole graph again (fuzz seed 710001: 2 graphs became 6).
+def _graphs_and_breaks_over(module, argument_sets, after_each=None, dynamic=None) -> tuple[int, int]:
+    """Graphs and breaks of ``module.f`` compiled once and called on each of
+    ``argument_sets`` in turn (``after_each()`` between calls), printed text silenced."""
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(module.f, backend=backend, dynamic=dynamic)
+    with contextlib.redirect_stdout(io.StringIO()), recording_graph_breaks() as records:
+        for arguments in argument_sets:
+            compiled(*arguments)
+            if after_each is not None:
+                after_each()
+    return backend.graphs, len(records.breaks)
+
+
+def _graphs_and_breaks_as_the_global_grows(module, calls: int = 4) -> tuple[int, int]:
+    return _graphs_and_breaks_over(module, [(torch.ones(3),)] * calls, after_each=lambda: module.SEEN.append(1))
+
+
+def _graphs_and_breaks_on_both_paths(module) -> tuple[int, int]:
+    return _graphs_and_breaks_over(module, [(torch.ones(3), torch.ones(3) * sign) for sign in (1.0, -1.0)])
+
+
+def _graphs_and_breaks_on_both_paths_of(module) -> tuple[int, int]:
+    return _graphs_and_breaks_over(module, [(torch.ones(3) * sign, torch.ones(3)) for sign in (1.0, -1.0)])
+
+
+def _graphs_and_breaks_over_calls(module, calls: int = 3) -> tuple[int, int]:
+    return _graphs_and_breaks_over(module, [(torch.ones(3), torch.ones(3))] * calls, dynamic=False)
+
+
+def _graphs_and_breaks_for_counts(module) -> tuple[int, int]:
+    counts = [torch.tensor([1.0] * positives + [-1.0] * (4 - positives)) for positives in (1, 2, 3)]
+    return _graphs_and_breaks_over(module, [(x,) for x in counts], dynamic=False)
+
+
 PRINT_OF_A_GROWING_GLOBAL_FIRST = """
 import torch
 
@@ -487,19 +524,6 @@ def f(x):
     print("seen", len(SEEN))
     return x * 2 + 1
 """
-
-
-def _graphs_and_breaks_as_the_global_grows(module, calls: int = 4) -> tuple[int, int]:
-    from graphmend.counting import CountingBackend, recording_graph_breaks
-
-    torch._dynamo.reset()
-    backend = CountingBackend()
-    compiled = torch.compile(module.f, backend=backend)
-    with contextlib.redirect_stdout(io.StringIO()), recording_graph_breaks() as records:
-        for _ in range(calls):
-            compiled(torch.ones(3))
-            module.SEEN.append(1)
-    return backend.graphs, len(records.breaks)
 
 
 def test_a_claim_before_any_op_on_a_changing_global_keeps_its_break():
@@ -626,18 +650,6 @@ def f(x, y):
 """
 
 
-def _graphs_and_breaks_on_both_paths(module) -> tuple[int, int]:
-    from graphmend.counting import CountingBackend, recording_graph_breaks
-
-    torch._dynamo.reset()
-    backend = CountingBackend()
-    compiled = torch.compile(module.f, backend=backend)
-    with contextlib.redirect_stdout(io.StringIO()), recording_graph_breaks() as records:
-        for sign in (1.0, -1.0):
-            compiled(torch.ones(3), torch.ones(3) * sign)
-    return backend.graphs, len(records.breaks)
-
-
 def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break():
     reset()
     original, mended, _ = original_and_mended(PRINT_WHERE_THE_PATHS_OF_A_BRANCH_MEET)
@@ -693,18 +705,6 @@ def f(x, y):
 """
 
 
-def _graphs_and_breaks_over_calls(module, calls: int = 3) -> tuple[int, int]:
-    from graphmend.counting import CountingBackend, recording_graph_breaks
-
-    torch._dynamo.reset()
-    backend = CountingBackend()
-    compiled = torch.compile(module.f, backend=backend, dynamic=False)
-    with recording_graph_breaks() as records:
-        for _ in range(calls):
-            compiled(torch.ones(3), torch.ones(3))
-    return backend.graphs, len(records.breaks)
-
-
 def test_a_claim_in_a_helper_writing_a_guarded_global_keeps_its_break():
     reset()
     original, mended, _ = original_and_mended(HELPER_COUNTING_ITS_CALLS)
@@ -715,6 +715,22 @@ def test_a_claim_in_a_helper_writing_a_guarded_global_keeps_its_break():
     assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G316"}
     original.COUNT = mended.COUNT = 0
     assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3), backends=("eager", "aot_eager"))
+
+
+def test_a_claim_in_a_helper_whose_caller_counts_the_calls_keeps_its_break():
+    """The caller writes the global before the call (a decorator counting calls): the
+    original's caller frame recompiled on each call too, but with no op of its own; the
+    joined one compiled the helper's graph again each time (5 graphs against 4)."""
+    reset()
+    source = HELPER_COUNTING_ITS_CALLS.replace("    global COUNT\n    COUNT += 1\n", "").replace(
+        "def f(x, y):\n", "def f(x, y):\n    global COUNT\n    COUNT += 1\n"
+    )
+    original, mended, _ = original_and_mended(source)
+    before = _graphs_and_breaks_over_calls(original)
+    after = _graphs_and_breaks_over_calls(mended)
+    assert before == (4, 6)
+    assert after == before
+    assert "G316" in {condition_id(reason) for reason in store.trace_time_declines.values()}
 
 
 def test_a_claim_in_a_helper_writing_no_global_joins_its_caller():
@@ -752,18 +768,6 @@ def test_an_output_reached_past_a_break_and_by_another_path_keeps_its_break():
     assert "G204" in {condition_id(reason) for reason in store.trace_time_declines.values()}
 
 
-def _graphs_and_breaks_on_both_paths_of(module) -> tuple[int, int]:
-    from graphmend.counting import CountingBackend, recording_graph_breaks
-
-    torch._dynamo.reset()
-    backend = CountingBackend()
-    compiled = torch.compile(module.f, backend=backend)
-    with contextlib.redirect_stdout(io.StringIO()), recording_graph_breaks() as records:
-        for sign in (1.0, -1.0):
-            compiled(torch.ones(3) * sign, torch.ones(3))
-    return backend.graphs, len(records.breaks)
-
-
 # A count read with ``.item()`` breaks the graph, and the resume function begins with a
 # print of it: the resume function guards on the count's value, so each new count
 # compiles it again. The original's resume function broke at the print before any op
@@ -777,18 +781,6 @@ def f(x):
     print("count", count)
     return (x * 2).sin()
 """
-
-
-def _graphs_and_breaks_for_counts(module) -> tuple[int, int]:
-    from graphmend.counting import CountingBackend, recording_graph_breaks
-
-    torch._dynamo.reset()
-    backend = CountingBackend()
-    compiled = torch.compile(module.f, backend=backend, dynamic=False)
-    with contextlib.redirect_stdout(io.StringIO()), recording_graph_breaks() as records:
-        for positives in (1, 2, 3):
-            compiled(torch.tensor([1.0] * positives + [-1.0] * (4 - positives)))
-    return backend.graphs, len(records.breaks)
 
 
 def test_an_output_first_in_a_resume_function_guarding_a_number_keeps_its_break():

@@ -111,13 +111,15 @@ def test_a_formatted_python_value_joins_the_graph(name):
 # A tensor while tracing: an f-string or ``.format()`` of it is a format TorchDynamo
 # applies when the graph ends, so the call is handed back (D208) and keeps its break, as
 # the original; ``str``/``int`` of it breaks the graph at the conversion, in both (the
-# mended then has the call in the graph after it, the original a second break); ``%``
-# of it makes TorchDynamo give up the frame, in both. (original, mended) counts.
+# mended then has the call in the graph after it, the original a second break; after
+# ``int``, the resume function guards on the number's value, and the call, first in it,
+# keeps its break as the original's, G203); ``%`` of it makes TorchDynamo give up the
+# frame, in both. (original, mended) counts.
 TENSOR_WHILE_TRACING = {
     "fstring": ("logger.warning(f'n {n}')", (2, 1), (2, 1), True),
     "format_method": ("logger.warning('n {:>4}'.format(n))", (2, 1), (2, 1), True),
     "str": ("print('n ' + str(n))", (2, 2), (2, 1), False),
-    "int": ("print('n', int(n))", (2, 2), (2, 1), False),
+    "int": ("print('n', int(n))", (2, 2), (2, 2), False),
     "percent": ("print('n %s' % n)", (0, 1), (0, 1), False),
 }
 
