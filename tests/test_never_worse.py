@@ -515,6 +515,17 @@ def _graphs_and_breaks_for_counts(module) -> tuple[int, int]:
     return _graphs_and_breaks_over(module, [(x,) for x in counts], dynamic=False)
 
 
+def _kept_as_the_original(source: str, counted, counts: tuple[int, int], condition: str):
+    """Mend ``source``; ``counted`` of each version is ``counts``, and ``condition`` is
+    among the reasons claims were declined or refused."""
+    reset()
+    original, mended, _ = original_and_mended(source)
+    assert counted(original) == counts
+    assert counted(mended) == counts
+    assert condition in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    return original, mended
+
+
 PRINT_OF_A_GROWING_GLOBAL_FIRST = """
 import torch
 
@@ -527,13 +538,7 @@ def f(x):
 
 
 def test_a_claim_before_any_op_on_a_changing_global_keeps_its_break():
-    reset()
-    original, mended, _ = original_and_mended(PRINT_OF_A_GROWING_GLOBAL_FIRST)
-    before = _graphs_and_breaks_as_the_global_grows(original)
-    after = _graphs_and_breaks_as_the_global_grows(mended)
-    assert before == (1, 4)
-    assert after == before
-    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G203"}
+    original, mended = _kept_as_the_original(PRINT_OF_A_GROWING_GLOBAL_FIRST, _graphs_and_breaks_as_the_global_grows, (1, 4), "G203")
     original.SEEN.clear()
     mended.SEEN.clear()
     assert_equivalent(original.f, mended.f, torch.ones(3), backends=("eager", "aot_eager"))
@@ -567,13 +572,7 @@ def f(x):
 
 
 def test_a_claim_joining_a_graph_less_part_that_keeps_its_break_is_undone():
-    reset()
-    original, mended, _ = original_and_mended(PRINT_OF_A_GROWING_GLOBAL_AFTER_AN_OUTPUT)
-    before = _graphs_and_breaks_as_the_global_grows(original)
-    after = _graphs_and_breaks_as_the_global_grows(mended)
-    assert before == (2, 5)
-    assert after == before
-    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G203"}
+    original, mended = _kept_as_the_original(PRINT_OF_A_GROWING_GLOBAL_AFTER_AN_OUTPUT, _graphs_and_breaks_as_the_global_grows, (2, 5), "G203")
     assert len(store.trace_time_declines) == 2
     original.SEEN.clear()
     mended.SEEN.clear()
@@ -651,13 +650,7 @@ def f(x, y):
 
 
 def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break():
-    reset()
-    original, mended, _ = original_and_mended(PRINT_WHERE_THE_PATHS_OF_A_BRANCH_MEET)
-    before = _graphs_and_breaks_on_both_paths(original)
-    after = _graphs_and_breaks_on_both_paths(mended)
-    assert before == (2, 3)
-    assert after == before
-    assert "G204" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    original, mended = _kept_as_the_original(PRINT_WHERE_THE_PATHS_OF_A_BRANCH_MEET, _graphs_and_breaks_on_both_paths, (2, 3), "G204")
     for sign in (1.0, -1.0):
         assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3) * sign, backends=("eager", "aot_eager"))
 
@@ -706,13 +699,7 @@ def f(x, y):
 
 
 def test_a_claim_in_a_helper_writing_a_guarded_global_keeps_its_break():
-    reset()
-    original, mended, _ = original_and_mended(HELPER_COUNTING_ITS_CALLS)
-    before = _graphs_and_breaks_over_calls(original)
-    after = _graphs_and_breaks_over_calls(mended)
-    assert before == (6, 6)
-    assert after == before
-    assert {condition_id(reason) for reason in store.trace_time_declines.values()} == {"G316"}
+    original, mended = _kept_as_the_original(HELPER_COUNTING_ITS_CALLS, _graphs_and_breaks_over_calls, (6, 6), "G316")
     original.COUNT = mended.COUNT = 0
     assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3), backends=("eager", "aot_eager"))
 
@@ -759,13 +746,7 @@ def f(x, y):
 
 
 def test_an_output_reached_past_a_break_and_by_another_path_keeps_its_break():
-    reset()
-    original, mended, _ = original_and_mended(PRINT_AFTER_AN_ARM_THAT_BREAKS)
-    before = _graphs_and_breaks_on_both_paths_of(original)
-    after = _graphs_and_breaks_on_both_paths_of(mended)
-    assert before == (3, 4)
-    assert after == before
-    assert "G204" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    original, mended = _kept_as_the_original(PRINT_AFTER_AN_ARM_THAT_BREAKS, _graphs_and_breaks_on_both_paths_of, (3, 4), "G204")
 
 
 # A count read with ``.item()`` breaks the graph, and the resume function begins with a
@@ -784,13 +765,7 @@ def f(x):
 
 
 def test_an_output_first_in_a_resume_function_guarding_a_number_keeps_its_break():
-    reset()
-    original, mended, _ = original_and_mended(PRINT_OF_AN_ITEM_FIRST_IN_A_RESUME_FUNCTION)
-    before = _graphs_and_breaks_for_counts(original)
-    after = _graphs_and_breaks_for_counts(mended)
-    assert before == (2, 4)
-    assert after == before
-    assert "G203" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    original, mended = _kept_as_the_original(PRINT_OF_AN_ITEM_FIRST_IN_A_RESUME_FUNCTION, _graphs_and_breaks_for_counts, (2, 4), "G203")
 
 
 def test_an_output_after_an_op_in_a_resume_function_guarding_a_number_joins():
