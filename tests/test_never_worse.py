@@ -698,26 +698,41 @@ def f(x, y):
 """
 
 
+def _counted_where_the_count_is_guarded(source: str, guarded_counts: tuple[int, int]):
+    """Torch 2.13 guards on the count's value, so G316 refuses, and the mended counts are
+    the original's (``guarded_counts``); a later torch that does not guard on it refuses
+    nothing, and the mended program breaks less (torch 2.15: 4 graphs/4 breaks became 3/2)."""
+    from graphmend.torch_adapter import torch_version
+
+    reset()
+    original, mended, _ = original_and_mended(source)
+    before = _graphs_and_breaks_over_calls(original)
+    after = _graphs_and_breaks_over_calls(mended)
+    refused = "G316" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    if torch_version() == (2, 13):
+        assert refused
+        assert before == guarded_counts
+    if refused:
+        assert after == before
+    else:
+        assert after[0] <= before[0] and after[1] < before[1]
+    return original, mended
+
+
 def test_a_claim_in_a_helper_writing_a_guarded_global_keeps_its_break():
-    original, mended = _kept_as_the_original(HELPER_COUNTING_ITS_CALLS, _graphs_and_breaks_over_calls, (6, 6), "G316")
+    original, mended = _counted_where_the_count_is_guarded(HELPER_COUNTING_ITS_CALLS, (6, 6))
     original.COUNT = mended.COUNT = 0
     assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3), backends=("eager", "aot_eager"))
 
 
 def test_a_claim_in_a_helper_whose_caller_counts_the_calls_keeps_its_break():
     """The caller writes the global before the call (a decorator counting calls): the
-    original's caller frame recompiled on each call too, but with no op of its own; the
-    joined one compiled the helper's graph again each time (5 graphs against 4)."""
-    reset()
+    original's caller frame compiled again on each call too, but with no op of its own;
+    the joined one compiled the helper's graph again each time (5 graphs against 4)."""
     source = HELPER_COUNTING_ITS_CALLS.replace("    global COUNT\n    COUNT += 1\n", "").replace(
         "def f(x, y):\n", "def f(x, y):\n    global COUNT\n    COUNT += 1\n"
     )
-    original, mended, _ = original_and_mended(source)
-    before = _graphs_and_breaks_over_calls(original)
-    after = _graphs_and_breaks_over_calls(mended)
-    assert before == (4, 6)
-    assert after == before
-    assert "G316" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    _counted_where_the_count_is_guarded(source, (4, 6))
 
 
 def test_a_claim_in_a_helper_writing_no_global_joins_its_caller():
