@@ -326,7 +326,6 @@ def no_other_path_reaches_it_before_the_first_op(translator) -> str | None:
     ``if``; 750095: a warning after an ``if`` whose arm wrote to ``sys.stderr``; one
     graph more each). The call keeps its break there; an output claimed before it on
     the same path then stands alone in its graph, and keeps its break too (G315)."""
-
     output = translator.output
     if translator is not getattr(output, "root_tx", None):
         return None
@@ -352,32 +351,20 @@ def paths_meet_at(code, line: int) -> bool:
     """Whether ``code``, a resume function, resumes at a place of the function it resumes
     past which the function reaches ``line`` on another path too (the other arm of a
     branch, or the way past an arm that broke): the original's resume function at that
-    line was then shared by both paths. The paths are read in the function resumed,
-    whose lines TorchDynamo's copy does not keep; its copy's prologue ends in a jump to
-    the place resumed at, after which the copy has the function's instructions."""
+    line was then shared by both paths. The paths are read in the function resumed
+    (``tracing.resumed_at``), whose lines TorchDynamo's copy does not keep."""
     import dis
 
-    from graphmend.torch_adapter.tracing import resume_function_line, resume_function_origins
+    from graphmend.torch_adapter.tracing import resume_function_line, resumed_at
 
-    if resume_function_line(code) is None:
+    place = resumed_at(code)
+    if place is None:
         return False
-    try:
-        metadata = resume_function_origins().get(code)
-    except (ImportError, AttributeError):  # pragma: no cover - another torch: no resume functions known
-        return False
-    resumed = getattr(metadata, "code", None)
-    if resumed is None or resume_function_line(resumed) is not None:
-        return False  # a resume function of a resume function: its lines are lost too
-    copy = list(dis.get_instructions(code))
-    prologue_end = next((index for index, i in enumerate(copy) if i.opname in _ENDS_FLOW), None)
-    if prologue_end is None or prologue_end + 1 >= len(copy):
-        return False
-    shift = copy[prologue_end + 1].offset
-    at_copy = next((i for i in copy if i.offset == copy[prologue_end].argval), None)
+    resumed, entry_offset = place
     instructions = list(dis.get_instructions(resumed))
     index_of = {instruction.offset: index for index, instruction in enumerate(instructions)}
-    entry = index_of.get(at_copy.offset - shift) if at_copy is not None else None
-    if entry is None or instructions[entry].opname != at_copy.opname:
+    entry = index_of.get(entry_offset)
+    if entry is None:
         return False
     lines = [instruction.positions.lineno if instruction.positions else None for instruction in instructions]
     goals = {index for index, at in enumerate(lines) if at == line}

@@ -33,6 +33,7 @@ __all__ = [
     "reorders_logging_calls",
     "resume_function_line",
     "resume_function_origins",
+    "resumed_at",
     "root_translator",
     "run_outside_dynamo",
     "translator_of",
@@ -157,6 +158,36 @@ def resume_function_line(code) -> int | None:
         return None
     _, _, line = name.rpartition("_at_")
     return int(line) if line.isdigit() else None
+
+
+def resumed_at(code) -> tuple | None:
+    """(the code a resume function of TorchDynamo's resumes, the offset in it where it
+    resumes), or None for other code, a resume function of a resume function, or a
+    layout this torch does not make. The resume function is a copy of the code it
+    resumes, after a prologue that ends in the one jump to the place resumed at."""
+    import dis
+
+    if resume_function_line(code) is None:
+        return None
+    try:
+        metadata = resume_function_origins().get(code)
+    except (ImportError, AttributeError):
+        return None
+    resumed = getattr(metadata, "code", None)
+    if resumed is None or resume_function_line(resumed) is not None:
+        return None
+    copy = list(dis.get_instructions(code))
+    prologue_end = next((index for index, i in enumerate(copy) if "JUMP" in i.opname and "_IF_" not in i.opname), None)
+    if prologue_end is None or prologue_end + 1 >= len(copy):
+        return None
+    at_copy = next((i for i in copy if i.offset == copy[prologue_end].argval), None)
+    if at_copy is None:
+        return None
+    offset = at_copy.offset - copy[prologue_end + 1].offset
+    original = next((i for i in dis.get_instructions(resumed) if i.offset == offset), None)
+    if original is None or original.opname != at_copy.opname:
+        return None
+    return resumed, offset
 
 
 def backends_named(names) -> tuple:
