@@ -116,21 +116,29 @@ def _device_of_traced_tensors(translator) -> str | None:
     return str(chosen)
 
 
+def _settle_held_guards(recorded):
+    """``recorded`` (what ``_record`` gave), after installing the guards the decision held
+    where the call went into the graph, or dropping them where it keeps its break."""
+    if recorded is _IN_GRAPH:
+        install_held_guards()
+    else:
+        drop_held_guards()
+    return recorded
+
+
 def print_in_graph(args: tuple, kwargs: dict, item_reads: tuple = ()):
     """``print(*args, **kwargs)`` inside the graph: ``()``, or ``(args, kwargs)`` to call
     ``print`` with eagerly (or, with ``item_reads``, to make the original call again)."""
     printed = dict(kwargs)
     target = printed.pop("file", None)
     hold_guards_until_decided()
-    if _record(PRINT, target, (), args, printed, item_reads) is _IN_GRAPH:
-        install_held_guards()
+    if _settle_held_guards(_record(PRINT, target, (), args, printed, item_reads)) is _IN_GRAPH:
         if target is None:
             # Read while traced, so that TorchDynamo guards on the type of ``sys.stdout``:
             # whether the stream's ``write`` is code traced code may also write through is
             # decided on it, and a program may swap the stream between calls.
             type(sys.stdout)
         return _IN_GRAPH
-    drop_held_guards()
     return args, kwargs
 
 
@@ -148,14 +156,8 @@ def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, 
         drop_held_guards()
         return args, kwargs
     if level is None:
-        recorded = _record(LOG_METHOD, logger, (method_name,), args, kwargs, item_reads)
-    else:
-        recorded = _record(LOG_RECORD, logger, (level, location), args, kwargs, item_reads)
-    if recorded is _IN_GRAPH:
-        install_held_guards()
-    else:
-        drop_held_guards()
-    return recorded
+        return _settle_held_guards(_record(LOG_METHOD, logger, (method_name,), args, kwargs, item_reads))
+    return _settle_held_guards(_record(LOG_RECORD, logger, (level, location), args, kwargs, item_reads))
 
 
 def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
@@ -165,12 +167,7 @@ def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
     if not warning_display_guarded():
         drop_held_guards()
         return args, kwargs
-    recorded = _record(WARNING, None, location, args, kwargs)
-    if recorded is _IN_GRAPH:
-        install_held_guards()
-    else:
-        drop_held_guards()
-    return recorded
+    return _settle_held_guards(_record(WARNING, None, location, args, kwargs))
 
 
 # Code that an earlier ``graphmend fix`` wrote into users' files calls these three,

@@ -68,21 +68,25 @@ def _start_holding(context) -> None:
     setattr(translator_of(context).output, _HELD_ATTRIBUTE, [])
 
 
-def _install_held(context) -> None:
-    from graphmend.torch_adapter import guards
-
+def _take_held(context) -> list:
+    """The guards held in the trace, no longer held."""
     output = translator_of(context).output
     held = getattr(output, _HELD_ATTRIBUTE, None) or []
     if hasattr(output, _HELD_ATTRIBUTE):
         delattr(output, _HELD_ATTRIBUTE)
+    return held
+
+
+def _install_held(context) -> None:
+    from graphmend.torch_adapter import guards
+
+    held = _take_held(context)
     if held:
         guards.install_guards(*held)
 
 
 def _drop_held(context) -> None:
-    output = translator_of(context).output
-    if hasattr(output, _HELD_ATTRIBUTE):
-        delattr(output, _HELD_ATTRIBUTE)
+    _take_held(context)
 
 
 def print_receiver(target):

@@ -31,8 +31,10 @@ graph (by the hooks of ``graphmend.runtime.trace_hooks``):
 - a ``.item()`` kept as a tensor has no check that reads it lowered in the same graph
   (``items_stay_with_lowered_checks``);
 - the backend compiles the joined graph (``backend_compiles_the_joined_graph``);
-- the graph computes something of the program's own, not only graphmend's operators
-  (``graph_holds_an_op_of_the_program``).
+- the graph holds an op of the program's own, not only graphmend's
+  (``graph_holds_an_op_of_the_program``);
+- a claim in an inlined call, where the trace guards on a module global it also writes
+  (``inlined_claims_guard_no_global_the_trace_writes``).
 
 ``whole_trace_refusals`` applies them, in order, to a trace's claims. Each is registered
 in ``graphmend.core.legality`` by its ``module:function``.

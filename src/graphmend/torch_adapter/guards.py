@@ -108,17 +108,28 @@ def globals_written(output) -> set[str]:
     return names
 
 
-def guarded_global_names(output) -> set[str]:
-    """The module globals whose value or length the trace guards on, by name."""
+def _value_guards(output):
+    """(guard, source) of each of the trace's guards of a kind in ``_VALUE_KINDS``."""
+    for guard in getattr(output, "guards", ()) or ():
+        kind = getattr(getattr(guard, "create_fn", None), "__name__", "") or ""
+        if kind in _VALUE_KINDS:
+            yield guard, getattr(guard, "originating_source", None)
+
+
+def _global_value_guards(output):
+    """(guard, source) of the value guards on a module global itself; the module's own
+    dunder names (``__name__``, which rewritten code passes to the runtime) are not the
+    program's state."""
     from torch._dynamo.source import GlobalSource
 
-    names = set()
-    for guard in getattr(output, "guards", ()) or ():
-        source = getattr(guard, "originating_source", None)
-        kind = getattr(getattr(guard, "create_fn", None), "__name__", "") or ""
-        if isinstance(source, GlobalSource) and kind in _VALUE_KINDS and not source.global_name.startswith("__"):
-            names.add(source.global_name)
-    return names
+    for guard, source in _value_guards(output):
+        if isinstance(source, GlobalSource) and not source.global_name.startswith("__"):
+            yield guard, source
+
+
+def guarded_global_names(output) -> set[str]:
+    """The module globals whose value or length the trace guards on, by name."""
+    return {source.global_name for _guard, source in _global_value_guards(output)}
 
 
 def guarded_resumed_numbers(output) -> list[str]:
@@ -135,29 +146,17 @@ def guarded_resumed_numbers(output) -> list[str]:
     if code is None or resume_function_line(code) is None:
         return []
     values = getattr(root, "f_locals", {}) or {}
-    found = []
-    for guard in getattr(output, "guards", ()) or ():
-        source = getattr(guard, "originating_source", None)
-        kind = getattr(getattr(guard, "create_fn", None), "__name__", "") or ""
-        if not isinstance(source, LocalSource) or kind not in _VALUE_KINDS:
+    found = set()
+    for guard, source in _value_guards(output):
+        if not isinstance(source, LocalSource):
             continue
         value = values.get(source.local_name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            found.append(guard.name)
-    return sorted(set(found))
+            found.add(guard.name)
+    return sorted(found)
 
 
 def guarded_global_values(output) -> list[str]:
     """The names of the trace's guards on the value (or the length) of a module global
-    itself (``G['COUNT']``, ``len(G['SEEN'])``), as TorchDynamo names them. The module's
-    own dunder names (``__name__``, which rewritten code passes to the runtime) are not
-    the program's state."""
-    from torch._dynamo.source import GlobalSource
-
-    found = []
-    for guard in getattr(output, "guards", ()) or ():
-        source = getattr(guard, "originating_source", None)
-        kind = getattr(getattr(guard, "create_fn", None), "__name__", "") or ""
-        if isinstance(source, GlobalSource) and kind in _VALUE_KINDS and not source.global_name.startswith("__"):
-            found.append(guard.name)
-    return sorted(set(found))
+    itself (``G['COUNT']``, ``len(G['SEEN'])``), as TorchDynamo names them."""
+    return sorted({guard.name for guard, _source in _global_value_guards(output)})
