@@ -206,11 +206,17 @@ def _ops_and_guarded_globals(output) -> tuple[int, frozenset]:
     """How many of the program's ops the trace's graph holds, and the values it guards on
     that a program may change between calls: module globals, and in a resume function
     the Python numbers its frame computed before the break."""
-    from graphmend.runtime.resumable_states import made_by_the_runtime
     from graphmend.torch_adapter.guards import guarded_global_values, guarded_resumed_numbers
 
-    ops = sum(1 for node in output.graph.nodes if node.op in _OPS and not made_by_the_runtime(node))
-    return ops, frozenset(guarded_global_values(output)) | frozenset(guarded_resumed_numbers(output))
+    guarded = frozenset(guarded_global_values(output)) | frozenset(guarded_resumed_numbers(output))
+    return _program_op_count(output), guarded
+
+
+def _program_op_count(output) -> int:
+    """How many of the program's ops (not graphmend's runtime's) the trace's graph holds."""
+    from graphmend.runtime.resumable_states import made_by_the_runtime
+
+    return sum(1 for node in output.graph.nodes if node.op in _OPS and not made_by_the_runtime(node))
 
 
 def _inlined_calls(translator):
@@ -329,8 +335,7 @@ def no_other_path_reaches_it_before_the_first_op(translator) -> str | None:
     output = translator.output
     if translator is not getattr(output, "root_tx", None):
         return None
-    ops, _guarded = _ops_and_guarded_globals(output)
-    if ops:
+    if _program_op_count(output):
         return None
     if not paths_meet_at(translator.f_code, translator.lineno):
         return None
