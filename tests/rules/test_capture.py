@@ -460,3 +460,40 @@ def test_a_branch_on_the_size_inside_a_helper_keeps_the_original_break():
     declines = [reason for (_, line), reason in store.trace_time_declines.items() if line == 11]
     assert declines == ["tracing needed the size the capture made on the host, so the capture removes no break"]
     assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))
+
+
+def _graph_operators(function, *args) -> list[str]:
+    """The call targets of every graph compiling ``function`` makes, in order."""
+    targets = []
+
+    def backend(graph_module, example_inputs):
+        targets.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    torch.compile(function, backend=backend)(*args)
+    return targets
+
+
+def test_torchdynamo_capturing_output_sizes_itself_keeps_the_original_call():
+    """C208 ``torchdynamo_does_not_capture_it``: under ``capture_dynamic_output_shape_ops``
+    TorchDynamo captures ``torch.nonzero`` with no break, and adds its own checks of the
+    size it made. The statement is left as written: the graph holds torch's operator
+    and checks, not graphmend's (three of PyTorch's own TorchDynamo tests count them)."""
+    source = """
+        def main(x, w):
+            positions = torch.nonzero(x > 0)
+            return w[positions[:, 0], positions[:, 1]].sum(0) + 1
+    """
+    original, mended, result = original_and_mended(program(source))
+    assert result.changed
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        assert counts(original.main, X, W) == counts(mended.main, X, W) == (1, 0)
+        expected = _graph_operators(original.main, X, W)
+        got = _graph_operators(mended.main, X, W)
+        assert any("nonzero" in target for target in expected)
+        assert got == expected
+        assert_equivalent(original.main, mended.main, X, W, backends=("eager", "aot_eager"))
+    # The flag is read while tracing: off again, the capture is graphmend's.
+    assert counts(mended.main, X, W) == (1, 0)
+    assert any("graphmend.nonzero" in target for target in _graph_operators(mended.main, X, W))

@@ -361,6 +361,8 @@ _CONDITIONS = (
     (_C, WHILE_TRACING, "C207", "expert_tensors_cover_every_class",
      "graphmend.runtime.dynamic_shapes:why_not_run_empty_exactly",
      "each tensor stacking the experts is a plain parameter or buffer, read with no code, with a row for every class"),
+    (_C, WHILE_TRACING, "C208", "torchdynamo_does_not_capture_it", "graphmend.runtime.dynamic_shapes:torchdynamo_captures_it",
+     "TorchDynamo is not told to capture data-dependent output sizes itself (`capture_dynamic_output_shape_ops`)"),
     # Capture, whole trace (runtime/whole_trace_conditions.py).
     (_C, WHOLE_TRACE, "C301", "captured_sizes_decide_no_break", "graphmend.runtime.whole_trace_conditions:captured_sizes_decide_no_break",
      "the graph does not break on a size a capture made, and tracing never needs it on the host"),

@@ -34,7 +34,12 @@ from graphmend.runtime import claims, expert_calls, trace_decisions
 from graphmend.runtime.selection import is_plain_tensor
 from graphmend.runtime.store import store
 from graphmend.torch_adapter import ops
-from graphmend.torch_adapter.tracing import comptime, realized, translator_of
+from graphmend.torch_adapter.tracing import (
+    captures_data_dependent_output_sizes,
+    comptime,
+    realized,
+    translator_of,
+)
 
 
 def sizes_made() -> int:
@@ -86,11 +91,22 @@ def _claim(context) -> None:
 
 
 def _claim_capture(tracer) -> bool:
+    if torchdynamo_captures_it() is not None:
+        return False
     if not claims.claim_break_at_user_site(tracer, kind=claims.CAPTURE):
         return False
     user = trace_decisions.user_translator(tracer)
     captures_claimed().append((user.f_code.co_filename, user.lineno))
     return True
+
+
+def torchdynamo_captures_it() -> str | None:
+    """Under ``capture_dynamic_output_shape_ops`` TorchDynamo captures the original call
+    itself, with no break to remove: the statement is left as written, so that its graph
+    holds torch's own operator and the runtime checks TorchDynamo adds with it."""
+    if captures_data_dependent_output_sizes():
+        return failed("C208", "torchdynamo_does_not_capture_it: `capture_dynamic_output_shape_ops` is set")
+    return None
 
 
 def captures_claimed() -> list:

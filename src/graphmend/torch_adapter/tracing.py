@@ -91,6 +91,14 @@ def graph_breaks_nest() -> bool:
     return bool(config.nested_graph_breaks)
 
 
+def captures_data_dependent_output_sizes() -> bool:
+    """Whether TorchDynamo captures operators whose output size depends on tensor data
+    (``nonzero``, boolean-mask indexing) itself (``config.capture_dynamic_output_shape_ops``)."""
+    from torch._dynamo import config
+
+    return bool(config.capture_dynamic_output_shape_ops)
+
+
 def reorders_logging_calls() -> bool:
     """Whether TorchDynamo is told to move some output calls to the end of the graph
     (``config.reorderable_logging_functions``)."""
