@@ -9,8 +9,8 @@ import traceback
 import torch
 
 from graphmend.rewrite.pipeline import mend_module_source
-from tools.fuzz.grammar import generate
-from tools.fuzz.observe import frame_function, traceback_frames, worse_counts
+from tools.fuzz.grammar import Program, generate
+from tools.fuzz.observe import compare, frame_function, traceback_frames, worse_counts
 from tools.fuzz.program_constructs import KINDS
 
 # The functions of each construct that graphmend must rewrite in some program.
@@ -77,6 +77,35 @@ def test_worse_counts_compare_the_runs_totals_and_name_the_functions_that_grew()
     # A helper inlined once its break is gone: its graph moves to the caller's frame.
     assert worse_counts("compiled:eager", {"f": (0, 1), "helper": (1, 0)}, {"f": (1, 0)}) == []
     assert frame_function("torch_dynamo_resume_in_f_at_3") == "f"
+
+
+CHECK_FAILING_THEN_HELPER = """
+import torch
+from graphmend_fuzz_checks import torch_compilable_check
+
+
+def helper(t):
+    return torch.sigmoid(t) * 2.0
+
+
+def f(x, y, box, items, table):
+    try:
+        torch_compilable_check(y.sum() > 1000.0, "the check failed", IndexError)
+    except IndexError:
+        pass
+    return helper(y)
+"""
+
+
+def test_counts_where_the_originals_traced_check_raised_are_those_of_its_check_made_eagerly() -> None:
+    # Traced, the check helper fails with torch's RuntimeError, which the program does not
+    # catch: the original compiled never reaches ``helper`` (0 graphs, 2 breaks). The
+    # mended program makes the check outside TorchDynamo, raising the IndexError eager
+    # raises, and compiles ``helper`` (1 graph, 1 break), as does the original with its
+    # helper made so.
+    report = compare(Program(seed=1, source=CHECK_FAILING_THEN_HELPER, shape=(2, 3)), modes=("compiled:eager",),
+                     counts=True, tracebacks=True)
+    assert not report.differences and not report.worse, [w.describe() for w in report.worse]
 
 
 def test_traceback_frames_keep_the_programs_frames_and_name_graphmends() -> None:
