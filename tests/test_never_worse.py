@@ -794,3 +794,51 @@ def test_an_output_after_an_op_in_a_resume_function_guarding_a_number_joins():
     assert _graphs_and_breaks_for_counts(original) == (5, 4)
     assert _graphs_and_breaks_for_counts(mended) == (4, 1)
     assert "G203" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+# Positions found with ``nonzero`` break the graph, and the resume function prints their
+# list first. On the first call the list's ``tolist()`` breaks inside the helper, and the
+# print begins a resume function of its own; on the second there are no positions, the
+# resume function is compiled again, and the empty list makes no break before the print.
+# The original broke at the print there with no graph and ran the code after it as
+# compiled on the first call; joined, that code was compiled again into a new graph
+# (fuzz seed 740103: one graph more, one break fewer).
+PRINT_OF_POSITIONS_FIRST_IN_A_FRAME_COMPILED_AGAIN = """
+import torch
+
+def as_list(positions):
+    return positions.tolist()
+
+def f(x):
+    positions = (x > 0.5).nonzero()
+    print("positions", as_list(positions))
+    return (x * 2).sin()
+"""
+
+
+def _graphs_and_breaks_with_positions_then_none(module) -> tuple[int, int]:
+    return _graphs_and_breaks_over(
+        module, [(torch.tensor([1.0, -1.0, 1.0]),), (torch.tensor([-1.0, -1.0, -1.0]),)], dynamic=False
+    )
+
+
+def test_an_output_first_in_a_frame_compiled_again_keeps_its_break():
+    original, mended = _kept_as_the_original(
+        PRINT_OF_POSITIONS_FIRST_IN_A_FRAME_COMPILED_AGAIN, _graphs_and_breaks_with_positions_then_none, (2, 5), "G205"
+    )
+    for x in (torch.tensor([1.0, -1.0, 1.0]), torch.tensor([-1.0, -1.0, -1.0])):
+        assert_equivalent(original.f, mended.f, x, backends=("eager", "aot_eager"))
+
+
+def test_an_output_after_an_op_in_a_frame_compiled_again_joins():
+    """G205's must-not row: with an op before the print in the frame compiled again, the
+    original compiled a graph there too, and the print joins it."""
+    reset()
+    source = PRINT_OF_POSITIONS_FIRST_IN_A_FRAME_COMPILED_AGAIN.replace(
+        '    print("positions", as_list(positions))\n    return (x * 2).sin()',
+        '    y = x * 2\n    print("positions", as_list(positions))\n    return y.sin()',
+    )
+    original, mended, _ = original_and_mended(source)
+    assert _graphs_and_breaks_with_positions_then_none(original) == (4, 5)
+    assert _graphs_and_breaks_with_positions_then_none(mended) == (4, 4)
+    assert "G205" not in {condition_id(reason) for reason in store.trace_time_declines.values()}

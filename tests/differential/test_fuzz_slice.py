@@ -278,6 +278,9 @@ PROGRAM_FINDINGS = {
     # A print first in a resume function that guards on a number read with ``.item()``
     # before the break (G203).
     750137: ("compiled:eager",),
+    # A print first in a resume function TorchDynamo compiled again (positions now none),
+    # where the original ran the code after it as compiled before (G205).
+    740103: ("compiled:eager", "compiled:aot_eager"),
     # The original's check helper, traced, raised torch's error where eager raises the
     # one the program catches, and its call ended there; the mended call, whose check is
     # made outside TorchDynamo, went on to compile a module's forward: counted against the

@@ -268,7 +268,9 @@ def claim_break_at_user_site(translator, kind: str = SELECTION) -> bool:
         return False
     translator, site = claimable
     reason = (
-        no_global_value_guarded_before_the_first_op(translator) or no_other_path_reaches_it_before_the_first_op(translator)
+        no_global_value_guarded_before_the_first_op(translator)
+        or no_other_path_reaches_it_before_the_first_op(translator)
+        or no_earlier_compile_of_the_frame_before_the_first_op(translator)
         if kind == OUTPUT
         else None
     )
@@ -343,6 +345,39 @@ def no_other_path_reaches_it_before_the_first_op(translator) -> str | None:
         "G204",
         "another path of the function reaches it than the one its frame resumes on, and nothing is "
         "computed before it: the original shared the code after it between the paths, compiled once"
+    )
+
+
+def no_earlier_compile_of_the_frame_before_the_first_op(translator) -> str | None:
+    """Where nothing is computed in the frame before the output call, or since the
+    latest statement that lost its break, and TorchDynamo compiles the frame again (it
+    holds a compiled version of the frame's code already, whose guards failed): the
+    original broke there before any op, so compiling its frame again made no graph for
+    that part, and the code after the break was the resume function an earlier
+    compilation had made, run again as compiled. Joined, that code is compiled once more
+    into the new graph (fuzz seed 740103: a resume function compiled again for positions
+    that were now none, with the print of their list first in it; one graph more, one
+    break fewer). The call keeps its break there, as the original's; a first
+    compilation of the frame has no such resume function to share, and joins."""
+    from graphmend.torch_adapter.tracing import compiled_versions
+
+    output = translator.output
+    root = getattr(output, "root_tx", None)
+    if root is None:
+        return None
+    ops_before = getattr(output, LATEST_CLAIM_ATTRIBUTE, (0, frozenset(), None))[0]
+    if _program_op_count(output) > ops_before:
+        return None
+    try:
+        versions = compiled_versions(root.f_code)
+    except (ImportError, AttributeError):  # another torch: no versions known, keep the break
+        versions = 1
+    if not versions:
+        return None
+    return failed(
+        "G205",
+        "nothing is computed before it in its part of the frame, and TorchDynamo compiles the frame again: "
+        "the original's frame broke there with no graph and ran the code after it as compiled before"
     )
 
 

@@ -139,6 +139,15 @@ def resume_function_origins() -> dict:
     return ContinueExecutionCache.generated_code_metadata
 
 
+def compiled_versions(code) -> int:
+    """How many compiled versions of ``code`` TorchDynamo holds (its cache entries): more
+    than none where it compiles the frame again, a guard of each having failed. Raises
+    ImportError or AttributeError where this torch offers no such query."""
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return len(_debug_get_cache_entry_list(code))
+
+
 def nonrecursively_disabled_caller(frame) -> bool:
     """Whether ``frame`` (a frame of the callback TorchDynamo runs on a frame about to
     run) is called, past TorchDynamo's own frames that convert it, by the wrapper of
