@@ -842,3 +842,53 @@ def test_an_output_after_an_op_in_a_frame_compiled_again_joins():
     assert _graphs_and_breaks_with_positions_then_none(original) == (4, 5)
     assert _graphs_and_breaks_with_positions_then_none(mended) == (4, 4)
     assert "G205" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+# The ``if`` arm breaks nowhere, the ``else`` arm prints a line of text before assigning
+# ``h3`` again; both reach the branch on ``h1``, where the original breaks. TorchDynamo
+# makes one resume function per place and per order of the frame's live names: in the
+# original, ``h3`` is dead where each arm's frame broke and is assigned after, so both
+# reach the later break with (h1, h3) and share one resume function. Joined, the print
+# keeps ``h3`` in its place, the names come as (h3, h1), and the code after the branch
+# compiles again (fuzz seed 770094: one graph more).
+PRINT_OF_TEXT_IN_AN_ARM_BEFORE_AN_ASSIGNMENT = """
+import torch
+
+SEEN = []
+
+def f(x, y):
+    h3 = y + 1
+    h1 = x * 2
+    if h3.sum() > 0:
+        h3 = h1 * 3.0
+    else:
+        print("arm", h3.shape)
+        h3 = x
+    if h1.mean() < 0:
+        SEEN.append(1)
+    return h1 + h3
+"""
+
+
+def _graphs_and_breaks_on_each_arm(module) -> tuple[int, int]:
+    return _graphs_and_breaks_over(module, [(torch.ones(3), torch.ones(3)), (torch.ones(3), torch.ones(3) * -3.0)])
+
+
+def test_claims_whose_break_would_resume_in_another_order_keep_their_breaks():
+    original, mended = _kept_as_the_original(
+        PRINT_OF_TEXT_IN_AN_ARM_BEFORE_AN_ASSIGNMENT, _graphs_and_breaks_on_each_arm, (4, 4), "G317"
+    )
+    for y in (torch.ones(3), torch.ones(3) * -3.0):
+        assert_equivalent(original.f, mended.f, torch.ones(3), y, backends=("eager", "aot_eager"))
+
+
+def test_claims_joining_two_stretches_that_compute_join_where_the_break_resumes_in_another_order():
+    """G317's must-not row: the print computes the sum it shows, so the original compiled
+    a graph before its break and one after; joined, they are one graph, which pays for
+    the resume function made again."""
+    reset()
+    source = PRINT_OF_TEXT_IN_AN_ARM_BEFORE_AN_ASSIGNMENT.replace('print("arm", h3.shape)', 'print("arm", h3.sum())')
+    original, mended, _ = original_and_mended(source)
+    assert _graphs_and_breaks_on_each_arm(original) == (5, 4)
+    assert _graphs_and_breaks_on_each_arm(mended) == (5, 3)
+    assert "G317" not in {condition_id(reason) for reason in store.trace_time_declines.values()}

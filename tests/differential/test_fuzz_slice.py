@@ -281,6 +281,10 @@ PROGRAM_FINDINGS = {
     # A print first in a resume function TorchDynamo compiled again (positions now none),
     # where the original ran the code after it as compiled before (G205).
     740103: ("compiled:eager", "compiled:aot_eager"),
+    # A print of text in an ``else`` arm before a name the arm assigns again, then a branch
+    # where both arms meet: the names the frame kept live came in another order, and
+    # TorchDynamo made another resume function past the branch (G317).
+    770094: ("compiled:eager", "compiled:aot_eager"),
     # The original's check helper, traced, raised torch's error where eager raises the
     # one the program catches, and its call ended there; the mended call, whose check is
     # made outside TorchDynamo, went on to compile a module's forward: counted against the

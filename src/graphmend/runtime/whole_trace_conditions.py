@@ -42,6 +42,8 @@ in ``graphmend.core.legality`` by its ``module:function``.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from graphmend.core.legality import failed
@@ -679,6 +681,68 @@ def graph_holds_an_op_of_the_program(output) -> str | None:
     )
 
 
+def break_resumes_in_the_order_of_an_earlier_resume_function(output, translator, claims, graph_break: bool) -> str | None:
+    """TorchDynamo makes one resume function per place and per order of the frame's live
+    names (``ContinueExecutionCache``), and reads that order from the frame's locals as
+    its trace left them: a name the frame assigns again after a break that dropped it
+    (dead there) comes last in the resume function, while a frame whose trace went on
+    keeps it where it was. Where the original reached a later break on two paths, one
+    breaking just before such an assignment, its resume function there was shared; a
+    claim removing that earlier break keeps the name in its place, and the same names in
+    another order make another resume function, whose code compiles once more (fuzz seed
+    770094: a print of text in an ``else`` arm before ``h3 = x``, then a branch where
+    both arms meet; one graph more). That graph is paid for where the claims join two
+    stretches that each compute something (the original compiled a graph for each); where
+    at most one does, a trace that holds claims and breaks at a line whose resume
+    function TorchDynamo made already for the same names in another order gives its
+    claims back, and the frame resumes as the original's did."""
+    from graphmend.torch_adapter.tracing import (
+        earlier_resume_argument_orders,
+        resume_argument_orders,
+    )
+
+    if not graph_break or translator is None or translator is not getattr(output, "root_tx", None):
+        return None
+    if _stretches_that_compute(output, claims) > 1:
+        return None
+    try:
+        ours = resume_argument_orders(translator)
+        earlier = earlier_resume_argument_orders(translator.f_code, translator.lineno)
+    except (ImportError, AttributeError, KeyError, IndexError, TypeError):
+        return None
+    if not any(set(order) == set(other) and order != other for order in ours for other in earlier):
+        return None
+    return failed(
+        "G317",
+        "the trace breaks where TorchDynamo made a resume function for the same names in another order, and "
+        "its claims join no two stretches that compute: the code after the break would compile again",
+    )
+
+
+def _stretches_that_compute(output, claims) -> int:
+    """Of the stretches of the trace's graph between its claimed statements (where the
+    original broke), how many hold an op of the program's own (each a graph of the
+    original's). An op of the claimed statement itself (the values a print shows, a
+    branch's test) is of the stretch before it: the original computed it before its break."""
+    cuts = sorted((claim.position, claim.site) for claim in claims.values())
+    computing = set()
+    for index, node in enumerate(output.graph.nodes):
+        if node.op not in ("call_function", "call_method", "call_module") or is_graphmend_operator(node) or made_by_the_runtime(node):
+            continue
+        sites = _user_sites(node)
+        computing.add(sum(1 for position, site in cuts if position <= index and site not in sites))
+    return len(computing)
+
+
+_FRAME_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+
+
+def _user_sites(node) -> set[tuple[str, int]]:
+    """The (file, line) of each frame TorchDynamo recorded for ``node``."""
+    trace = node.meta.get("stack_trace") or ""
+    return {(found.group(1), int(found.group(2))) for found in map(_FRAME_LINE.match, trace.splitlines()) if found}
+
+
 def inlined_claims_guard_no_global_the_trace_writes(output, claims) -> list[tuple[str, int]]:
     """Where the original broke inside a function its frame called, TorchDynamo cut the
     frame's trace at the call, and the function ran as a frame of its own: what it read
@@ -766,6 +830,9 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
     written = inlined_claims_guard_no_global_the_trace_writes(output, claims)
     if written:
         return [(site, ALWAYS, _GLOBAL_WRITTEN_REASON) for site in written]
+    reordered = break_resumes_in_the_order_of_an_earlier_resume_function(output, translator, claims, graph_break)
+    if reordered is not None:
+        return [(site, ALWAYS, reordered) for site in claims]
     stopped = merged_branches_were_traced(output, claims)
     if stopped:
         reason = failed("C302", "TorchDynamo broke the graph at the branch's `torch.cond`")

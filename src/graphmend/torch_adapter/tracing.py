@@ -148,6 +148,48 @@ def compiled_versions(code) -> int:
     return len(_debug_get_cache_entry_list(code))
 
 
+def resume_argument_orders(translator) -> list[tuple[str, ...]]:
+    """The order of the frame's live names each resume function of TorchDynamo's for a
+    break at the instruction ``translator`` stands at would take, as
+    ``create_call_resume_at`` reads them: the frame's locals, in their order, read at or
+    after the place it resumes at (the next instruction; for a jump, its target too).
+    Raises ImportError or AttributeError where this torch has no such analysis."""
+    from torch._dynamo.bytecode_analysis import livevars_analysis
+
+    instruction = translator.current_instruction
+    places = [translator.next_instruction]
+    if getattr(instruction, "target", None) is not None:
+        places.append(instruction.target)
+    shared = set(translator.cell_and_freevars())
+    orders = []
+    for place in places:
+        if place is None:
+            continue
+        reads = livevars_analysis(translator.instructions, place)
+        orders.append(tuple(name for name in translator.symbolic_locals if name in reads and name not in shared))
+    return orders
+
+
+def earlier_resume_argument_orders(code, line: int) -> list[tuple[str, ...]]:
+    """For each resume function TorchDynamo has made at ``line`` of the function ``code``
+    runs (a resume function's code stands for the function it resumes), the order of
+    the frame's names it takes after the values of the stack. Raises ImportError or
+    AttributeError where this torch keeps no such cache."""
+    from torch._dynamo.resume_execution import TORCH_DYNAMO_RESUME_IN_PREFIX, ContinueExecutionCache
+
+    origins = ContinueExecutionCache.generated_code_metadata
+    while code in origins:
+        code = origins[code].code
+    made = ContinueExecutionCache.cache.get(code, {})
+    orders = []
+    for resume in list(made.values()):
+        if not resume.co_name.startswith(TORCH_DYNAMO_RESUME_IN_PREFIX) or not resume.co_name.endswith(f"_at_{line}"):
+            continue
+        names = resume.co_varnames[: resume.co_argcount]
+        orders.append(tuple(name for name in names if not name.startswith("__") and not name.startswith("___stack")))
+    return orders
+
+
 def nonrecursively_disabled_caller(frame) -> bool:
     """Whether ``frame`` (a frame of the callback TorchDynamo runs on a frame about to
     run) is called, past TorchDynamo's own frames that convert it, by the wrapper of
