@@ -844,6 +844,27 @@ def test_an_output_after_an_op_in_a_frame_compiled_again_joins():
     assert "G205" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
 
 
+
+def test_an_output_first_in_a_frame_compiled_again_with_no_resume_function_at_its_line_joins():
+    """G205's must-not row for a first compilation that joined the print: compiled again
+    for another size, no resume function is there to share (keeping the break would
+    compile the code after it into a new one), and the print joins again."""
+    reset()
+    original, mended, _ = original_and_mended(PRINT_OF_A_SHAPE_FIRST)
+    sizes = [(torch.ones(3),), (torch.ones(4),)]
+    assert _graphs_and_breaks_over(original, sizes, dynamic=False) == (2, 2)
+    assert _graphs_and_breaks_over(mended, sizes, dynamic=False) == (2, 0)
+    assert "G205" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+PRINT_OF_A_SHAPE_FIRST = """
+import torch
+
+def f(x):
+    print("start", x.shape)
+    return x * 2
+"""
+
 # The ``if`` arm breaks nowhere, the ``else`` arm prints a line of text before assigning
 # ``h3`` again; both reach the branch on ``h1``, where the original breaks. TorchDynamo
 # makes one resume function per place and per order of the frame's live names: in the

@@ -287,9 +287,11 @@ PROGRAM_FINDINGS = {
     770094: ("compiled:eager", "compiled:aot_eager"),
     # The original's check helper, traced, raised torch's error where eager raises the
     # one the program catches, and its call ended there; the mended call, whose check is
-    # made outside TorchDynamo, went on to compile a module's forward: counted against the
-    # original with its check helper made so.
+    # made outside TorchDynamo, went on to compile what followed (a module's forward, a
+    # hook, a helper): counted against the original with its check helper made so.
     750038: ("compiled:eager", "compiled:aot_eager"),
+    740074: ("compiled:eager", "compiled:aot_eager"),
+    740202: ("compiled:eager", "compiled:aot_eager"),
 }
 
 

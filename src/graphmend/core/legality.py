@@ -389,8 +389,8 @@ _CONDITIONS = (
     (_G, WHILE_TRACING, "G205", "no_earlier_compile_of_the_frame_before_the_first_op",
      "graphmend.runtime.claims:no_earlier_compile_of_the_frame_before_the_first_op",
      "where the frame computes nothing before the statement, TorchDynamo compiles the frame for the first "
-     "time (compiled again, the original's frame broke there with no graph and ran the resume function an "
-     "earlier compilation made)"),
+     "time or made no resume function at its line yet (else the original's frame broke there with no graph "
+     "and ran the resume function an earlier compilation made)"),
     # Every rule, whole trace (runtime/whole_trace_conditions.py).
     (_G, WHOLE_TRACE, "G301", "no_later_op_failed_while_tracing", "graphmend.runtime.whole_trace_conditions:no_later_op_failed_while_tracing",
      "no op after the statement fails while TorchDynamo traces it"),

@@ -357,9 +357,10 @@ def no_earlier_compile_of_the_frame_before_the_first_op(translator) -> str | Non
     compilation had made, run again as compiled. Joined, that code is compiled once more
     into the new graph (fuzz seed 740103: a resume function compiled again for positions
     that were now none, with the print of their list first in it; one graph more, one
-    break fewer). The call keeps its break there, as the original's; a first
-    compilation of the frame has no such resume function to share, and joins."""
-    from graphmend.torch_adapter.tracing import compiled_versions
+    break fewer). The call keeps its break there, as the original's, where TorchDynamo
+    made a resume function at its line already; a first compilation of the frame, or one
+    where no earlier compilation broke at that line, has none to share, and joins."""
+    from graphmend.torch_adapter.tracing import compiled_versions, earlier_resume_argument_orders
 
     output = translator.output
     root = getattr(output, "root_tx", None)
@@ -373,6 +374,14 @@ def no_earlier_compile_of_the_frame_before_the_first_op(translator) -> str | Non
     except (ImportError, AttributeError):  # another torch: no versions known, keep the break
         versions = 1
     if not versions:
+        return None
+    try:
+        shared = earlier_resume_argument_orders(translator.f_code, translator.lineno)
+    except (ImportError, AttributeError):  # another torch: no resume function known, keep the break
+        shared = [()]
+    if not shared:
+        # No resume function at this line yet: the earlier compilation joined it too, and
+        # keeping the break would compile the code after it into a new one all the same.
         return None
     return failed(
         "G205",
