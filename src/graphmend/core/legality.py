@@ -219,7 +219,7 @@ _CONDITIONS = (
     (_W, STATIC, "W122", "arms_read_bound_locals", "graphmend.rules.where.performed:arms_read_bound_locals",
      "each local the arms read is bound on every path to the branch"),
     # Where, while tracing (runtime/selection.py, runtime/attribute_access.py,
-    # runtime/drawn_ranges.py, runtime/performed_choice.py).
+    # runtime/drawn_ranges.py, runtime/performed_choice.py, runtime/fixed_values.py).
     (_W, WHILE_TRACING, "W201", "operands_combine", "graphmend.runtime.selection:operands_combine",
      "every outside value the hoisted code combines has the kind it needs, and all broadcast together"),
     (_W, WHILE_TRACING, "W202", "graph_so_far_may_continue", "graphmend.runtime.selection:graph_so_far_may_continue",
@@ -252,6 +252,13 @@ _CONDITIONS = (
      "before the branch the trace wrote nothing to the receiver, an argument or an object reached through one"),
     (_W, WHILE_TRACING, "W215", "chosen_objects_share_the_layout", "graphmend.runtime.performed_choice:chosen_objects_share_the_layout",
      "every existing object an arm may choose has the attribute's shape, strides, dtype and device"),
+    (_W, WHILE_TRACING, "W216", "value_computed_from_fixed_tensors",
+     "graphmend.runtime.fixed_values:why_not_a_fixed_tensor",
+     "a test or padding is one element computed from static sizes and a module's non-persistent integer buffers"),
+    (_W, WHILE_TRACING, "W217", "computed_by_pure_operators", "graphmend.runtime.fixed_values:why_not_computed_again",
+     "every operator between those tensors and the value is arithmetic, a comparison, a rounding or a conversion"),
+    (_W, WHILE_TRACING, "W218", "fixed_tensors_not_written", "graphmend.runtime.fixed_values:why_written_or_changed",
+     "no fixed tensor is written in place in the trace or changed value since an earlier trace read it"),
     # Where, whole trace (runtime/performed_choice.py).
     (_W, WHOLE_TRACE, "W301", "stand_in_leaves_only_as_the_attribute",
      "graphmend.runtime.performed_choice:keep_stand_ins_out_of_replay",

@@ -12,13 +12,22 @@ from __future__ import annotations
 import functools
 
 from torch._dynamo.guards import GuardBuilder, install_guard
-from torch._dynamo.source import AttrSource, ImportSource, ListGetItemSource
+from torch._dynamo.source import AttrSource, CallMethodItemSource, ImportSource, ListGetItemSource
 
 # Guard kinds: the object itself, its type, its value (a constant), a sequence's length.
 IDENTITY = GuardBuilder.ID_MATCH
 TYPE = GuardBuilder.TYPE_MATCH
 CONSTANT = GuardBuilder.CONSTANT_MATCH
 LENGTH = GuardBuilder.SEQUENCE_LENGTH
+
+
+EQUAL = GuardBuilder.EQUALS_MATCH
+
+
+def item_source(base):
+    """Where ``<base>.item()`` (the value of a one-element tensor) is found: guarded with
+    ``EQUAL``, each call compares the tensor's value."""
+    return CallMethodItemSource(base)
 
 
 def absent_from_instance_dict(attribute: str):
