@@ -278,6 +278,10 @@ PROGRAM_FINDINGS = {
     # A print first in a resume function that guards on a number read with ``.item()``
     # before the break (G203).
     750137: ("compiled:eager",),
+    # A print first in an expert's forward of the expert's index, the method run for
+    # every expert: one graph per expert where the original shared its resume function
+    # (G203).
+    740080: ("compiled:eager",),
 }
 
 
