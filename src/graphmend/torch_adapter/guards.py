@@ -165,6 +165,41 @@ def guarded_resumed_numbers(output) -> list[str]:
     return sorted(found)
 
 
+def guarded_input_attributes(output) -> list[str]:
+    """The names of the trace's guards on the value of an attribute (at any depth) of a
+    local of the traced frame that holds a Python number (not a bool) or a string
+    (``L['self'].index``): a method's code is shared by every instance of its class,
+    and TorchDynamo compiles it again for each value the attribute has among them."""
+    from torch._dynamo.source import AttrSource, LocalSource, NNModuleSource
+
+    root = getattr(output, "root_tx", None)
+    values = getattr(root, "f_locals", None) or {}
+    missing = object()
+
+    def value_of(source):
+        # An ``NNModuleSource`` names the same object as its base, read as a module.
+        if isinstance(source, NNModuleSource):
+            return value_of(source.base)
+        if isinstance(source, AttrSource):
+            base = value_of(source.base)
+            return missing if base is missing else getattr(base, source.member, missing)
+        if isinstance(source, LocalSource):
+            return values.get(source.local_name, missing)
+        return missing
+
+    found = set()
+    for guard, source in _value_guards(output):
+        if not isinstance(source, AttrSource):
+            continue
+        try:
+            value = value_of(source)
+        except Exception:  # noqa: BLE001 - an attribute whose getter fails is not a number read
+            continue
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            found.add(guard.name)
+    return sorted(found)
+
+
 def guarded_global_values(output) -> list[str]:
     """The names of the trace's guards on the value (or the length) of a module global
     itself (``G['COUNT']``, ``len(G['SEEN'])``), as TorchDynamo names them."""
