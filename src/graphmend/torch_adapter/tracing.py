@@ -246,6 +246,13 @@ def backends_named(names) -> tuple:
     return tuple(lookup_backend(name) for name in names)
 
 
+def is_torch_compiles_inductor(backend) -> bool:
+    """Whether ``backend`` is the object ``torch.compile(backend="inductor")`` (its default)
+    hands TorchDynamo in place of the registered ``inductor`` function."""
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    return wrapper is not None and isinstance(backend, wrapper)
+
+
 def rng_ops_are_functionalized() -> bool:
     """Whether AOTAutograd turns random ops into ops that take the generator's state as an
     input (``functionalize_rng_ops``): they then no longer draw as eager does, in order."""
