@@ -996,3 +996,32 @@ def test_only_a_trace_holding_rewritten_code_compiles_with_fallback_random():
         torch.compile(getattr(mended, name), backend=backend)(torch.zeros(3))
     assert seen == {"rewritten": True, "as_written": inductor_config.fallback_random}
     assert inductor_config.fallback_random is False
+
+
+def test_no_earlier_output_in_graph__inductor_keeps_outputs_in_order_in_one_graph():
+    """Inductor orders graphmend's output operators by AOTAutograd's effect tokens:
+    two outputs share the graph, and the later one, whose operand is ready first, still
+    prints second (D204 holds under inductor)."""
+    original, mended = _pair(
+        """
+        def f(x):
+            y = (torch.tanh(x) * 2.0).exp().sum()
+            print("late", y > 0)
+            print("early", x.shape[0])
+            for step in range(2):
+                print("step", step)
+            return x * 2
+        """
+    )
+    x = torch.tensor([0.5, 1.0, 1.5])
+    expected = _outcome(original.f, None, x)[0]
+    assert _outcome(mended.f, "inductor", x)[0] == expected == "late tensor(True)\nearly 3\nstep 0\nstep 1\n"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert breaks(original.f, x.clone()) == 3
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.compile(mended.f, backend="inductor")(x.clone())
+    assert sum(counters["graph_break"].values()) == 0

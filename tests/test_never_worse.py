@@ -913,3 +913,54 @@ def test_claims_joining_two_stretches_that_compute_join_where_the_break_resumes_
     assert _graphs_and_breaks_on_each_arm(original) == (5, 4)
     assert _graphs_and_breaks_on_each_arm(mended) == (5, 3)
     assert "G317" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+# A module's forward prints a number attribute of its own before any op, and the one
+# method runs for several instances, each with its own value: the graph-less part of
+# each frame guards on that attribute. The original broke at the print, and the code
+# after it was one resume function shared by the instances, compiled once; joined, the
+# whole graph was compiled again for each instance (fuzz seed 740080: experts printing
+# their index, 4 graphs more).
+PRINT_OF_AN_INSTANCE_ATTRIBUTE_FIRST = """
+import torch
+
+class Layer(torch.nn.Module):
+    def __init__(self, index):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((3,), 0.5 + index))
+        self.index = index
+
+    def forward(self, t):
+        print("layer", self.index)
+        return torch.tanh(t * self.scale)
+
+LAYERS = [Layer(index) for index in range(3)]
+
+def f(layer, x):
+    return layer(x)
+"""
+
+
+def _graphs_and_breaks_over_the_layers(module) -> tuple[int, int]:
+    return _graphs_and_breaks_over(module, [(layer, torch.ones(2, 3)) for layer in module.LAYERS], dynamic=False)
+
+
+def test_an_output_first_in_a_method_guarding_an_attribute_of_its_instance_keeps_its_break():
+    original, mended = _kept_as_the_original(PRINT_OF_AN_INSTANCE_ATTRIBUTE_FIRST, _graphs_and_breaks_over_the_layers, (1, 4), "G203")
+    for index in range(3):
+        assert_equivalent(
+            lambda x, index=index: original.f(original.LAYERS[index], x),
+            lambda x, index=index: mended.f(mended.LAYERS[index], x),
+            torch.ones(2, 3), backends=("eager", "aot_eager"),
+        )
+
+
+def test_an_output_first_in_a_method_reading_no_attribute_of_its_instance_joins():
+    """G203's must-not row for attributes of the frame's instances: the same print
+    without the index guards on nothing that differs between the instances."""
+    reset()
+    source = PRINT_OF_AN_INSTANCE_ATTRIBUTE_FIRST.replace('print("layer", self.index)', 'print("layer")')
+    original, mended, _ = original_and_mended(source)
+    assert _graphs_and_breaks_over_the_layers(original) == (1, 2)
+    assert _graphs_and_breaks_over_the_layers(mended) == (1, 0)
+    assert "G203" not in {condition_id(reason) for reason in store.trace_time_declines.values()}

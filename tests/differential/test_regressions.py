@@ -1299,3 +1299,41 @@ def test_the_traceback_torch_prints_for_an_error_inside_a_graph_is_not_the_progr
     report = compare(program, modes=("compiled:aot_eager",))
     assert report.differences == [], [d.describe() for d in report.differences]
     assert not [d for d in report.torch_own if "stderr" in d.klass], [d.klass for d in report.torch_own]
+
+
+SEED_740074 = '''\
+import torch
+from graphmend_fuzz_checks import torch_compilable_check
+
+def scaled(t):
+    return torch.tanh(t) * 3.0
+
+def f(x, y, box, items, table):
+    x = torch.relu(x)
+    try:
+        torch_compilable_check(x.sum() < -1.0 * x.numel(), f"entries {tuple(x.shape)}", IndexError)
+    except IndexError as error:
+        print("check caught", error)
+    return scaled(y)
+'''
+
+
+def test_code_past_a_caught_check_counts_against_the_original_with_its_checks_made_eagerly():
+    """Long run seed 740074 (minimised): the traced helper raises RuntimeError, which the
+    program's ``except IndexError`` does not catch, so the original compiled ends every
+    call at the check, compiling nothing past it. The mended program makes its kept call
+    eagerly, catches the ``IndexError`` and runs on, as eager does, compiling the frame
+    of ``scaled``, called past the check: one graph more than the original compiled
+    (TorchDynamo gives up ``f``'s frame at the break in its ``try``), none more than the
+    original with its checks made eagerly (``observe.CHECKS_MADE_EAGERLY``), the
+    reference its behaviour is compared with too."""
+    from collections import Counter
+
+    from tools.fuzz.grammar import Program
+    from tools.fuzz.observe import compare
+
+    reset()
+    program = Program(seed=740074, source=SEED_740074, shape=(4,), log_level=20, features=Counter({"check-call": 1}))
+    report = compare(program, modes=("compiled:eager", "compiled:aot_eager"), counts=True)
+    assert report.differences == [], [d.describe() for d in report.differences]
+    assert report.worse == [], [w.describe() for w in report.worse]

@@ -218,8 +218,11 @@ _CONDITIONS = (
      "no name an arm binds is read after the branch"),
     (_W, STATIC, "W122", "arms_read_bound_locals", "graphmend.rules.where.performed:arms_read_bound_locals",
      "each local the arms read is bound on every path to the branch"),
+    (_W, STATIC, "W123", "arguments_are_plain_reads", "graphmend.rules.where.written_back:arguments_are_plain_reads",
+     "a tensor attribute written back as its own `to(...)` converts by names, constants, `.dtype` or `.device`"),
     # Where, while tracing (runtime/selection.py, runtime/attribute_access.py,
-    # runtime/drawn_ranges.py, runtime/performed_choice.py).
+    # runtime/drawn_ranges.py, runtime/performed_choice.py, runtime/fixed_values.py,
+    # runtime/written_back.py).
     (_W, WHILE_TRACING, "W201", "operands_combine", "graphmend.runtime.selection:operands_combine",
      "every outside value the hoisted code combines has the kind it needs, and all broadcast together"),
     (_W, WHILE_TRACING, "W202", "graph_so_far_may_continue", "graphmend.runtime.selection:graph_so_far_may_continue",
@@ -252,6 +255,22 @@ _CONDITIONS = (
      "before the branch the trace wrote nothing to the receiver, an argument or an object reached through one"),
     (_W, WHILE_TRACING, "W215", "chosen_objects_share_the_layout", "graphmend.runtime.performed_choice:chosen_objects_share_the_layout",
      "every existing object an arm may choose has the attribute's shape, strides, dtype and device"),
+    (_W, WHILE_TRACING, "W216", "value_computed_from_fixed_tensors",
+     "graphmend.runtime.fixed_values:why_not_a_fixed_tensor",
+     "a test or padding is one element computed from static sizes and a module's non-persistent integer buffers"),
+    (_W, WHILE_TRACING, "W217", "computed_by_pure_operators", "graphmend.runtime.fixed_values:why_not_computed_again",
+     "every operator between those tensors and the value is arithmetic, a comparison, a rounding or a conversion"),
+    (_W, WHILE_TRACING, "W218", "fixed_tensors_not_written", "graphmend.runtime.fixed_values:why_written_or_changed",
+     "no fixed tensor is written in place in the trace or changed value since an earlier trace read it"),
+    (_W, WHILE_TRACING, "W219", "conversion_returns_the_tensor",
+     "graphmend.runtime.written_back:conversion_returns_the_tensor",
+     "the attribute holds a plain tensor that `to(...)` returns itself: its device and dtype, no copy"),
+    (_W, WHILE_TRACING, "W220", "writing_it_back_changes_nothing",
+     "graphmend.runtime.written_back:writing_it_back_changes_nothing",
+     "writing the tensor back runs torch's own `__setattr__`, no buffer hook, and keeps its persistence"),
+    (_W, WHILE_TRACING, "W221", "attribute_not_written_in_the_trace",
+     "graphmend.runtime.written_back:attribute_not_written_in_the_trace",
+     "the trace has not changed the owner before the write"),
     # Where, whole trace (runtime/performed_choice.py).
     (_W, WHOLE_TRACE, "W301", "stand_in_leaves_only_as_the_attribute",
      "graphmend.runtime.performed_choice:keep_stand_ins_out_of_replay",
@@ -379,8 +398,9 @@ _CONDITIONS = (
     (_G, WHILE_TRACING, "G203", "no_global_value_guarded_before_the_first_op",
      "graphmend.runtime.claims:no_global_value_guarded_before_the_first_op",
      "where the frame computes nothing before the statement, its trace guards on no module global's value "
-     "or length, nor, in a resume function, on a number the frame computed before its break (which, "
-     "changing, would compile the mended frame's whole graph where the original's had none)"),
+     "or length, nor on a number or string attribute of a local (`self.index`), nor, in a resume function, "
+     "on a number the frame computed before its break (which, changing, would compile the mended frame's "
+     "whole graph where the original's had none)"),
     (_G, WHILE_TRACING, "G204", "no_other_path_reaches_it_before_the_first_op",
      "graphmend.runtime.claims:no_other_path_reaches_it_before_the_first_op",
      "where the frame is a resume function that computes nothing before the statement, no other path of "

@@ -53,7 +53,7 @@ class Finding:
     condition: str | None = None
     # Set on a fix that holds only under a backend that runs the graph's ops in order
     # (eager, aot_eager): what the run does under the others, in words. Under inductor,
-    # the default, a graph keeps at most one output and no output beside a lowered guard
+    # the default, a graph keeps no output beside a lowered guard
     # (``whole_trace_conditions.outputs_share_no_graph_with_a_lowered_guard``), so ``check`` must not
     # say "fixed" alone for a statement the run may keep as a break.
     caveat: str | None = None

@@ -3,8 +3,11 @@ then Capture, which only changes calls inside statements and loops it keeps whol
 
 Trap runs first because a branch-local ``raise`` would otherwise stop [Where];
 Where runs next because it restructures branches and returns; Defer runs last,
-once the final control flow is known. Facts are recomputed from the current tree
-before each rule, never patched by hand.
+once the final control flow is known. Where's tensor attributes written back as their
+own conversion and tests and paddings decided from fixed tensors
+(``rules/where/written_back.py``, ``fixed_values.py``) run after every rule, on what is
+left. Facts
+are recomputed from the current tree before each rule, never patched by hand.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ from graphmend.rules.trap import checks as trap_checks
 from graphmend.rules.trap import guards as trap_guards
 from graphmend.rules.trap import items as trap_items
 from graphmend.rules.where import branches as where_branches
+from graphmend.rules.where import fixed_values as where_fixed_values
 from graphmend.rules.where import ranges as where_ranges
+from graphmend.rules.where import written_back as where_written_back
 
 ALL_RULES = ("trap", "where", "defer", "capture")
 # Each rule's passes, in order; facts are recomputed before each pass.
@@ -369,6 +374,16 @@ def mend_module_source(
                 )
                 if needed:
                     rule_pass(FunctionContext(facts, context))
+    if "where" in selected:
+        # Last: a test or call another rule rewrites (Capture's emptiness tests and
+        # expert skips, Trap's guards) is its own; these passes take what is left.
+        late_passes = [where_written_back.apply]
+        if where_fixed_values.keeps_fixed_tensors(tree):
+            late_passes.append(where_fixed_values.apply)
+        for late_pass in late_passes:
+            for facts in iter_functions(tree, bindings):
+                if in_scope is None or id(facts.function) in in_scope:
+                    late_pass(FunctionContext(facts, context))
     _withdraw_deferred_items(context, items)
     context.findings.sort(key=lambda f: (f.line, f.col))
     edits = _collect_edits(tree)

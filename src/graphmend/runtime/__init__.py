@@ -27,7 +27,9 @@ from graphmend.runtime import (
     conversion_failures,  # noqa: F401 - a hook of graphmend.torch_adapter
     drawn_ranges,  # noqa: F401 - ``__graphmend__.drawn_ranges`` in rewritten code
     dynamic_shapes,  # noqa: F401 - ``__graphmend__.dynamic_shapes`` in rewritten code
+    fixed_values,  # noqa: F401 - ``__graphmend__.fixed_values`` in rewritten code
     resumable_states,  # noqa: F401 - a hook of graphmend.torch_adapter
+    written_back,  # noqa: F401 - ``__graphmend__.written_back`` in rewritten code
 )
 from graphmend.runtime.attribute_access import is_the_method, reads_plainly, writes_plainly
 from graphmend.runtime.compiled_calls import install_boundary, install_compile_wrappers

@@ -13,7 +13,7 @@ def backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
     True, or one that runs its graph as given (``returns_its_graph_unchanged``: as
     TorchDynamo's ``eager`` does, which each of ``names`` covers)."""
     try:
-        from graphmend.torch_adapter.tracing import backends_named
+        from graphmend.torch_adapter.tracing import backends_named, is_torch_compiles_inductor
 
         known = backends_named(names)
     except Exception:  # noqa: BLE001 - another torch: assume it is none of them
@@ -24,6 +24,8 @@ def backend_is(output, names: tuple[str, ...], marker: str | None) -> bool:
         if backend is None:
             return False
         if any(backend is k for k in known) or (marker is not None and getattr(backend, marker, False) is True):
+            return True
+        if "inductor" in names and is_torch_compiles_inductor(backend):
             return True
         if through_torch_only and returns_its_graph_unchanged(backend):
             return True
@@ -99,3 +101,11 @@ def backend_runs_the_graph_as_written(output) -> bool:
 def backend_keeps_graph_order(output) -> bool:
     """Whether the backend compiling ``output`` runs the graph's ops in their order."""
     return backend_is(output, ("eager", "aot_eager"), "keeps_graph_order")
+
+
+def backend_keeps_effects_in_order(output) -> bool:
+    """Whether the backend compiling ``output`` runs the graph's ordered-effect operators
+    (graphmend's output) in their order: one that keeps all its ops in order, or inductor,
+    which schedules other operators freely but threads AOTAutograd's effect tokens
+    through the ordered ones, each waiting for the one before."""
+    return backend_keeps_graph_order(output) or backend_is(output, ("inductor",), None)

@@ -26,7 +26,7 @@ import torch
 from graphmend.core.legality import failed
 from graphmend.runtime import claims, traps
 from graphmend.runtime import output_call_arguments as arguments
-from graphmend.runtime.backends import backend_keeps_graph_order
+from graphmend.runtime.backends import backend_keeps_effects_in_order, backend_keeps_graph_order
 from graphmend.runtime.graph_inspection import input_written_in_place_so_far
 from graphmend.runtime.output_effects import (
     LOG_METHOD,
@@ -207,12 +207,13 @@ def nothing_lost_if_the_warning_raises(translator) -> str | None:
 
 
 def no_earlier_output_in_graph(translator) -> str | None:
-    """Inductor does not keep two output operators of one graph in their order: it
-    runs each when its operands are ready (the prints of a
-    loop's ``finally`` came before the prints above them). A backend that runs the
-    graph's ops in order (``backends.backend_keeps_graph_order``) keeps them; elsewhere a
-    graph holds at most one output, and a later one keeps its break."""
-    if backend_keeps_graph_order(translator.output):
+    """A backend that schedules a graph's operators by their operands alone could run a
+    later output before an earlier one (the prints of a loop's ``finally``, their operand
+    ready first, before the prints above them). A backend that runs the graph's ops in
+    order, or inductor, which orders the output operators by AOTAutograd's effect tokens
+    (``backends.backend_keeps_effects_in_order``), keeps them; under any other a graph
+    holds at most one output, and a later one keeps its break."""
+    if backend_keeps_effects_in_order(translator.output):
         return None
     for node in translator.output.graph.nodes:
         if node.op == "call_function" and node.target in (

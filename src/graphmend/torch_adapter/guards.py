@@ -12,13 +12,22 @@ from __future__ import annotations
 import functools
 
 from torch._dynamo.guards import GuardBuilder, install_guard
-from torch._dynamo.source import AttrSource, ImportSource, ListGetItemSource
+from torch._dynamo.source import AttrSource, CallMethodItemSource, ImportSource, ListGetItemSource
 
 # Guard kinds: the object itself, its type, its value (a constant), a sequence's length.
 IDENTITY = GuardBuilder.ID_MATCH
 TYPE = GuardBuilder.TYPE_MATCH
 CONSTANT = GuardBuilder.CONSTANT_MATCH
 LENGTH = GuardBuilder.SEQUENCE_LENGTH
+
+
+EQUAL = GuardBuilder.EQUALS_MATCH
+
+
+def item_source(base):
+    """Where ``<base>.item()`` (the value of a one-element tensor) is found: guarded with
+    ``EQUAL``, each call compares the tensor's value."""
+    return CallMethodItemSource(base)
 
 
 def absent_from_instance_dict(attribute: str):
@@ -152,6 +161,41 @@ def guarded_resumed_numbers(output) -> list[str]:
             continue
         value = values.get(source.local_name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            found.add(guard.name)
+    return sorted(found)
+
+
+def guarded_input_attributes(output) -> list[str]:
+    """The names of the trace's guards on the value of an attribute (at any depth) of a
+    local of the traced frame that holds a Python number (not a bool) or a string
+    (``L['self'].index``): a method's code is shared by every instance of its class,
+    and TorchDynamo compiles it again for each value the attribute has among them."""
+    from torch._dynamo.source import AttrSource, LocalSource, NNModuleSource
+
+    root = getattr(output, "root_tx", None)
+    values = getattr(root, "f_locals", None) or {}
+    missing = object()
+
+    def value_of(source):
+        # An ``NNModuleSource`` names the same object as its base, read as a module.
+        if isinstance(source, NNModuleSource):
+            return value_of(source.base)
+        if isinstance(source, AttrSource):
+            base = value_of(source.base)
+            return missing if base is missing else getattr(base, source.member, missing)
+        if isinstance(source, LocalSource):
+            return values.get(source.local_name, missing)
+        return missing
+
+    found = set()
+    for guard, source in _value_guards(output):
+        if not isinstance(source, AttrSource):
+            continue
+        try:
+            value = value_of(source)
+        except Exception:  # noqa: BLE001 - an attribute whose getter fails is not a number read
+            continue
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
             found.add(guard.name)
     return sorted(found)
 

@@ -28,6 +28,12 @@ def register_ordered_effect(qualified_name: str) -> None:
 assert_async = torch._assert_async
 
 
+def parse_to(*args, **kwargs):
+    """(device, dtype, non_blocking, memory format) as ``Tensor.to(*args, **kwargs)``
+    reads its arguments; raises as ``to`` does for arguments it rejects."""
+    return torch._C._nn._parse_to(*args, **kwargs)
+
+
 def aten_gelu():
     """The ATen ``gelu`` that ``torch.nn.functional.gelu`` is (``torch._C._nn.gelu``)."""
     return torch._C._nn.gelu

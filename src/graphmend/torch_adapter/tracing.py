@@ -28,6 +28,7 @@ __all__ = [
     "disable_wrapper_code",
     "eval_frame_callback",
     "graph_breaks_nest",
+    "graph_input_of",
     "nonrecursively_disabled_caller",
     "realized",
     "reorders_logging_calls",
@@ -36,6 +37,7 @@ __all__ = [
     "resumed_at",
     "root_translator",
     "run_outside_dynamo",
+    "tensor_attribute_owner",
     "translator_of",
 ]
 
@@ -81,6 +83,45 @@ def constant_variable(value):
     from torch._dynamo.variables import ConstantVariable
 
     return ConstantVariable.create(value)
+
+
+def graph_input_of(node):
+    """(source, the real tensor) of a graph input ``node`` (a placeholder TorchDynamo made
+    for a tensor the frame reads), or None for any other node."""
+    if node.op != "placeholder":
+        return None
+    argument = node.meta.get("grapharg")
+    if argument is None or argument.source is None or not argument.is_tensor:
+        return None
+    example = argument.example
+    return (argument.source, example) if isinstance(example, torch.Tensor) else None
+
+
+def tensor_attribute_owner(translator, source):
+    """(module, attribute name, whether it is a registered buffer) where ``source`` names
+    a buffer or a plain attribute of an ``nn.Module`` the frame reads
+    (``L['self']._buffers['stride']``, ``L['self'].padding``); else None."""
+    from torch._dynamo.source import (
+        AttrSource,
+        DictGetItemSource,
+        NNModuleSource,
+        UnspecializedParamBufferSource,
+    )
+
+    if isinstance(source, DictGetItemSource) and isinstance(source.base, UnspecializedParamBufferSource):
+        if source.base.member != "_buffers" or not isinstance(source.index, str):
+            return None
+        owner_source, name, is_buffer = source.base.base, source.index, True
+    elif type(source) is AttrSource and isinstance(source.base, NNModuleSource):
+        owner_source, name, is_buffer = source.base, source.member, False
+    else:
+        return None
+    root = translator.output.root_tx
+    try:
+        owner = eval(owner_source.name, {"L": root.f_locals, "G": root.f_globals})  # noqa: S307 - a source's own name
+    except Exception:  # noqa: BLE001 - a source this lookup cannot evaluate
+        return None
+    return (owner, name, is_buffer) if isinstance(owner, torch.nn.Module) else None
 
 
 def graph_breaks_nest() -> bool:
@@ -254,6 +295,13 @@ def backends_named(names) -> tuple:
     from torch._dynamo.backends.registry import lookup_backend
 
     return tuple(lookup_backend(name) for name in names)
+
+
+def is_torch_compiles_inductor(backend) -> bool:
+    """Whether ``backend`` is the object ``torch.compile(backend="inductor")`` (its default)
+    hands TorchDynamo in place of the registered ``inductor`` function."""
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    return wrapper is not None and isinstance(backend, wrapper)
 
 
 def rng_ops_are_functionalized() -> bool:

@@ -278,16 +278,11 @@ def kept_under_a_reordering_backend(
     context: FunctionContext, statement: ast.stmt, earlier_outputs: list[int], in_a_loop: bool
 ) -> str | None:
     """What ``check`` must add to "fixed" for an output the run may keep as a break:
-    under a backend that may reorder a graph's ops (inductor), a graph holds at most one
-    output (``output_decisions.no_earlier_output_in_graph``) and none beside a lowered guard
-    (``whole_trace_conditions.outputs_share_no_graph_with_a_lowered_guard``), checked while tracing.
-    Statically: an earlier output of the function rewritten too, the same statement in a
-    loop (each pass is another output in one graph), or a guard Trap lowered before it
-    may share its graph. None where the output is the only one that may."""
-    if earlier_outputs:
-        return f"{_REORDERING} the output at line {earlier_outputs[-1]} shares its graph"
-    if in_a_loop:
-        return f"{_REORDERING} an earlier pass of its loop shares its graph"
+    under a backend that may move a lowered guard (inductor), no output shares a graph
+    with one (``whole_trace_conditions.outputs_share_no_graph_with_a_lowered_guard``),
+    checked while tracing. Statically: a guard Trap lowered before it in the function.
+    Outputs share a graph with each other under inductor too, which keeps them in order
+    (``output_decisions.no_earlier_output_in_graph``). None where no guard may."""
     for finding in context.module.findings:
         if (
             finding.rule == "Trap" and finding.fixed and finding.function == context.facts.qualified_name

@@ -1,0 +1,155 @@
+"""[Where] a test or a padding computed from a module's fixed tensors, decided while tracing.
+
+    if length <= max_pad:
+    ...
+    padded = nn.functional.pad(hidden_states, paddings, mode, value)
+becomes
+    if (__graphmend__.fixed_values.truth(length <= max_pad) if __graphmend__.is_compiling()
+            else length <= max_pad):
+    ...
+    padded = nn.functional.pad(hidden_states, (__graphmend__.fixed_values.numbers(paddings)
+        if __graphmend__.is_compiling() else paddings), mode, value)
+
+Some modules keep numbers they never change as one-element tensors (a convolution's
+stride, kernel size and padding, registered as non-persistent buffers), and compute
+paddings from them and the input's length. TorchDynamo breaks the graph at a branch on
+such a value and at a padding that holds one: it does not read tensor values while
+tracing. While traced, ``runtime/fixed_values.py`` computes the value again from the
+real tensors and answers with the Python bool or ints the original reads at its break,
+guarding the trace on each tensor's value; anything else answers with the value itself,
+and the original test or call runs with its break. Eagerly the expression after
+``else`` is the original one, evaluated once, as in the original.
+
+A candidate is the test of an ``if`` (or ``elif``) that may read a tensor (an ordering
+or equality comparison, or a name, attribute or subscript tested for truth, with no
+string, bytes or None constant compared) but applies no tensor-value operation the
+analysis sees (``.sum()``, ``.any()``: a branch on data, Where's selection), whose arms
+raise nothing (a validation guard is Trap's), and the padding argument of
+``torch.nn.functional.pad``, in a module that registers a non-persistent buffer or sets
+an attribute to ``torch.tensor(...)`` (``keeps_fixed_tensors``). The rewrite needs
+no static condition: the test or argument is evaluated once, where the original
+evaluates it, and its value reaches the ``if`` or ``pad`` unchanged unless decided.
+While tracing: W216 ``value_computed_from_fixed_tensors``, W217
+``computed_by_pure_operators``, W218 ``fixed_tensors_not_written``.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+from graphmend.rewrite.templates import RUNTIME_NAME, expression, place
+from graphmend.rules.base import FunctionContext, rewrite_statements
+
+RULE = "Where"
+PAD_FUNCTIONS = frozenset({"torch.nn.functional.pad", "torch._C._nn.pad"})
+_EQUALITY_AND_ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
+_TESTED_FORMS = (ast.Name, ast.Attribute, ast.Subscript)
+
+
+def may_read_a_tensor(test: ast.expr) -> bool:
+    """Whether an ``if`` test may be a tensor's truth: an ordering or equality
+    comparison with no string, bytes or None constant among its operands, a name,
+    attribute or subscript, or ``not``/``and``/``or`` of one."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return may_read_a_tensor(test.operand)
+    if isinstance(test, ast.BoolOp):
+        return any(may_read_a_tensor(value) for value in test.values)
+    if isinstance(test, ast.Compare):
+        operands = [test.left, *test.comparators]
+        return all(isinstance(op, _EQUALITY_AND_ORDER) for op in test.ops) and not any(
+            isinstance(operand, ast.Constant) and (operand.value is None or isinstance(operand.value, (str, bytes)))
+            for operand in operands
+        )
+    return isinstance(test, _TESTED_FORMS)
+
+
+_TENSOR_MAKERS = frozenset({"tensor", "as_tensor", "scalar_tensor"})
+
+
+def keeps_fixed_tensors(tree: ast.Module) -> bool:
+    """Whether the module may keep numbers as tensors on its modules: it registers a
+    non-persistent buffer (``nn.Buffer(..., persistent=False)``,
+    ``self.register_buffer(..., persistent=False)``) or sets an attribute to
+    ``torch.tensor(...)``. Only such a module is offered to this pass, so that files
+    with no fixed tensor keep their tests as written."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            callee = node.func
+            name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", None)
+            if name in ("Buffer", "register_buffer") and any(
+                keyword.arg == "persistent" and isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+                for keyword in node.keywords
+            ):
+                return True
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) for target in node.targets
+        ):
+            value = node.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _TENSOR_MAKERS:
+                return True
+    return False
+
+
+def _raises(statements: list[ast.stmt]) -> bool:
+    return any(isinstance(statement, ast.Raise) for statement in statements)
+
+
+def _mentions_runtime(node: ast.AST) -> bool:
+    """Whether graphmend wrote ``node`` or a name it reads (``_gm_...``)."""
+    return any(
+        isinstance(part, ast.Name) and (part.id == RUNTIME_NAME or part.id.startswith("_gm_")) for part in ast.walk(node)
+    )
+
+
+def _decided_or_original(function: str, original: ast.expr) -> ast.expr:
+    decided = expression(
+        f"({RUNTIME_NAME}.fixed_values.{function}(VALUE) if {RUNTIME_NAME}.is_compiling() else ORIGINAL)",
+        VALUE=copy.deepcopy(original), ORIGINAL=original,
+    )
+    place(decided, original)
+    return decided
+
+
+def _own_calls(statement: ast.stmt) -> list[ast.Call]:
+    """The calls a statement makes in its own expressions (not in statements it holds,
+    nor in lambdas or comprehensions, whose scopes are their own)."""
+    found = []
+    pending = [child for child in ast.iter_child_nodes(statement) if not isinstance(child, ast.stmt)]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, ast.Call):
+            found.append(node)
+        pending.extend(child for child in ast.iter_child_nodes(node) if not isinstance(child, ast.stmt))
+    return found
+
+
+def apply(context: FunctionContext) -> None:
+    facts = context.facts
+
+    def rewrite(statement: ast.stmt, _enclosing) -> None:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return None
+        for call in _own_calls(statement):
+            if facts.qualified_name_of(call.func) not in PAD_FUNCTIONS or _mentions_runtime(call):
+                continue
+            if len(call.args) >= 2 and not any(isinstance(argument, ast.Starred) for argument in call.args[:2]):
+                call.args[1] = _decided_or_original("numbers", call.args[1])
+                context.module.uses_runtime = True
+            else:
+                for keyword in call.keywords:
+                    if keyword.arg == "pad":
+                        keyword.value = _decided_or_original("numbers", keyword.value)
+                        context.module.uses_runtime = True
+        if (
+            isinstance(statement, ast.If) and may_read_a_tensor(statement.test)
+            and not _mentions_runtime(statement.test) and not _raises(statement.body) and not _raises(statement.orelse)
+            and not context.data.is_data_dependent(statement.test, facts.node_for(statement))
+        ):
+            statement.test = _decided_or_original("truth", statement.test)
+            context.module.uses_runtime = True
+        return None
+
+    rewrite_statements(facts.function, rewrite)

@@ -1,0 +1,333 @@
+"""Where's tests and paddings computed from a module's fixed tensors
+(``rules/where/fixed_values.py``).
+
+A module may keep numbers it never changes as one-element tensors: a convolution's
+stride and kernel size registered as non-persistent buffers (``nn.Buffer(torch.tensor(2),
+persistent=False)``), or set as plain attributes. A branch on a value computed from
+them and from static sizes (``if length <= max_pad:``), or a padding made of such values
+(``F.pad(x, (self.padding_total, extra_padding))``), makes TorchDynamo break the graph: it
+does not read tensor values while tracing. Every call computes the same value, from the
+same tensors, as the original does eagerly.
+
+While traced, ``truth(value)`` and ``numbers(value)`` compute that value from the real
+tensors, with the operators the graph recorded, and answer with the Python bool (or the
+Python ints) the original reads at the break; each tensor read is guarded on its value
+(``tensor.item() == v`` before every call), so a call where one differs traces again.
+Otherwise, and not tracing, they answer with ``value`` itself, and the original test or
+call runs with its break. A decided value is a DECIDED claim on the original's break
+(``graphmend.runtime.claims``), which the checks of the whole trace may refuse.
+
+Decided only when (each registered in ``graphmend.core.legality``):
+
+- ``W216 value_computed_from_fixed_tensors``: the value is a one-element tensor the graph
+  computed only from constants, static sizes and tensors the frame reads as a module's
+  non-persistent buffer or plain attribute: one element of an integer or bool dtype,
+  requiring no gradient, on a device that holds values. Parameters, persistent buffers
+  (a step counter saved with the model) and the frame's inputs change between calls.
+- ``W217 computed_by_pure_operators``: every operator between those tensors and the value
+  is arithmetic, a comparison, a rounding or a conversion that writes nothing and draws
+  no random number, so computing it again gives the graph's value.
+- ``W218 fixed_tensors_not_written``: no fixed tensor was written in place in the trace so
+  far, and none has changed value since an earlier trace of this program read it (a
+  tensor the program updates between calls would make every call trace again).
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+import weakref
+
+import torch
+
+from graphmend.core.legality import failed
+from graphmend.runtime import claims, trace_decisions
+from graphmend.torch_adapter.tracing import (
+    comptime,
+    graph_input_of,
+    realized,
+    tensor_attribute_owner,
+)
+
+_ARITHMETIC = (
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+    operator.neg, operator.pos, operator.abs, operator.lt, operator.le, operator.gt, operator.ge,
+    operator.eq, operator.ne, operator.and_, operator.or_, operator.xor, operator.invert, operator.not_,
+    operator.truth, builtins.max, builtins.min, builtins.abs,
+)
+_TORCH_FUNCTIONS = (
+    torch.add, torch.sub, torch.mul, torch.div, torch.true_divide, torch.floor_divide, torch.remainder,
+    torch.neg, torch.abs, torch.ceil, torch.floor, torch.round, torch.trunc, torch.maximum, torch.minimum,
+    torch.clamp, torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge, torch.logical_and,
+    torch.logical_or, torch.logical_not,
+)
+_PURE_FUNCTIONS = frozenset(_ARITHMETIC + _TORCH_FUNCTIONS)
+_PURE_METHODS = frozenset({
+    "to", "long", "int", "float", "double", "bool", "ceil", "floor", "round", "trunc", "clamp", "abs",
+    "neg", "add", "sub", "mul", "div", "floor_divide", "remainder", "maximum", "minimum",
+    "__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mod__", "__neg__",
+    "__radd__", "__rsub__", "__rmul__", "__rtruediv__", "__rfloordiv__",
+    "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__and__", "__or__", "__invert__",
+})
+_MADE_FROM_CONSTANTS = frozenset({torch.tensor, torch.as_tensor, torch.scalar_tensor})
+_FIXED_DTYPES = frozenset({
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+})
+
+# The value each fixed tensor had when a trace read it, by module and attribute name:
+# a later trace that meets another value does not fold it again (W218).
+_VALUES_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def truth(value):
+    """While traced: ``bool(value)`` where ``value`` is computed from fixed tensors, else
+    ``value``. Not tracing: ``value``."""
+    answer = value
+    if torch.compiler.is_compiling():
+        comptime(_decide_truth)
+    return answer
+
+
+def numbers(value):
+    """While traced: the tuple or list ``value`` with each tensor computed from fixed
+    tensors replaced by its Python int, where every tensor item is; else ``value``. Not
+    tracing: ``value``."""
+    answer = value
+    if torch.compiler.is_compiling():
+        comptime(_decide_numbers)
+    return answer
+
+
+def _decide_truth(context) -> None:
+    trace_decisions.decide_in_trace(context, "answer", ("value",), _truth_of, read=realized)
+
+
+def _decide_numbers(context) -> None:
+    trace_decisions.decide_in_trace(context, "answer", ("value",), _numbers_of, read=realized)
+
+
+class _Keep(Exception):
+    """The value is not decided: the local keeps the traced value."""
+
+
+def _truth_of(translator, value):
+    from graphmend.torch_adapter.tracing import TensorVariable
+
+    if type(value) is not TensorVariable:
+        raise _Keep  # a Python value: no break to remove, nothing to record
+    folded, guarded = _fold_or_decline(translator, value)
+    if not claims.claim_break_at_user_site(translator, claims.DECIDED):
+        raise _Keep
+    _guard(guarded)
+    return bool(folded)
+
+
+def _numbers_of(translator, value):
+    from graphmend.torch_adapter.tracing import (
+        BaseListVariable,
+        ConstantVariable,
+        SymNodeVariable,
+        TensorVariable,
+    )
+
+    if not isinstance(value, BaseListVariable) or type(value).__name__ not in ("TupleVariable", "ListVariable"):
+        raise _Keep
+    items = [realized(item) for item in value.items]
+    if not any(type(item) is TensorVariable for item in items) or any(
+        type(item) is not TensorVariable and (type(item) is SymNodeVariable or type(item) is not ConstantVariable)
+        for item in items
+    ):
+        raise _Keep
+    answer, guarded = [], []
+    for item in items:
+        if type(item) is ConstantVariable:
+            answer.append(item.as_python_constant())
+            continue
+        folded, reads = _fold_or_decline(translator, item)
+        if folded.dtype not in _FIXED_DTYPES or folded.dtype is torch.bool:
+            claims.decline_at_user_site(
+                translator, failed("W216", "value_computed_from_fixed_tensors: a padding is not an integer tensor")
+            )
+            raise _Keep
+        answer.append(int(folded))
+        guarded.extend(reads)
+    if not claims.claim_break_at_user_site(translator, claims.DECIDED):
+        raise _Keep
+    _guard(guarded)
+    return tuple(answer) if type(value).__name__ == "TupleVariable" else answer
+
+
+def _fold_or_decline(translator, variable):
+    """(the value computed again from the real tensors, the fixed tensors read) or, with
+    the reason recorded where the user's statement is, ``_Keep``."""
+    folded = _fold(translator, variable)
+    if isinstance(folded, str):
+        claims.decline_at_user_site(translator, folded)
+        raise _Keep
+    return folded
+
+
+def _fold(translator, variable):
+    from graphmend.torch_adapter.tracing import TensorVariable
+
+    if type(variable) is not TensorVariable:
+        return failed("W216", "value_computed_from_fixed_tensors: the value is not a tensor of the graph")
+    node = variable.as_proxy().node
+    fake = node.meta.get("example_value")
+    if not isinstance(fake, torch.Tensor) or not all(type(size) is int for size in fake.shape) or fake.numel() != 1:
+        return failed("W216", "value_computed_from_fixed_tensors: the value does not have one element by a static size")
+    values: dict = {}
+    reads: list = []
+    order = _ancestors(node)
+    if not any(_reads_a_module_tensor(translator, current) for current in order if current.op == "placeholder"):
+        # Computed from the frame's own inputs alone: a branch on data, not this rule's.
+        raise _Keep
+    for current in order:
+        if current.op == "placeholder":
+            reason = _fixed_input(translator, current, values, reads)
+        elif current.op not in ("call_function", "call_method"):
+            reason = failed("W217", f"computed_by_pure_operators: the value reads a `{current.op}` node of the graph")
+        else:
+            reason = why_not_computed_again(current, values)
+        if reason is not None:
+            return reason
+    result = values[node]
+    if not isinstance(result, torch.Tensor) or result.numel() != 1:
+        return failed("W216", "value_computed_from_fixed_tensors: the value does not have one element")
+    return result, reads
+
+
+def _ancestors(node):
+    """The nodes ``node`` is computed from, itself last, in the graph's order."""
+    seen, pending = {}, [node]
+    while pending:
+        current = pending.pop()
+        if current not in seen:
+            seen[current] = None
+            pending.extend(current.all_input_nodes)
+    return [current for current in node.graph.nodes if current in seen]
+
+
+def _reads_a_module_tensor(translator, node) -> bool:
+    found = graph_input_of(node)
+    return found is not None and tensor_attribute_owner(translator, found[0]) is not None
+
+
+def _fixed_input(translator, node, values, reads) -> str | None:
+    found = graph_input_of(node)
+    owner = tensor_attribute_owner(translator, found[0]) if found is not None else None
+    reason = why_not_a_fixed_tensor(found, owner) or why_written_or_changed(node, owner, found)
+    if reason is not None:
+        return reason
+    source, tensor = found
+    values[node] = tensor
+    reads.append((source, tensor.item()))
+    return None
+
+
+def why_not_a_fixed_tensor(found, owner) -> str | None:
+    """W216: the graph input is a module's non-persistent buffer or plain tensor
+    attribute (not a parameter, requiring no grad, a plain tensor) of one integer or
+    bool element, on a device that holds values."""
+    if found is None:
+        return failed("W216", "value_computed_from_fixed_tensors: the value reads a graph input that is not a tensor")
+    if owner is None:
+        return failed(
+            "W216", "value_computed_from_fixed_tensors: the value reads a tensor that is not a module's buffer or attribute"
+        )
+    _source, tensor = found
+    module, name, is_buffer = owner
+    if is_buffer and name not in module._non_persistent_buffers_set:
+        return failed("W216", f"value_computed_from_fixed_tensors: `{name}` is a persistent buffer, which may change")
+    if isinstance(tensor, torch.nn.Parameter) or tensor.requires_grad or type(tensor) is not torch.Tensor:
+        return failed("W216", f"value_computed_from_fixed_tensors: `{name}` is a parameter or requires grad")
+    if tensor.dtype not in _FIXED_DTYPES or tensor.numel() != 1 or tensor.device.type == "meta":
+        return failed("W216", f"value_computed_from_fixed_tensors: `{name}` is not one integer or bool element")
+    return None
+
+
+def why_written_or_changed(node, owner, found) -> str | None:
+    """W218: the trace so far wrote no fixed tensor in place, and none changed value
+    since an earlier trace read it."""
+    module, name, _is_buffer = owner
+    value = found[1].item()
+    seen = _VALUES_READ.setdefault(module, {})
+    if seen.setdefault(name, value) != value:
+        return failed("W218", f"fixed_tensors_not_written: `{name}` changed value since an earlier trace read it")
+    if _written_in_trace(node):
+        return failed("W218", f"fixed_tensors_not_written: `{name}` is written in place in this trace")
+    return None
+
+
+def _written_in_trace(node) -> bool:
+    """Whether a node of the graph so far may write the input ``node`` in place: an
+    in-place method or function, or an ``out=`` argument."""
+    for user in node.users:
+        target = user.target
+        name = target if isinstance(target, str) else getattr(target, "__name__", "")
+        if (name.endswith("_") and not name.endswith("__")) or "out" in user.kwargs:
+            return True
+        if target in (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv):
+            return True
+    return False
+
+
+def why_not_computed_again(node, values) -> str | None:
+    """W217: ``node`` is a pure operator; computed again on the real values."""
+    if "out" in node.kwargs:
+        return failed("W217", "computed_by_pure_operators: an operator writes into `out=`")
+    if node.op == "call_function":
+        if node.target in _MADE_FROM_CONSTANTS:
+            if node.all_input_nodes:
+                return failed("W217", "computed_by_pure_operators: a tensor is made from values of the graph")
+        elif node.target not in _PURE_FUNCTIONS:
+            return failed("W217", f"computed_by_pure_operators: `{getattr(node.target, '__name__', node.target)}` is not known to be pure")
+        function = node.target
+    else:
+        if node.target not in _PURE_METHODS:
+            return failed("W217", f"computed_by_pure_operators: `.{node.target}()` is not known to be pure")
+
+        def function(receiver, *arguments, **keywords):
+            return getattr(receiver, node.target)(*arguments, **keywords)
+
+    arguments, keywords = _real(node.args, values), _real(node.kwargs, values)
+    if _symbolic(arguments) or _symbolic(keywords):
+        return failed("W216", "value_computed_from_fixed_tensors: the value reads a size that is not static")
+    try:
+        with torch.no_grad():
+            values[node] = function(*arguments, **keywords)
+    except Exception as error:  # noqa: BLE001 - the original raises it at its break, eagerly
+        return failed("W217", f"computed_by_pure_operators: computing it again raised {type(error).__name__}")
+    return None
+
+
+def _real(argument, values):
+    from torch.fx import Node
+
+    if isinstance(argument, Node):
+        return values[argument]
+    if isinstance(argument, (tuple, list)):
+        return type(argument)(_real(item, values) for item in argument)
+    if isinstance(argument, dict):
+        return {key: _real(item, values) for key, item in argument.items()}
+    return argument
+
+
+def _symbolic(argument) -> bool:
+    if isinstance(argument, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(argument, (tuple, list)):
+        return any(_symbolic(item) for item in argument)
+    if isinstance(argument, dict):
+        return any(_symbolic(item) for item in argument.values())
+    if isinstance(argument, float) and math.isnan(argument):
+        return False
+    return False
+
+
+def _guard(reads) -> None:
+    from graphmend.torch_adapter import guards
+
+    if reads:
+        guards.install_guards(*[(guards.item_source(source), guards.EQUAL) for source, _value in reads])

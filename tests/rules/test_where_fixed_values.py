@@ -1,0 +1,345 @@
+"""[Where] tests and paddings computed from a module's fixed tensors, decided while
+tracing (``rules/where/fixed_values.py``, ``runtime/fixed_values.py``): must-rewrite
+cases with exact counts, one named must-not case per condition (W216, W217, W218), the
+guard on the tensors' values over several calls, and differential runs."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from graphmend import mend_source
+from graphmend.core.legality import condition_id
+from graphmend.runtime import reset
+from graphmend.runtime.store import store
+from helpers import assert_equivalent, original_and_mended
+from helpers import graphs_and_breaks as counts
+
+# A causal 1-d convolution that pads its input as audio codecs do: the stride, kernel
+# size and total padding are one-element int64 buffers, not Python ints.
+CONV = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Conv(nn.Module):
+    def __init__(self, kernel, stride, mode):
+        super().__init__()
+        self.conv = nn.Conv1d(2, 2, kernel, stride)
+        self.stride = nn.Buffer(torch.tensor(stride), persistent=False)
+        self.kernel_size = nn.Buffer(torch.tensor(kernel), persistent=False)
+        self.padding_total = nn.Buffer(torch.tensor(kernel - stride), persistent=False)
+        self.mode = mode
+
+    def extra_padding(self, x):
+        length = x.shape[-1]
+        n_frames = (length - self.kernel_size + self.padding_total) / self.stride + 1
+        n_frames = torch.ceil(n_frames).to(torch.int64) - 1
+        ideal_length = n_frames * self.stride + self.kernel_size - self.padding_total
+        return ideal_length - length
+
+    @staticmethod
+    def pad1d(x, paddings, mode="constant", value=0.0):
+        length = x.shape[-1]
+        padding_left, padding_right = paddings
+        if mode != "reflect":
+            return F.pad(x, paddings, mode, value)
+        max_pad = max(padding_left, padding_right)
+        extra_pad = 0
+        if length <= max_pad:
+            extra_pad = max_pad - length + 1
+            x = F.pad(x, (0, extra_pad))
+        padded = F.pad(x, paddings, mode, value)
+        end = padded.shape[-1] - extra_pad
+        return padded[..., :end]
+
+    def forward(self, x):
+        extra = self.extra_padding(x)
+        x = self.pad1d(x, (self.padding_total, extra), mode=self.mode)
+        return self.conv(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = Conv(4, 2, "reflect")
+        self.second = Conv(3, 1, "constant")
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)))
+
+
+torch.manual_seed(0)
+NET = Net().requires_grad_(False)
+
+
+def main(x):
+    return NET(x)
+"""
+
+PLAIN_ATTRIBUTE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Pad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.left = torch.tensor(2)
+        self.right = self.left // 2
+
+    def forward(self, x):
+        if self.left > self.right:
+            x = x * 2
+        return F.pad(x, pad=[self.left, self.right + 1])
+
+
+PAD = Pad()
+
+
+def main(x):
+    return PAD(x) + 1
+"""
+
+X = torch.randn(1, 2, 9)
+SHORT = torch.randn(1, 2, 2)  # ``length <= max_pad``: the extra padding's arm
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    reset()
+    yield
+    reset()
+
+
+def _declined() -> dict[int, str]:
+    return {line: condition_id(reason) for (_file, line), reason in store.trace_time_declines.items()}
+
+
+def test_tests_and_paddings_of_fixed_buffers_are_decided():
+    original, mended, result = original_and_mended(CONV)
+    assert result.changed
+    assert counts(original.main, X) == (8, 7)
+    assert counts(mended.main, X) == (1, 0)
+    assert _declined() == {}
+
+
+def test_plain_tensor_attributes_and_a_padding_keyword_are_decided():
+    original, mended, result = original_and_mended(PLAIN_ATTRIBUTE)
+    assert result.changed
+    assert counts(original.main, X) == (3, 3)
+    assert counts(mended.main, X) == (1, 0)
+
+
+@pytest.mark.parametrize("inputs", ["long", "short"])
+def test_differential(inputs):
+    original, mended, _ = original_and_mended(CONV)
+    x = X if inputs == "long" else SHORT
+    assert_equivalent(original.main, mended.main, x, backends=("eager", "aot_eager"))
+
+
+def test_differential_plain_attribute():
+    original, mended, _ = original_and_mended(PLAIN_ATTRIBUTE)
+    assert_equivalent(original.main, mended.main, X, backends=("eager", "aot_eager"))
+
+
+def _calls(function, inputs, between=None):
+    """(graphs, breaks, outputs) over calls of ``function`` compiled once; ``between``
+    (index, action) runs ``action`` before that call."""
+    from torch._dynamo.testing import CompileCounter
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    backend = CompileCounter()
+    compiled = torch.compile(function, backend=backend)
+    outputs = []
+    for index, x in enumerate(inputs):
+        if between is not None and index == between[0]:
+            between[1]()
+        outputs.append(compiled(x))
+    return backend.frame_count, sum(counters["graph_break"].values()), outputs
+
+
+def test_a_fixed_tensor_changed_between_calls_traces_again_with_its_break():
+    """W218 ``fixed_tensors_not_written``: the trace is guarded on each tensor's value,
+    so a call after the program changed one traces again; that trace, meeting a value
+    other than the first, keeps the original's break (the other convolution's values are
+    still decided). Over the calls the mended program compiles fewer graphs and records
+    fewer breaks than the original, and computes what the original computes with the new
+    value."""
+    original, mended, _ = original_and_mended(CONV)
+    inputs = [X] * 4
+    before = _calls(original.main, inputs, (2, lambda: original.NET.first.padding_total.fill_(1)))
+    after = _calls(mended.main, inputs, (2, lambda: mended.NET.first.padding_total.fill_(1)))
+    assert before[:2] == (10, 6)
+    assert after[:2] == (6, 3)
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got, expected)
+    assert after[2][1].shape != after[2][2].shape  # the new padding is used
+    assert "W218" in _declined().values()
+
+
+def test_persistent_buffer_keeps_the_break():
+    """W216 ``value_computed_from_fixed_tensors``: a persistent buffer (a step counter
+    saved with the model) may change between calls."""
+    source = CONV.replace("self.stride = nn.Buffer(torch.tensor(stride), persistent=False)",
+                          "self.stride = nn.Buffer(torch.tensor(stride))")
+    original, mended, _ = original_and_mended(source)
+    assert counts(mended.main, X) == counts(original.main, X) == (8, 7)
+    assert set(_declined().values()) == {"W216"}
+
+
+def test_a_value_of_the_frames_input_is_not_this_rules():
+    """A test computed only from the frame's inputs is a branch on data: nothing is
+    decided and no reason is recorded (W216 names module tensors only)."""
+    source = """
+        import torch
+
+
+        class Holder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.limit = torch.nn.Buffer(torch.tensor(1), persistent=False)
+
+
+        def main(x):
+            limit = x.shape[0] - x.new_ones((), dtype=torch.int64)
+            if limit > 0:
+                return x + 1
+            return x - 1
+    """
+    original, mended, result = original_and_mended(textwrap.dedent(source))
+    assert result.changed
+    assert counts(mended.main, X) == counts(original.main, X) == (2, 1)
+    assert _declined() == {}
+
+
+def test_a_float_buffer_keeps_the_break():
+    """W216: only integer and bool tensors are guarded by value (a float NaN equals
+    nothing, so its guard would fail on every call)."""
+    source = """
+        import torch
+        import torch.nn as nn
+
+
+        class Scale(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scale = nn.Buffer(torch.tensor(2.0), persistent=False)
+
+            def forward(self, x):
+                if self.scale > 1:
+                    x = x * 2
+                return x + 1
+
+
+        SCALE = Scale()
+
+
+        def main(x):
+            return SCALE(x)
+    """
+    original, mended, _ = original_and_mended(textwrap.dedent(source))
+    assert counts(mended.main, X) == counts(original.main, X) == (2, 2)
+    assert set(_declined().values()) == {"W216"}
+
+
+def test_an_operator_not_known_pure_keeps_the_break():
+    """W217 ``computed_by_pure_operators``: a draw between the buffers and the value
+    would give another number computed again."""
+    source = CONV.replace("return ideal_length - length",
+                          "return ideal_length - length + torch.randint(0, 1, (), dtype=torch.int64)")
+    original, mended, _ = original_and_mended(source)
+    assert counts(mended.main, X) == counts(original.main, X)
+    assert "W217" in _declined().values()
+
+
+def test_a_buffer_written_in_the_trace_keeps_the_break():
+    """W218: a buffer the trace wrote in place is not fixed."""
+    source = CONV.replace("        extra = self.extra_padding(x)\n",
+                          "        self.stride.add_(0)\n        extra = self.extra_padding(x)\n")
+    original, mended, _ = original_and_mended(source)
+    assert counts(mended.main, X) == counts(original.main, X)
+    assert "W218" in _declined().values()
+
+
+def test_a_size_that_is_not_static_keeps_the_break():
+    """W216: with dynamic sizes, the length is a symbol, not a number to compute with."""
+    original, mended, _ = original_and_mended(CONV)
+
+    def dynamic_counts(function):
+        from torch._dynamo.testing import CompileCounter
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()
+        counters.clear()
+        backend = CompileCounter()
+        torch.compile(function, backend=backend, dynamic=True)(X)
+        return backend.frame_count, sum(counters["graph_break"].values())
+
+    assert dynamic_counts(mended.main) == dynamic_counts(original.main)
+    assert set(_declined().values()) == {"W216"}
+
+
+def test_a_test_applying_a_value_operation_is_left_to_the_branch_rewrite():
+    """A test with a tensor-value operation the analysis sees (``.sum()``) is a branch on
+    data: Where's selection takes it or declines it; this pass does not wrap it."""
+    source = """
+        import torch
+
+
+        class Holder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.limit = torch.tensor(1)
+
+
+        def main(x):
+            if x.sum() > 0:
+                print("positive")
+            return x
+    """
+    assert "fixed_values" not in mend_source(textwrap.dedent(source), filename="<fixed_values>")
+
+
+def test_an_if_whose_arm_raises_is_left_to_trap():
+    """A validation guard is Trap's: its test is not wrapped (Trap lowers it or keeps it)."""
+    source = """
+        import torch
+
+
+        class Limit(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.limit = torch.tensor(3)
+
+            def forward(self, x):
+                if x.shape[0] > self.limit:
+                    raise ValueError("too long")
+                return x
+    """
+    assert "fixed_values" not in mend_source(textwrap.dedent(source), filename="<fixed_values>")
+
+
+def test_a_module_keeping_no_fixed_tensor_is_not_offered():
+    """Only a module that registers a non-persistent buffer or sets an attribute to
+    ``torch.tensor(...)`` has its tests wrapped: other files keep their tests as written."""
+    source = """
+        import torch
+
+
+        def main(x, limit):
+            if x.shape[-1] > limit:
+                return x * 2
+            return x
+    """
+    assert "fixed_values" not in mend_source(textwrap.dedent(source), filename="<fixed_values>")
+    assert "fixed_values" in mend_source(
+        textwrap.dedent(source) + "\nLIMIT = torch.nn.Buffer(torch.tensor(1), persistent=False)\n",
+        filename="<fixed_values>",
+    )

@@ -1,0 +1,157 @@
+"""[Where] a tensor attribute written back as its own conversion, left out while tracing
+where ``to`` returns the tensor itself (``rules/where/written_back.py``,
+``runtime/written_back.py``): must-rewrite cases with exact counts, one named must-not
+case per condition (W123, W219, W220, W221), and differential runs."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from graphmend import mend_source
+from graphmend.core.legality import condition_id
+from graphmend.runtime import reset
+from graphmend.runtime.store import store
+from helpers import assert_equivalent, original_and_mended
+from helpers import graphs_and_breaks as counts
+
+# CTRL keeps its positional encoding on the input's device and dtype this way.
+PROGRAM = """
+import torch
+import torch.nn as nn
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Buffer(torch.arange(12.0).reshape(4, 3), persistent=False)
+        self.linear = nn.Linear(3, 3)
+
+    def forward(self, x):
+        device = x.device
+        self.pos = self.pos.to(device=device, dtype=x.dtype)
+        return self.linear(x + self.pos[: x.shape[0]])
+
+
+torch.manual_seed(0)
+ENCODER = Encoder()
+
+
+def main(x):
+    return ENCODER(x)
+"""
+
+X = torch.randn(4, 3)
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    reset()
+    yield
+    reset()
+
+
+def _declined() -> set[str]:
+    return {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+def _variant(old: str, new: str) -> str:
+    assert old in PROGRAM
+    return PROGRAM.replace(old, new)
+
+
+MUST_REWRITE = {
+    "buffer, keywords": PROGRAM,
+    "buffer, positional device": _variant("self.pos.to(device=device, dtype=x.dtype)", "self.pos.to(device)"),
+    "persistent buffer": _variant("persistent=False)", ")"),
+}
+# TorchDynamo writes a plain attribute with no break: left out or not, one graph.
+PLAIN_ATTRIBUTE = _variant("nn.Buffer(torch.arange(12.0).reshape(4, 3), persistent=False)",
+                           "torch.arange(12.0).reshape(4, 3)")
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REWRITE))
+def test_must_rewrite(name):
+    original, mended, result = original_and_mended(MUST_REWRITE[name])
+    assert result.changed
+    assert counts(original.main, X) == (2, 2)
+    assert counts(mended.main, X) == (1, 0)
+    assert _declined() == set()
+
+
+@pytest.mark.parametrize("name", [*sorted(MUST_REWRITE), "plain attribute"])
+def test_differential(name):
+    source = PLAIN_ATTRIBUTE if name == "plain attribute" else MUST_REWRITE[name]
+    original, mended, _ = original_and_mended(source)
+    assert_equivalent(original.main, mended.main, X, backends=("eager", "aot_eager"))
+    assert counts(mended.main, X) <= counts(original.main, X)
+
+
+def test_the_written_back_tensor_is_the_same_object_with_its_registration():
+    _original, mended, _ = original_and_mended(PROGRAM)
+    before = mended.ENCODER.pos
+    torch._dynamo.reset()
+    torch.compile(mended.main, backend="eager")(X)
+    assert mended.ENCODER.pos is before
+    assert "pos" in mended.ENCODER._non_persistent_buffers_set and "pos" in mended.ENCODER._buffers
+
+
+def test_arguments_that_run_code_are_not_candidates():
+    """W123 ``arguments_are_plain_reads``: the original statement evaluates the
+    arguments again where the decision keeps it."""
+    source = _variant("self.pos.to(device=device, dtype=x.dtype)", "self.pos.to(torch.device('cpu'))")
+    assert "written_back" not in mend_source(textwrap.dedent(source), filename="<written_back>")
+
+
+def test_a_conversion_to_another_dtype_keeps_the_write():
+    """W219 ``conversion_returns_the_tensor``: converted, the attribute holds a new tensor."""
+    source = _variant("self.pos.to(device=device, dtype=x.dtype)", "self.pos.to(dtype=dtype)").replace(
+        "        device = x.device\n", "        dtype = torch.float64\n"
+    ).replace("self.linear(x + self.pos[: x.shape[0]])", "self.linear(x + self.pos[: x.shape[0]].float())")
+    original, mended, result = original_and_mended(source)
+    assert result.changed
+    assert counts(mended.main, X) == counts(original.main, X)
+    assert _declined() == {"W219"}
+    reset()
+    _original, mended, _ = original_and_mended(source)
+    torch._dynamo.reset()
+    torch.compile(mended.main, backend="eager")(X)
+    assert mended.ENCODER.pos.dtype == torch.float64
+
+
+def test_a_buffer_registration_hook_keeps_the_write():
+    """W220 ``writing_it_back_changes_nothing``: the hook runs at every registration."""
+    original, mended, _ = original_and_mended(PROGRAM)
+    seen = []
+    handle = torch.nn.modules.module.register_module_buffer_registration_hook(
+        lambda module, name, tensor: seen.append(name)
+    )
+    try:
+        assert counts(mended.main, X) == counts(original.main, X)
+        assert _declined() == {"W220"}
+        seen.clear()
+        torch._dynamo.reset()
+        torch.compile(mended.main, backend="eager")(X)
+        assert seen == ["pos"]
+    finally:
+        handle.remove()
+
+
+def test_a_class_with_its_own_setattr_keeps_the_write():
+    """W220: a ``__setattr__`` of the program's runs at the write."""
+    source = _variant("    def forward(self, x):", "    def __setattr__(self, name, value):\n"
+                      "        super().__setattr__(name, value)\n\n    def forward(self, x):")
+    original, mended, _ = original_and_mended(source)
+    assert counts(mended.main, X) == counts(original.main, X)
+    assert _declined() == {"W220"}
+
+
+def test_an_owner_the_trace_changed_keeps_the_write():
+    """W221 ``attribute_not_written_in_the_trace``: TorchDynamo writes the counter after
+    the graph, so the object read while tracing is not the one the original writes."""
+    source = _variant("        device = x.device\n", "        device = x.device\n        self.calls = 1\n")
+    original, mended, _ = original_and_mended(source)
+    assert counts(mended.main, X) == counts(original.main, X)
+    assert _declined() == {"W221"}
