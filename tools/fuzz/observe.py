@@ -1080,7 +1080,7 @@ def compare(
                 worse = worse_counts(
                     mode, counted[(ASSEMBLY_AS_FOR_REWRITTEN_CODE, mode)], counted[("mended", mode)]
                 )
-            if worse and program.features.get("check-call") and _checks_made_eagerly_go_further(
+            if worse and _CHECK_IMPORT in program.source and _checks_made_eagerly_go_further(
                 reference, observe("original", mode), observe(CHECKS_MADE_EAGERLY, mode)
             ):
                 # The traced helper raised RuntimeError where the eager one raised the
