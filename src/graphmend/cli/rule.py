@@ -50,7 +50,9 @@ _RULE_MODULES = {
 }
 # Further files of the same rule, documented after its main one.
 _MORE_RULE_MODULES = {
-    DATA_DEPENDENT_CONTROL_FLOW: ("graphmend.rules.where.ranges",),
+    DATA_DEPENDENT_CONTROL_FLOW: (
+        "graphmend.rules.where.ranges", "graphmend.rules.where.written_back", "graphmend.rules.where.fixed_values",
+    ),
     VALIDATION_GUARD: ("graphmend.rules.trap.checks",),
     DYNAMIC_SHAPE_OPERATOR: ("graphmend.rules.capture.loops", "graphmend.rules.capture.merges"),
 }
@@ -65,12 +67,16 @@ _UNFIXED = {
     ),
     DATA_DEPENDENT_OPERATOR: (
         "An operator TorchDynamo reports as data dependent: its result (not only its shape)\n"
-        "cannot be traced from the shapes of its inputs. No graphmend rule rewrites it."
+        "cannot be traced from the shapes of its inputs. It is reported, not rewritten, but\n"
+        "for a padding computed from a module's fixed tensors (Where, below)."
     ),
 }
 
 # Categories reported in general, of which one rule rewrites a narrow case.
-_PARTLY_REWRITTEN_BY = {TENSOR_ITEM: "graphmend.rules.trap.items"}
+_PARTLY_REWRITTEN_BY = {
+    TENSOR_ITEM: "graphmend.rules.trap.items",
+    DATA_DEPENDENT_OPERATOR: "graphmend.rules.where.fixed_values",
+}
 
 # What a category holds beyond what its rule rewrites.
 _NOT_REWRITTEN_BY_THE_RULE = {
