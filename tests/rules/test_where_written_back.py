@@ -155,3 +155,74 @@ def test_an_owner_the_trace_changed_keeps_the_write():
     original, mended, _ = original_and_mended(source)
     assert counts(mended.main, X) == counts(original.main, X)
     assert _declined() == {"W221"}
+
+
+# The cache is written back and read by nothing else in the trace: only the decision's
+# own read guards it.
+UNREAD = """
+import torch
+import torch.nn as nn
+
+
+class Cache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = nn.Buffer(torch.arange(3.0, dtype=torch.float64), persistent=False)
+        self.plain = torch.zeros(2)
+
+    def forward(self, x):
+        dtype = torch.float64
+        self.cache = self.cache.to(dtype=dtype)
+        self.plain = self.plain.to(x.device)
+        return x + 1
+
+
+CACHE = Cache()
+
+
+def main(x):
+    return CACHE(x)
+"""
+
+
+def _over_calls(module, change):
+    """(graphs, breaks, each call's outcome, the attributes' state) over three compiled
+    calls, ``change(module)`` run before the second."""
+    from torch._dynamo.testing import CompileCounter
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    backend = CompileCounter()
+    compiled = torch.compile(module.main, backend=backend)
+    outcomes = []
+    for index in range(3):
+        if index == 1:
+            change(module)
+        try:
+            outcomes.append(compiled(X).tolist())
+        except Exception as error:  # noqa: BLE001 - the exception is the observation
+            outcomes.append((type(error).__name__, str(error)))
+    cache, plain = module.CACHE.cache, module.CACHE.plain
+    state = (cache.dtype, cache.device, type(plain).__name__, getattr(plain, "device", None))
+    return backend.frame_count, sum(counters["graph_break"].values()), outcomes, state
+
+
+@pytest.mark.parametrize("change", ["converted", "moved to meta", "replaced by None"])
+def test_an_attribute_changed_between_calls_is_written_as_the_original_writes_it(change):
+    """W219 ``conversion_returns_the_tensor``: the decision reads the attribute as the
+    original statement does, so the trace is guarded on its type, device and dtype. A
+    call after the program converted the buffer to float32 converts it back; one after
+    it moved the plain tensor to the meta device raises what ``to`` raises; one after it
+    set the attribute to None raises the AttributeError of ``None.to``."""
+    actions = {
+        "converted": lambda module: setattr(module.CACHE, "cache", module.CACHE.cache.float()),
+        "moved to meta": lambda module: setattr(module.CACHE, "plain", module.CACHE.plain.to("meta")),
+        "replaced by None": lambda module: setattr(module.CACHE, "plain", None),
+    }
+    original, mended, _ = original_and_mended(UNREAD)
+    assert counts(mended.main, X) == (1, 0)
+    before = _over_calls(original, actions[change])
+    after = _over_calls(mended, actions[change])
+    assert after[2:] == before[2:]
+    assert after[0] <= before[0] and after[1] <= before[1]

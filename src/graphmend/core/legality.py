@@ -264,7 +264,8 @@ _CONDITIONS = (
      "no fixed tensor is written in place in the trace or changed value since an earlier trace read it"),
     (_W, WHILE_TRACING, "W219", "conversion_returns_the_tensor",
      "graphmend.runtime.written_back:conversion_returns_the_tensor",
-     "the attribute holds a plain tensor that `to(...)` returns itself: its device and dtype, no copy"),
+     "the attribute holds a plain tensor that `to(...)` returns itself (its device and dtype, no copy), "
+     "guarded as the trace reads it"),
     (_W, WHILE_TRACING, "W220", "writing_it_back_changes_nothing",
      "graphmend.runtime.written_back:writing_it_back_changes_nothing",
      "writing the tensor back runs torch's own `__setattr__`, no buffer hook, and keeps its persistence"),

@@ -10,8 +10,10 @@ registration reads the tensor's Python attributes, which it does not model).
 ``converts_nothing(owner, name, *args, **kwargs)`` answers, while traced, whether the
 write may be left out: True only when the conversion returns the tensor itself and the
 write runs no code of the program or of torch that would change anything. The answer
-is a constant of the trace; TorchDynamo guards on the tensor's device and dtype and on
-the arguments' values, so a call where the conversion would move it traces again. A
+is a constant of the trace; the decision reads the attribute as the original statement
+does, so TorchDynamo guards on the tensor's type, device and dtype (and on the
+arguments' values), and a call where the conversion would move it, or where the
+attribute holds something else, traces again. A
 write left out is a DECIDED claim on its break (``graphmend.runtime.claims``), which the
 checks of the whole trace may refuse. Not traced: False (the original write runs).
 
@@ -19,7 +21,9 @@ Left out only when (each registered in ``graphmend.core.legality``):
 
 - ``W219 conversion_returns_the_tensor``: the attribute holds a plain tensor, and
   ``to(*args, **kwargs)`` names its own device and dtype (or none), no memory format and
-  no copy;
+  no copy; the trace reads the attribute as a tensor, guarding its type, device and
+  dtype (``attribute_guarded_as_read``), so a later call where the program moved,
+  converted or replaced it traces again;
 - ``W220 writing_it_back_changes_nothing``: the owner is an ``nn.Module`` whose class
   keeps torch's ``__setattr__`` and ``register_buffer``, no property of that name; for a
   buffer, no global buffer-registration hook is set and the buffer's persistence would
@@ -63,6 +67,7 @@ def _unchanged(translator, owner_variable, name, args, kwargs) -> bool:
         conversion_returns_the_tensor(owner, name, args, kwargs)
         or writing_it_back_changes_nothing(owner, name)
         or attribute_not_written_in_the_trace(translator, owner_variable)
+        or attribute_guarded_as_read(translator, owner_variable, name)
     )
     if reason is not None:
         claims.decline_at_user_site(translator, reason)
@@ -94,6 +99,23 @@ def conversion_returns_the_tensor(owner, name: str, args: tuple, kwargs: dict) -
         return failed("W219", f"conversion_returns_the_tensor: `{name}` is moved to another device")
     if dtype is not None and dtype != tensor.dtype:
         return failed("W219", f"conversion_returns_the_tensor: `{name}` is converted to another dtype")
+    return None
+
+
+def attribute_guarded_as_read(translator, owner_variable, name: str) -> str | None:
+    """W219, for later calls: the trace reads ``owner.name`` as the original's statement
+    does, so its guards (the tensor's type, device and dtype) hold the decision to the
+    tensor it was made for. Without them a call after the program moved, converted or
+    replaced the attribute would run this trace and leave out a write (or the error of
+    ``to`` on a value that is not a tensor) the original makes."""
+    from graphmend.torch_adapter.tracing import TensorVariable, read_attribute
+
+    try:
+        read = read_attribute(translator, owner_variable, name)
+    except Exception:  # noqa: BLE001 - a read TorchDynamo cannot make here
+        read = None
+    if type(read) is not TensorVariable:
+        return failed("W219", f"conversion_returns_the_tensor: the trace cannot guard `{name}` as a tensor it reads")
     return None
 
 
