@@ -5,6 +5,7 @@ case per condition (W123, W219, W220, W221), and differential runs."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 from graphmend import mend_source
 from graphmend.core.legality import condition_id
+from graphmend.rules.where.written_back import arguments_are_plain_reads
 from graphmend.runtime import reset
 from graphmend.runtime.store import store
 from helpers import assert_equivalent, original_and_mended
@@ -103,6 +105,8 @@ def test_arguments_that_run_code_are_not_candidates():
     arguments again where the decision keeps it."""
     source = _variant("self.pos.to(device=device, dtype=x.dtype)", "self.pos.to(torch.device('cpu'))")
     assert "written_back" not in mend_source(textwrap.dedent(source), filename="<written_back>")
+    call = ast.parse("self.pos.to(torch.device('cpu'))", mode="eval").body
+    assert condition_id(arguments_are_plain_reads(call)) == "W123"
 
 
 def test_a_conversion_to_another_dtype_keeps_the_write():

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from graphmend.core.legality import failed
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, expression
 from graphmend.rules.base import FunctionContext, rewrite_statements
 
@@ -65,7 +66,10 @@ def arguments_are_plain_reads(call: ast.Call) -> str | None:
     if not all(_plain_read(argument) for argument in call.args) or not all(
         keyword.arg is not None and _plain_read(keyword.value) for keyword in call.keywords
     ):
-        return "the conversion's arguments are not names, constants, `.dtype` or `.device` of a name"
+        return failed(
+            "W123", "arguments_are_plain_reads: the conversion's arguments are not names, constants, "
+            "`.dtype` or `.device` of a name",
+        )
     return None
 
 
