@@ -343,3 +343,80 @@ def test_a_module_keeping_no_fixed_tensor_is_not_offered():
         textwrap.dedent(source) + "\nLIMIT = torch.nn.Buffer(torch.tensor(1), persistent=False)\n",
         filename="<fixed_values>",
     )
+
+
+# A stride kept as a one-element buffer, and a forward that may write it in place.
+WRITTEN = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Strided(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stride = nn.Buffer(torch.tensor(2), persistent=False)
+
+    def forward(self, x):
+        WRITE_BEFORE
+        if self.stride > 2:
+            x = x * 2
+        x = F.pad(x, (self.stride - 2, 1))
+        WRITE_AFTER
+        return x
+
+
+STRIDED = Strided()
+
+
+def main(x):
+    return STRIDED(x), STRIDED.stride.item()
+"""
+
+
+def _written(before: str = "pass", after: str = "pass") -> str:
+    return WRITTEN.replace("WRITE_BEFORE", before).replace("WRITE_AFTER", after)
+
+
+@pytest.mark.parametrize("write", ["self.stride.view(1).add_(1)", "self.stride.reshape(1)[0] = 5"])
+def test_a_fixed_tensor_written_through_a_view_keeps_the_break(write):
+    """W218 ``fixed_tensors_not_written``: a write through a view of the buffer's memory
+    changes the value the test reads; the decision, computed from the real tensor before
+    the graph runs, would read the old one."""
+    original, mended, _ = original_and_mended(_written(before=write))
+    before = _calls(original.main, [X] * 3)
+    after = _calls(mended.main, [X] * 3)
+    assert after[:2] == before[:2]
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert "W218" in _declined().values()
+
+
+def test_a_fixed_tensor_written_through_the_tensor_it_views_keeps_the_break():
+    """W218: the buffer is a view of another tensor the module holds, and the trace
+    writes that one."""
+    source = _written(before="self.base.add_(1)").replace(
+        "self.stride = nn.Buffer(torch.tensor(2), persistent=False)",
+        "self.base = torch.tensor([2, 7])\n        self.stride = nn.Buffer(self.base[0], persistent=False)",
+    )
+    original, mended, _ = original_and_mended(source)
+    before = _calls(original.main, [X] * 3)
+    after = _calls(mended.main, [X] * 3)
+    assert after[:2] == before[:2]
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert "W218" in _declined().values()
+
+
+def test_a_fixed_tensor_the_graph_writes_later_keeps_the_break():
+    """W303 ``fixed_tensors_not_written_later``: a forward that bumps the buffer after
+    the test would fail the value guard on every next call and trace again; the whole
+    trace refuses the decisions before the graph is compiled, so the mended program
+    compiles and breaks as the original does."""
+    original, mended, _ = original_and_mended(_written(after="self.stride += 1"))
+    before = _calls(original.main, [X] * 4)
+    after = _calls(mended.main, [X] * 4)
+    assert after[:2] == before[:2] == (5, 7)
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert "W303" in _declined().values()

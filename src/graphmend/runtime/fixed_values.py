@@ -28,8 +28,15 @@ Decided only when (each registered in ``graphmend.core.legality``):
   is arithmetic, a comparison, a rounding or a conversion that writes nothing and draws
   no random number, so computing it again gives the graph's value.
 - ``W218 fixed_tensors_not_written``: no fixed tensor was written in place in the trace so
-  far, and none has changed value since an earlier trace of this program read it (a
-  tensor the program updates between calls would make every call trace again).
+  far, through a view of it or a tensor it is a view of too, and none has changed value
+  since an earlier trace of this program read it (a tensor the program updates between
+  calls would make every call trace again).
+
+And, once the trace is complete (``graphmend.runtime.whole_trace_conditions``):
+
+- ``W303 fixed_tensors_not_written_later``: the graph writes none of the fixed tensors a
+  decision read after it (a counter the forward bumps, ``self.k += 1``): the next call's
+  guard on its value would fail and trace again, where the original's one trace serves.
 """
 
 from __future__ import annotations
@@ -120,6 +127,7 @@ def _truth_of(translator, value):
     if not claims.claim_break_at_user_site(translator, claims.DECIDED):
         raise _Keep
     _guard(guarded)
+    _note_read(translator, guarded)
     return bool(folded)
 
 
@@ -155,6 +163,7 @@ def _numbers_of(translator, value):
     if not claims.claim_break_at_user_site(translator, claims.DECIDED):
         raise _Keep
     _guard(guarded)
+    _note_read(translator, guarded)
     return tuple(answer) if type(value).__name__ == "TupleVariable" else answer
 
 
@@ -222,7 +231,7 @@ def _fixed_input(translator, node, values, reads) -> str | None:
         return reason
     source, tensor = found
     values[node] = tensor
-    reads.append((source, tensor.item()))
+    reads.append((source, tensor.item(), node.meta.get("example_value")))
     return None
 
 
@@ -262,7 +271,11 @@ def why_written_or_changed(node, owner, found) -> str | None:
 
 def _written_in_trace(node) -> bool:
     """Whether a node of the graph so far may write the input ``node`` in place: an
-    in-place method or function, or an ``out=`` argument."""
+    in-place method or function, or an ``out=`` argument, on it or on a tensor sharing
+    its memory (a view of it, ``self.k.view(1).add_(1)``, or the tensor it is a view of,
+    another input): TorchDynamo's stand-in for it then counts a write."""
+    if written_since(node.meta.get("example_value"), 0):
+        return True
     for user in node.users:
         target = user.target
         name = target if isinstance(target, str) else getattr(target, "__name__", "")
@@ -271,6 +284,12 @@ def _written_in_trace(node) -> bool:
         if target in (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv):
             return True
     return False
+
+
+def written_since(example, version: int) -> bool:
+    """Whether the trace wrote in place the tensor TorchDynamo stands ``example`` in for
+    (through any view of its memory) since its version counter read ``version``."""
+    return isinstance(example, torch.Tensor) and example._version > version
 
 
 def why_not_computed_again(node, values) -> str | None:
@@ -326,8 +345,18 @@ def _symbolic(argument) -> bool:
     return False
 
 
+def _note_read(translator, reads) -> None:
+    """Keep, by the claim just made, TorchDynamo's stand-ins for the fixed tensors read
+    and their version counters now: the whole trace refuses the claim where the graph
+    writes one later (``whole_trace_conditions.fixed_tensors_not_written_later``)."""
+    site = claims.latest_claim_site(translator.output)
+    if site is not None:
+        noted = claims.fixed_reads_in_trace(translator.output).setdefault(site, [])
+        noted.extend((example, example._version) for _source, _value, example in reads if example is not None)
+
+
 def _guard(reads) -> None:
     from graphmend.torch_adapter import guards
 
     if reads:
-        guards.install_guards(*[(guards.item_source(source), guards.EQUAL) for source, _value in reads])
+        guards.install_guards(*[(guards.item_source(source), guards.EQUAL) for source, _value, _example in reads])
