@@ -420,3 +420,58 @@ def test_a_fixed_tensor_the_graph_writes_later_keeps_the_break():
     for got, expected in zip(after[2], before[2]):
         assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
     assert "W303" in _declined().values()
+
+
+# One function given modules that hold different fixed values.
+PASSED_MODULES = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Pad(nn.Module):
+    def __init__(self, left):
+        super().__init__()
+        self.left = nn.Buffer(torch.tensor(left), persistent=False)
+
+    def forward(self, x):
+        x = x.sin()
+        if self.left > 2:
+            x = x * 2
+        return F.pad(x, (self.left, 1))
+
+
+PADS = [Pad(left) for left in range(12)]
+
+
+def main(x, pad):
+    return pad(x) + 1
+"""
+
+
+def test_modules_with_different_values_at_one_statement_keep_the_break():
+    """W218: the original's one trace of ``main`` serves every module passed to it (its
+    break reads no value); decided, each module's value would trace again, past TorchDynamo's
+    recompile limit (eight), after which ``main`` runs eagerly. A trace meeting a value
+    no earlier trace read at the statement keeps the original's break: the decisions of
+    the first trace cost one graph, and no more."""
+    from torch._dynamo.testing import CompileCounter
+    from torch._dynamo.utils import counters
+
+    original, mended, _ = original_and_mended(PASSED_MODULES)
+
+    def over_calls(module):
+        torch._dynamo.reset()
+        counters.clear()
+        backend = CompileCounter()
+        compiled = torch.compile(module.main, backend=backend)
+        outputs = [compiled(X, module.PADS[index % 12]) for index in range(30)]
+        return backend.frame_count, sum(counters["graph_break"].values()), outputs
+
+    before = over_calls(original)
+    after = over_calls(mended)
+    assert before[:2] == (5, 1)
+    assert after[:2] == (6, 1)
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got, expected)
+    assert "W218" in _declined().values()

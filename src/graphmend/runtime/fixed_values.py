@@ -29,8 +29,9 @@ Decided only when (each registered in ``graphmend.core.legality``):
   no random number, so computing it again gives the graph's value.
 - ``W218 fixed_tensors_not_written``: no fixed tensor was written in place in the trace so
   far, through a view of it or a tensor it is a view of too, and none has changed value
-  since an earlier trace of this program read it (a tensor the program updates between
-  calls would make every call trace again).
+  since an earlier trace of this program read it, nor holds a value no earlier trace
+  read at the same statement (a tensor the program updates between calls, or modules
+  with different values passed to one function, would make every call trace again).
 
 And, once the trace is complete (``graphmend.runtime.whole_trace_conditions``):
 
@@ -42,6 +43,7 @@ And, once the trace is complete (``graphmend.runtime.whole_trace_conditions``):
 from __future__ import annotations
 
 import builtins
+import itertools
 import math
 import operator
 import weakref
@@ -85,6 +87,12 @@ _FIXED_DTYPES = frozenset({
 # The value each fixed tensor had when a trace read it, by module and attribute name:
 # a later trace that meets another value does not fold it again (W218).
 _VALUES_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# The values decisions at each user statement read, each with the number of the first
+# trace that read it: a function called with modules holding different values would
+# otherwise trace once per value (W218).
+_VALUES_READ_AT: dict = {}
+_TRACE_NUMBER = "_graphmend_fixed_values_trace"
+_trace_numbers = itertools.count()
 
 
 def truth(value):
@@ -226,7 +234,7 @@ def _reads_a_module_tensor(translator, node) -> bool:
 def _fixed_input(translator, node, values, reads) -> str | None:
     found = graph_input_of(node)
     owner = tensor_attribute_owner(translator, found[0]) if found is not None else None
-    reason = why_not_a_fixed_tensor(found, owner) or why_written_or_changed(node, owner, found)
+    reason = why_not_a_fixed_tensor(found, owner) or why_written_or_changed(node, owner, found, translator)
     if reason is not None:
         return reason
     source, tensor = found
@@ -256,17 +264,41 @@ def why_not_a_fixed_tensor(found, owner) -> str | None:
     return None
 
 
-def why_written_or_changed(node, owner, found) -> str | None:
+def why_written_or_changed(node, owner, found, translator) -> str | None:
     """W218: the trace so far wrote no fixed tensor in place, and none changed value
-    since an earlier trace read it."""
+    since an earlier trace read it, nor holds another value than an earlier trace of
+    the same frame read at the same place (a module passed as an argument: each module
+    with its own value would trace again, up to TorchDynamo's recompile limit, where the
+    original's one trace serves them all). Values read at the statement within one trace
+    (two convolutions with different strides, one code) are not told apart."""
     module, name, _is_buffer = owner
     value = found[1].item()
     seen = _VALUES_READ.setdefault(module, {})
     if seen.setdefault(name, value) != value:
         return failed("W218", f"fixed_tensors_not_written: `{name}` changed value since an earlier trace read it")
+    if not _read_before_at_site(translator, value):
+        return failed(
+            "W218", f"fixed_tensors_not_written: `{name}` holds a value no earlier trace read at this statement"
+        )
     if _written_in_trace(node):
         return failed("W218", f"fixed_tensors_not_written: `{name}` is written in place in this trace")
     return None
+
+
+def _read_before_at_site(translator, value) -> bool:
+    """Whether ``value`` may be read at the user's statement being traced: no earlier
+    trace read a value there, or one read this one. The value is noted for this trace."""
+    site = trace_decisions.user_site(translator)
+    output = translator.output
+    trace = getattr(output, _TRACE_NUMBER, None)
+    if trace is None:
+        trace = next(_trace_numbers)
+        setattr(output, _TRACE_NUMBER, trace)
+    known = _VALUES_READ_AT.setdefault(site, {})
+    if value not in known and any(reader != trace for reader in known.values()):
+        return False
+    known.setdefault(value, trace)
+    return True
 
 
 def _written_in_trace(node) -> bool:
