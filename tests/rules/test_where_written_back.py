@@ -230,3 +230,53 @@ def test_an_attribute_changed_between_calls_is_written_as_the_original_writes_it
     after = _over_calls(mended, actions[change])
     assert after[2:] == before[2:]
     assert after[0] <= before[0] and after[1] <= before[1]
+
+
+def test_a_class_with_its_own_getattr_keeps_the_write():
+    """W220 ``writing_it_back_changes_nothing``: the original statement reads the
+    buffer through the class's ``__getattr__``, which logs the names read; the write left
+    out would read nothing, and the log would miss them on every compiled call."""
+    source = """
+        import torch
+        import torch.nn as nn
+
+        READ = []
+
+
+        class Logged(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.table = nn.Buffer(torch.arange(3.0), persistent=False)
+
+            def __getattr__(self, name):
+                READ.append(name)
+                return super().__getattr__(name)
+
+            def forward(self, x):
+                self.table = self.table.to(x.device)
+                return x + 1
+
+
+        LOGGED = Logged()
+
+
+        def main(x):
+            return LOGGED(x)
+    """
+    original, mended, _ = original_and_mended(textwrap.dedent(source))
+
+    def names_read_per_call(module):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.main, backend="eager")
+        compiled(X)  # traced: TorchDynamo's own reads are logged too
+        logged = []
+        for _ in range(2):
+            module.READ.clear()
+            compiled(X)
+            logged.append([name for name in module.READ if name == "table"])
+        module.READ.clear()
+        module.main(X)
+        return logged, list(module.READ)
+
+    assert names_read_per_call(mended) == names_read_per_call(original)
+    assert "W220" in _declined()

@@ -268,7 +268,8 @@ _CONDITIONS = (
      "guarded as the trace reads it"),
     (_W, WHILE_TRACING, "W220", "writing_it_back_changes_nothing",
      "graphmend.runtime.written_back:writing_it_back_changes_nothing",
-     "writing the tensor back runs torch's own `__setattr__`, no buffer hook, and keeps its persistence"),
+     "reading and writing the tensor back run torch's own `__getattr__` and `__setattr__`, no buffer hook, "
+     "and keep its persistence"),
     (_W, WHILE_TRACING, "W221", "attribute_not_written_in_the_trace",
      "graphmend.runtime.written_back:attribute_not_written_in_the_trace",
      "the trace has not changed the owner before the write"),

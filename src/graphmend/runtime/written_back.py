@@ -25,7 +25,9 @@ Left out only when (each registered in ``graphmend.core.legality``):
   dtype (``attribute_guarded_as_read``), so a later call where the program moved,
   converted or replaced it traces again;
 - ``W220 writing_it_back_changes_nothing``: the owner is an ``nn.Module`` whose class
-  keeps torch's ``__setattr__`` and ``register_buffer``, no property of that name; for a
+  keeps torch's ``__getattr__``, ``__getattribute__``, ``__setattr__`` and
+  ``register_buffer``, no property of that name (reading or writing the attribute runs
+  none of the program's code, which the write left out would not run); for a
   buffer, no global buffer-registration hook is set and the buffer's persistence would
   be registered as it is; a plain attribute is not a tensor marked as a buffer (writing
   it would register one);
@@ -120,13 +122,19 @@ def attribute_guarded_as_read(translator, owner_variable, name: str) -> str | No
 
 
 def writing_it_back_changes_nothing(owner, name: str) -> str | None:
-    """W220: writing the same tensor back runs torch's own ``__setattr__`` and
-    ``register_buffer`` and leaves the module as it was."""
+    """W220: reading the tensor runs torch's own ``__getattr__`` (and
+    ``__getattribute__``), writing it back torch's own ``__setattr__`` and
+    ``register_buffer``, and the write leaves the module as it was."""
     from torch.nn.modules import module as module_module
 
     cls = type(owner)
     if getattr(cls, "__setattr__", None) is not torch.nn.Module.__setattr__:
         return failed("W220", f"writing_it_back_changes_nothing: `{cls.__name__}` defines `__setattr__`")
+    for reader in ("__getattr__", "__getattribute__"):
+        # The original statement reads the attribute, and a reader of the program's own
+        # runs there (a log of the names read); the write left out reads nothing.
+        if getattr(cls, reader, None) is not getattr(torch.nn.Module, reader):
+            return failed("W220", f"writing_it_back_changes_nothing: `{cls.__name__}` defines `{reader}`")
     if getattr(cls, "register_buffer", None) is not torch.nn.Module.register_buffer:
         return failed("W220", f"writing_it_back_changes_nothing: `{cls.__name__}` defines `register_buffer`")
     if hasattr(cls, name):
