@@ -449,12 +449,14 @@ def main(x, pad):
 """
 
 
-def test_modules_with_different_values_at_one_statement_keep_the_break():
+@pytest.mark.parametrize(("modules", "graphs"), [(2, (4, 5)), (12, (5, 6))])
+def test_modules_with_different_values_at_one_statement_keep_the_break(modules, graphs):
     """W218: the original's one trace of ``main`` serves every module passed to it (its
     break reads no value); decided, each module's value would trace again, past TorchDynamo's
-    recompile limit (eight), after which ``main`` runs eagerly. A trace meeting a value
-    no earlier trace read at the statement keeps the original's break: the decisions of
-    the first trace cost one graph, and no more."""
+    recompile limit (eight), after which ``main`` runs eagerly. A trace of ``main``
+    meeting a value no earlier trace of it read at the statement keeps the original's
+    break, and so does every statement ``main`` decided, in the frames resumed after it:
+    the first trace's decisions cost that one graph, and no more."""
     from torch._dynamo.testing import CompileCounter
     from torch._dynamo.utils import counters
 
@@ -465,13 +467,31 @@ def test_modules_with_different_values_at_one_statement_keep_the_break():
         counters.clear()
         backend = CompileCounter()
         compiled = torch.compile(module.main, backend=backend)
-        outputs = [compiled(X, module.PADS[index % 12]) for index in range(30)]
+        outputs = [compiled(X, module.PADS[index % modules]) for index in range(30)]
         return backend.frame_count, sum(counters["graph_break"].values()), outputs
 
     before = over_calls(original)
     after = over_calls(mended)
-    assert before[:2] == (5, 1)
-    assert after[:2] == (6, 1)
+    assert (before[0], after[0]) == graphs
+    assert before[1] == after[1] == 1
     for got, expected in zip(after[2], before[2]):
         assert torch.equal(got, expected)
     assert "W218" in _declined().values()
+
+
+def test_modules_with_different_values_in_frames_compiled_apart_are_decided():
+    """W218 tells a frame traced again apart from another frame: an encoder's and a
+    decoder's convolutions (one class, different strides), compiled apart, are each
+    decided in their own trace."""
+    source = PASSED_MODULES.replace(
+        "def main(x, pad):\n    return pad(x) + 1\n",
+        "def encode(x):\n    return PADS[1](x) + 1\n\n\ndef decode(x):\n    return PADS[3](x) - 1\n",
+    )
+    original, mended, _ = original_and_mended(source)
+    for name in ("encode", "decode"):
+        before = _calls(getattr(original, name), [X] * 3)
+        after = _calls(getattr(mended, name), [X] * 3)
+        assert (before[:2], after[:2]) == ((3, 1), (1, 0))
+        for got, expected in zip(after[2], before[2]):
+            assert torch.equal(got, expected)
+    assert _declined() == {}

@@ -30,8 +30,9 @@ Decided only when (each registered in ``graphmend.core.legality``):
 - ``W218 fixed_tensors_not_written``: no fixed tensor was written in place in the trace so
   far, through a view of it or a tensor it is a view of too, and none has changed value
   since an earlier trace of this program read it, nor holds a value no earlier trace
-  read at the same statement (a tensor the program updates between calls, or modules
-  with different values passed to one function, would make every call trace again).
+  of the same frame read at the same statement (a tensor the program updates between
+  calls, or modules with different values passed to one function, would make every
+  call trace again; such a statement is decided no more, in any frame).
 
 And, once the trace is complete (``graphmend.runtime.whole_trace_conditions``):
 
@@ -87,10 +88,14 @@ _FIXED_DTYPES = frozenset({
 # The value each fixed tensor had when a trace read it, by module and attribute name:
 # a later trace that meets another value does not fold it again (W218).
 _VALUES_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# The values decisions at each user statement read, each with the number of the first
-# trace that read it: a function called with modules holding different values would
-# otherwise trace once per value (W218).
+# The values decisions at each user statement read, by the code of the frame traced,
+# each with the number of the first trace that read it: a function called with modules
+# holding different values would otherwise trace once per value (W218). A statement
+# where a frame traced again met another value, and every statement that frame decided,
+# are decided no more, in any frame.
 _VALUES_READ_AT: dict = {}
+_VARYING_SITES: set = set()
+_SITES_READ_IN: dict = {}
 _TRACE_NUMBER = "_graphmend_fixed_values_trace"
 _trace_numbers = itertools.count()
 
@@ -270,7 +275,8 @@ def why_written_or_changed(node, owner, found, translator) -> str | None:
     the same frame read at the same place (a module passed as an argument: each module
     with its own value would trace again, up to TorchDynamo's recompile limit, where the
     original's one trace serves them all). Values read at the statement within one trace
-    (two convolutions with different strides, one code) are not told apart."""
+    (two convolutions with different strides, one code), or by different frames (an
+    encoder's and a decoder's, compiled apart) are not told apart."""
     module, name, _is_buffer = owner
     value = found[1].item()
     seen = _VALUES_READ.setdefault(module, {})
@@ -287,17 +293,28 @@ def why_written_or_changed(node, owner, found, translator) -> str | None:
 
 def _read_before_at_site(translator, value) -> bool:
     """Whether ``value`` may be read at the user's statement being traced: no earlier
-    trace read a value there, or one read this one. The value is noted for this trace."""
+    trace of this frame's code read a value there, or one read this one, and no frame
+    traced again met another value there. The value is noted for this trace."""
+    from graphmend.torch_adapter.tracing import frame_code_of
+
     site = trace_decisions.user_site(translator)
+    if site in _VARYING_SITES:
+        return False
     output = translator.output
     trace = getattr(output, _TRACE_NUMBER, None)
     if trace is None:
         trace = next(_trace_numbers)
         setattr(output, _TRACE_NUMBER, trace)
-    known = _VALUES_READ_AT.setdefault(site, {})
+    code = frame_code_of(translator)
+    known = _VALUES_READ_AT.setdefault(site, {}).setdefault(code, {})
     if value not in known and any(reader != trace for reader in known.values()):
+        # The other statements this frame decided read the same modules: in the frames
+        # that resume after this break, they would meet the other values for the first
+        # time, and trace once more each.
+        _VARYING_SITES.update(_SITES_READ_IN.get(code, ()), (site,))
         return False
     known.setdefault(value, trace)
+    _SITES_READ_IN.setdefault(code, set()).add(site)
     return True
 
 

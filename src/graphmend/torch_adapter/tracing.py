@@ -27,6 +27,7 @@ __all__ = [
     "constant_variable",
     "disable_wrapper_code",
     "eval_frame_callback",
+    "frame_code_of",
     "graph_breaks_nest",
     "graph_input_of",
     "nonrecursively_disabled_caller",
@@ -77,6 +78,12 @@ def realized(variable):
     value traces again."""
     realize = getattr(variable, "realize", None)
     return realize() if realize is not None else variable
+
+
+def frame_code_of(translator):
+    """The code of the frame TorchDynamo is tracing (the outermost, where ``translator``
+    traces an inlined call): a trace of it again is a recompile of that code."""
+    return translator.output.root_tx.f_code
 
 
 def read_attribute(translator, variable, name: str):
