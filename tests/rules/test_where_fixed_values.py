@@ -495,3 +495,16 @@ def test_modules_with_different_values_in_frames_compiled_apart_are_decided():
         for got, expected in zip(after[2], before[2]):
             assert torch.equal(got, expected)
     assert _declined() == {}
+
+
+def test_reset_forgets_the_values_read():
+    """What W218 learned about the values read lives on the runtime's store: after
+    ``reset()`` a statement an earlier program saw vary is decided again."""
+    _original, mended, _ = original_and_mended(PASSED_MODULES)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.main, backend="eager")
+    compiled(X, mended.PADS[0])
+    compiled(X, mended.PADS[1])
+    assert "W218" in _declined().values()
+    reset()
+    assert counts(mended.main, X, mended.PADS[1]) == (1, 0)

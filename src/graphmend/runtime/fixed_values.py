@@ -47,12 +47,12 @@ import builtins
 import itertools
 import math
 import operator
-import weakref
 
 import torch
 
 from graphmend.core.legality import failed
 from graphmend.runtime import claims, trace_decisions
+from graphmend.runtime.store import store
 from graphmend.torch_adapter.tracing import (
     comptime,
     graph_input_of,
@@ -85,17 +85,7 @@ _FIXED_DTYPES = frozenset({
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
 })
 
-# The value each fixed tensor had when a trace read it, by module and attribute name:
-# a later trace that meets another value does not fold it again (W218).
-_VALUES_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# The values decisions at each user statement read, by the code of the frame traced,
-# each with the number of the first trace that read it: a function called with modules
-# holding different values would otherwise trace once per value (W218). A statement
-# where a frame traced again met another value, and every statement that frame decided,
-# are decided no more, in any frame.
-_VALUES_READ_AT: dict = {}
-_VARYING_SITES: set = set()
-_SITES_READ_IN: dict = {}
+# The number of a trace, on its output graph, and where the numbers come from (W218).
 _TRACE_NUMBER = "_graphmend_fixed_values_trace"
 _trace_numbers = itertools.count()
 
@@ -279,7 +269,7 @@ def why_written_or_changed(node, owner, found, translator) -> str | None:
     encoder's and a decoder's, compiled apart) are not told apart."""
     module, name, _is_buffer = owner
     value = found[1].item()
-    seen = _VALUES_READ.setdefault(module, {})
+    seen = store.fixed_values_read.setdefault(module, {})
     if seen.setdefault(name, value) != value:
         return failed("W218", f"fixed_tensors_not_written: `{name}` changed value since an earlier trace read it")
     if not _read_before_at_site(translator, value):
@@ -298,7 +288,7 @@ def _read_before_at_site(translator, value) -> bool:
     from graphmend.torch_adapter.tracing import frame_code_of
 
     site = trace_decisions.user_site(translator)
-    if site in _VARYING_SITES:
+    if site in store.fixed_values_varying_sites:
         return False
     output = translator.output
     trace = getattr(output, _TRACE_NUMBER, None)
@@ -306,15 +296,15 @@ def _read_before_at_site(translator, value) -> bool:
         trace = next(_trace_numbers)
         setattr(output, _TRACE_NUMBER, trace)
     code = frame_code_of(translator)
-    known = _VALUES_READ_AT.setdefault(site, {}).setdefault(code, {})
+    known = store.fixed_values_read_at.setdefault(site, {}).setdefault(code, {})
     if value not in known and any(reader != trace for reader in known.values()):
         # The other statements this frame decided read the same modules: in the frames
         # that resume after this break, they would meet the other values for the first
         # time, and trace once more each.
-        _VARYING_SITES.update(_SITES_READ_IN.get(code, ()), (site,))
+        store.fixed_values_varying_sites.update(store.fixed_values_sites_read_in.get(code, ()), (site,))
         return False
     known.setdefault(value, trace)
-    _SITES_READ_IN.setdefault(code, set()).add(site)
+    store.fixed_values_sites_read_in.setdefault(code, set()).add(site)
     return True
 
 
