@@ -280,3 +280,27 @@ def test_a_class_with_its_own_getattr_keeps_the_write():
 
     assert names_read_per_call(mended) == names_read_per_call(original)
     assert "W220" in _declined()
+
+
+def test_a_buffer_registration_hook_registered_after_compiling_runs_at_each_write():
+    """W220: the decision is guarded on there being no global buffer-registration hook,
+    so a hook registered after the first call makes the next one trace again, and it
+    runs at every write, as in the original."""
+
+    def hooked_writes(module):
+        torch._dynamo.reset()
+        compiled = torch.compile(module.main, backend="eager")
+        compiled(X)
+        seen = []
+        handle = torch.nn.modules.module.register_module_buffer_registration_hook(
+            lambda _module, name, _tensor: seen.append(name)
+        )
+        try:
+            compiled(X)
+            compiled(X)
+        finally:
+            handle.remove()
+        return seen
+
+    original, mended, _ = original_and_mended(PROGRAM)
+    assert hooked_writes(mended) == hooked_writes(original) == ["pos", "pos"]

@@ -28,8 +28,9 @@ Left out only when (each registered in ``graphmend.core.legality``):
   keeps torch's ``__getattr__``, ``__getattribute__``, ``__setattr__`` and
   ``register_buffer``, no property of that name (reading or writing the attribute runs
   none of the program's code, which the write left out would not run); for a
-  buffer, no global buffer-registration hook is set and the buffer's persistence would
-  be registered as it is; a plain attribute is not a tensor marked as a buffer (writing
+  buffer, no global buffer-registration hook is set (the trace is guarded on there
+  being none, so one registered later makes the next call trace again) and the
+  buffer's persistence would be registered as it is; a plain attribute is not a tensor marked as a buffer (writing
   it would register one);
 - ``W221 attribute_not_written_in_the_trace``: the trace has not changed the owner
   before the write (TorchDynamo makes such writes after the graph, so the object read
@@ -74,7 +75,23 @@ def _unchanged(translator, owner_variable, name, args, kwargs) -> bool:
     if reason is not None:
         claims.decline_at_user_site(translator, reason)
         return False
-    return claims.claim_break_at_user_site(translator, claims.DECIDED)
+    if not claims.claim_break_at_user_site(translator, claims.DECIDED):
+        return False
+    if name in owner._buffers:
+        _guard_no_buffer_registration_hook()
+    return True
+
+
+def _guard_no_buffer_registration_hook() -> None:
+    """Guard the trace on there being no global buffer-registration hook, as when it
+    was decided: a hook registered later runs at every write the original makes."""
+    from graphmend.torch_adapter import guards
+
+    # ``__import__`` of a dotted name gives the top package: the source walks down from it.
+    source = guards.module_source("torch")
+    for attribute in ("nn", "modules", "module", "_global_buffer_registration_hooks"):
+        source = guards.attribute_source(source, attribute)
+    guards.install_guards((source, guards.LENGTH))
 
 
 def _held(owner, name):
