@@ -508,3 +508,23 @@ def test_reset_forgets_the_values_read():
     assert "W218" in _declined().values()
     reset()
     assert counts(mended.main, X, mended.PADS[1]) == (1, 0)
+
+
+def test_a_fixed_tensor_viewing_another_tensor_unwritten_is_decided():
+    """W218 looks for writes in the graph, through the memory the tensors share: a
+    buffer and an attribute that are views of one tensor, written by nothing, are
+    decided (TorchDynamo makes the stand-ins of such views with version counters past
+    zero, so those counters cannot tell a write). The break left is ``.item()`` in
+    ``main``, the original's too."""
+    source = _written().replace(
+        "self.stride = nn.Buffer(torch.tensor(2), persistent=False)",
+        "self.base = torch.tensor([2, 1])\n        self.stride = nn.Buffer(self.base[0], persistent=False)\n"
+        "        self.right = self.base[1]",
+    ).replace("(self.stride - 2, 1)", "(self.stride - 2, self.right)")
+    original, mended, _ = original_and_mended(source)
+    before = _calls(original.main, [X] * 3)
+    after = _calls(mended.main, [X] * 3)
+    assert (before[:2], after[:2]) == ((2, 3), (1, 1))
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert _declined() == {}

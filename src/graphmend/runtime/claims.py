@@ -60,8 +60,8 @@ CALL_ENDED_ATTRIBUTE = "_graphmend_call_ended"
 LATEST_CLAIM_ATTRIBUTE = "_graphmend_latest_claim"
 # On the trace's output graph: the claims a later statement's condition undid.
 UNDONE_ATTRIBUTE = "_graphmend_undone"
-# On the trace's output graph: site of a DECIDED claim -> (TorchDynamo's stand-in for each
-# fixed tensor the decision read, its version counter then) (``runtime/fixed_values.py``).
+# On the trace's output graph: site of a DECIDED claim -> the fixed tensors the decision
+# read (``runtime/fixed_values.py``).
 FIXED_READS_ATTRIBUTE = "_graphmend_fixed_reads"
 
 
@@ -202,7 +202,7 @@ def latest_claim_site(output) -> tuple[str, int] | None:
 
 
 def fixed_reads_in_trace(output) -> dict:
-    """Site -> [(stand-in, version)], for the decisions from fixed tensors in this trace."""
+    """Site -> [tensor], for the decisions from fixed tensors in this trace."""
     noted = getattr(output, FIXED_READS_ATTRIBUTE, None)
     if noted is None:
         noted = {}

@@ -234,7 +234,7 @@ def _fixed_input(translator, node, values, reads) -> str | None:
         return reason
     source, tensor = found
     values[node] = tensor
-    reads.append((source, tensor.item(), node.meta.get("example_value")))
+    reads.append((source, tensor.item(), tensor))
     return None
 
 
@@ -276,7 +276,7 @@ def why_written_or_changed(node, owner, found, translator) -> str | None:
         return failed(
             "W218", f"fixed_tensors_not_written: `{name}` holds a value no earlier trace read at this statement"
         )
-    if _written_in_trace(node):
+    if graph_writes_memory_of(node.graph, found[1]):
         return failed("W218", f"fixed_tensors_not_written: `{name}` is written in place in this trace")
     return None
 
@@ -308,27 +308,47 @@ def _read_before_at_site(translator, value) -> bool:
     return True
 
 
-def _written_in_trace(node) -> bool:
-    """Whether a node of the graph so far may write the input ``node`` in place: an
-    in-place method or function, or an ``out=`` argument, on it or on a tensor sharing
-    its memory (a view of it, ``self.k.view(1).add_(1)``, or the tensor it is a view of,
-    another input): TorchDynamo's stand-in for it then counts a write."""
-    if written_since(node.meta.get("example_value"), 0):
-        return True
-    for user in node.users:
-        target = user.target
-        name = target if isinstance(target, str) else getattr(target, "__name__", "")
-        if (name.endswith("_") and not name.endswith("__")) or "out" in user.kwargs:
-            return True
-        if target in (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv):
-            return True
+_WRITING_OPERATORS = (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv)
+
+
+def graph_writes_memory_of(graph, tensor) -> bool:
+    """Whether a node of ``graph`` writes in place (an in-place method or function, an
+    item assignment, an ``out=`` argument) a tensor computed from a graph input that
+    shares its memory with ``tensor``: the fixed tensor itself, a view of it
+    (``self.k.view(1).add_(1)``), or the tensor it is a view of, another input. A
+    written tensor computed from such an input is taken as written through it."""
+    memory = _memory_of(tensor)
+    for node in graph.nodes:
+        for written in _written_by(node):
+            for ancestor in _ancestors(written):
+                found = graph_input_of(ancestor)
+                if found is not None and (memory is None or _memory_of(found[1]) in (memory, None)):
+                    return True
     return False
 
 
-def written_since(example, version: int) -> bool:
-    """Whether the trace wrote in place the tensor TorchDynamo stands ``example`` in for
-    (through any view of its memory) since its version counter read ``version``."""
-    return isinstance(example, torch.Tensor) and example._version > version
+def _written_by(node) -> list:
+    """The graph nodes ``node`` writes in place."""
+    from torch.fx import Node
+
+    if node.op not in ("call_function", "call_method"):
+        return []
+    out = node.kwargs.get("out")
+    if out is not None:
+        return [item for item in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(item, Node)]
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if ((name.endswith("_") and not name.endswith("__")) or target in _WRITING_OPERATORS) and node.args:
+        return [node.args[0]] if isinstance(node.args[0], Node) else []
+    return []
+
+
+def _memory_of(tensor):
+    """Where ``tensor``'s elements are kept, or None where that cannot be told."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - a tensor with no storage of its own (sparse, a subclass)
+        return None
 
 
 def why_not_computed_again(node, values) -> str | None:
@@ -385,17 +405,17 @@ def _symbolic(argument) -> bool:
 
 
 def _note_read(translator, reads) -> None:
-    """Keep, by the claim just made, TorchDynamo's stand-ins for the fixed tensors read
-    and their version counters now: the whole trace refuses the claim where the graph
-    writes one later (``whole_trace_conditions.fixed_tensors_not_written_later``)."""
+    """Keep, by the claim just made, the fixed tensors read: the whole trace refuses the
+    claim where the graph writes one later
+    (``whole_trace_conditions.fixed_tensors_not_written_later``)."""
     site = claims.latest_claim_site(translator.output)
     if site is not None:
         noted = claims.fixed_reads_in_trace(translator.output).setdefault(site, [])
-        noted.extend((example, example._version) for _source, _value, example in reads if example is not None)
+        noted.extend(tensor for _source, _value, tensor in reads)
 
 
 def _guard(reads) -> None:
     from graphmend.torch_adapter import guards
 
     if reads:
-        guards.install_guards(*[(guards.item_source(source), guards.EQUAL) for source, _value, _example in reads])
+        guards.install_guards(*[(guards.item_source(source), guards.EQUAL) for source, _value, _tensor in reads])

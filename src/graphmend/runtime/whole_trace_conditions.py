@@ -550,11 +550,11 @@ def fixed_tensors_not_written_later(output, claims) -> list[tuple[tuple[str, int
     counter the forward bumps, ``self.k += 1``, or a write through a view of its memory),
     the next call's guard fails and traces again, each call one more graph, where the
     original's one trace serves every call: such a decision keeps its break, for good."""
-    from graphmend.runtime.fixed_values import written_since
+    from graphmend.runtime.fixed_values import graph_writes_memory_of
 
     refused = []
     for site, noted in fixed_reads_in_trace(output).items():
-        if site in claims and any(written_since(example, version) for example, version in noted):
+        if site in claims and any(graph_writes_memory_of(output.graph, tensor) for tensor in noted):
             refused.append((site, failed(
                 "W303", "fixed_tensors_not_written_later: the graph writes a fixed tensor the decision read",
             )))
