@@ -44,6 +44,7 @@ import torch
 from graphmend.core.legality import failed
 from graphmend.runtime import claims, trace_decisions
 from graphmend.runtime.attribute_access import _traced_object
+from graphmend.torch_adapter import ops
 from graphmend.torch_adapter.tracing import comptime, realized
 
 
@@ -109,7 +110,7 @@ def conversion_returns_the_tensor(owner, name: str, args: tuple, kwargs: dict) -
     if kwargs.get("copy", False) or set(kwargs) - {"device", "dtype", "non_blocking", "copy"}:
         return failed("W219", "conversion_returns_the_tensor: the conversion copies or names a memory format")
     try:
-        device, dtype, _non_blocking, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+        device, dtype, _non_blocking, memory_format = ops.parse_to_arguments(*args, **kwargs)
     except Exception:  # noqa: BLE001 - arguments the original's call rejects: it raises there
         return failed("W219", "conversion_returns_the_tensor: the conversion's arguments are not understood")
     if memory_format is not None:

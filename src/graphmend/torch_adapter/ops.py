@@ -33,6 +33,12 @@ def aten_gelu():
     return torch._C._nn.gelu
 
 
+def parse_to_arguments(*args, **kwargs) -> tuple:
+    """(device, dtype, non_blocking, memory_format) that ``tensor.to(*args, **kwargs)``
+    reads from its arguments (``torch._C._nn._parse_to``); raises what ``to`` raises."""
+    return torch._C._nn._parse_to(*args, **kwargs)
+
+
 def fake_shape_env():
     """The shape environment of the fake kernel now running (``torch.library.get_ctx()``)."""
     return torch.library.get_ctx()._shape_env
