@@ -343,3 +343,188 @@ def test_a_module_keeping_no_fixed_tensor_is_not_offered():
         textwrap.dedent(source) + "\nLIMIT = torch.nn.Buffer(torch.tensor(1), persistent=False)\n",
         filename="<fixed_values>",
     )
+
+
+# A stride kept as a one-element buffer, and a forward that may write it in place.
+WRITTEN = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Strided(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stride = nn.Buffer(torch.tensor(2), persistent=False)
+
+    def forward(self, x):
+        WRITE_BEFORE
+        if self.stride > 2:
+            x = x * 2
+        x = F.pad(x, (self.stride - 2, 1))
+        WRITE_AFTER
+        return x
+
+
+STRIDED = Strided()
+
+
+def main(x):
+    return STRIDED(x), STRIDED.stride.item()
+"""
+
+
+def _written(before: str = "pass", after: str = "pass") -> str:
+    return WRITTEN.replace("WRITE_BEFORE", before).replace("WRITE_AFTER", after)
+
+
+@pytest.mark.parametrize("write", ["self.stride.view(1).add_(1)", "self.stride.reshape(1)[0] = 5"])
+def test_a_fixed_tensor_written_through_a_view_keeps_the_break(write):
+    """W218 ``fixed_tensors_not_written``: a write through a view of the buffer's memory
+    changes the value the test reads; the decision, computed from the real tensor before
+    the graph runs, would read the old one."""
+    original, mended, _ = original_and_mended(_written(before=write))
+    before = _calls(original.main, [X] * 3)
+    after = _calls(mended.main, [X] * 3)
+    assert after[:2] == before[:2]
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert "W218" in _declined().values()
+
+
+def test_a_fixed_tensor_written_through_the_tensor_it_views_keeps_the_break():
+    """W218: the buffer is a view of another tensor the module holds, and the trace
+    writes that one."""
+    source = _written(before="self.base.add_(1)").replace(
+        "self.stride = nn.Buffer(torch.tensor(2), persistent=False)",
+        "self.base = torch.tensor([2, 7])\n        self.stride = nn.Buffer(self.base[0], persistent=False)",
+    )
+    original, mended, _ = original_and_mended(source)
+    before = _calls(original.main, [X] * 3)
+    after = _calls(mended.main, [X] * 3)
+    assert after[:2] == before[:2]
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert "W218" in _declined().values()
+
+
+def test_a_fixed_tensor_the_graph_writes_later_keeps_the_break():
+    """W303 ``fixed_tensors_not_written_later``: a forward that bumps the buffer after
+    the test would fail the value guard on every next call and trace again; the whole
+    trace refuses the decisions before the graph is compiled, so the mended program
+    compiles and breaks as the original does."""
+    original, mended, _ = original_and_mended(_written(after="self.stride += 1"))
+    before = _calls(original.main, [X] * 4)
+    after = _calls(mended.main, [X] * 4)
+    assert after[:2] == before[:2] == (5, 7)
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert "W303" in _declined().values()
+
+
+# One function given modules that hold different fixed values.
+PASSED_MODULES = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Pad(nn.Module):
+    def __init__(self, left):
+        super().__init__()
+        self.left = nn.Buffer(torch.tensor(left), persistent=False)
+
+    def forward(self, x):
+        x = x.sin()
+        if self.left > 2:
+            x = x * 2
+        return F.pad(x, (self.left, 1))
+
+
+PADS = [Pad(left) for left in range(12)]
+
+
+def main(x, pad):
+    return pad(x) + 1
+"""
+
+
+@pytest.mark.parametrize(("modules", "graphs"), [(2, (4, 5)), (12, (5, 6))])
+def test_modules_with_different_values_at_one_statement_keep_the_break(modules, graphs):
+    """W218: the original's one trace of ``main`` serves every module passed to it (its
+    break reads no value); decided, each module's value would trace again, past TorchDynamo's
+    recompile limit (eight), after which ``main`` runs eagerly. A trace of ``main``
+    meeting a value no earlier trace of it read at the statement keeps the original's
+    break, and so does every statement ``main`` decided, in the frames resumed after it:
+    the first trace's decisions cost that one graph, and no more."""
+    from torch._dynamo.testing import CompileCounter
+    from torch._dynamo.utils import counters
+
+    original, mended, _ = original_and_mended(PASSED_MODULES)
+
+    def over_calls(module):
+        torch._dynamo.reset()
+        counters.clear()
+        backend = CompileCounter()
+        compiled = torch.compile(module.main, backend=backend)
+        outputs = [compiled(X, module.PADS[index % modules]) for index in range(30)]
+        return backend.frame_count, sum(counters["graph_break"].values()), outputs
+
+    before = over_calls(original)
+    after = over_calls(mended)
+    assert (before[0], after[0]) == graphs
+    assert before[1] == after[1] == 1
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got, expected)
+    assert "W218" in _declined().values()
+
+
+def test_modules_with_different_values_in_frames_compiled_apart_are_decided():
+    """W218 tells a frame traced again apart from another frame: an encoder's and a
+    decoder's convolutions (one class, different strides), compiled apart, are each
+    decided in their own trace."""
+    source = PASSED_MODULES.replace(
+        "def main(x, pad):\n    return pad(x) + 1\n",
+        "def encode(x):\n    return PADS[1](x) + 1\n\n\ndef decode(x):\n    return PADS[3](x) - 1\n",
+    )
+    original, mended, _ = original_and_mended(source)
+    for name in ("encode", "decode"):
+        before = _calls(getattr(original, name), [X] * 3)
+        after = _calls(getattr(mended, name), [X] * 3)
+        assert (before[:2], after[:2]) == ((3, 1), (1, 0))
+        for got, expected in zip(after[2], before[2]):
+            assert torch.equal(got, expected)
+    assert _declined() == {}
+
+
+def test_reset_forgets_the_values_read():
+    """What W218 learned about the values read lives on the runtime's store: after
+    ``reset()`` a statement an earlier program saw vary is decided again."""
+    _original, mended, _ = original_and_mended(PASSED_MODULES)
+    torch._dynamo.reset()
+    compiled = torch.compile(mended.main, backend="eager")
+    compiled(X, mended.PADS[0])
+    compiled(X, mended.PADS[1])
+    assert "W218" in _declined().values()
+    reset()
+    assert counts(mended.main, X, mended.PADS[1]) == (1, 0)
+
+
+def test_a_fixed_tensor_viewing_another_tensor_unwritten_is_decided():
+    """W218 looks for writes in the graph, through the memory the tensors share: a
+    buffer and an attribute that are views of one tensor, written by nothing, are
+    decided (TorchDynamo makes the stand-ins of such views with version counters past
+    zero, so those counters cannot tell a write). The break left is ``.item()`` in
+    ``main``, the original's too."""
+    source = _written().replace(
+        "self.stride = nn.Buffer(torch.tensor(2), persistent=False)",
+        "self.base = torch.tensor([2, 1])\n        self.stride = nn.Buffer(self.base[0], persistent=False)\n"
+        "        self.right = self.base[1]",
+    ).replace("(self.stride - 2, 1)", "(self.stride - 2, self.right)")
+    original, mended, _ = original_and_mended(source)
+    before = _calls(original.main, [X] * 3)
+    after = _calls(mended.main, [X] * 3)
+    assert (before[:2], after[:2]) == ((2, 3), (1, 1))
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert _declined() == {}

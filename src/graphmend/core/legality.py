@@ -261,13 +261,16 @@ _CONDITIONS = (
     (_W, WHILE_TRACING, "W217", "computed_by_pure_operators", "graphmend.runtime.fixed_values:why_not_computed_again",
      "every operator between those tensors and the value is arithmetic, a comparison, a rounding or a conversion"),
     (_W, WHILE_TRACING, "W218", "fixed_tensors_not_written", "graphmend.runtime.fixed_values:why_written_or_changed",
-     "no fixed tensor is written in place in the trace or changed value since an earlier trace read it"),
+     "no fixed tensor is written in place in the trace (through a view too), changed value since an earlier "
+     "trace read it, or meets a frame traced again with a value no earlier trace read at the statement"),
     (_W, WHILE_TRACING, "W219", "conversion_returns_the_tensor",
      "graphmend.runtime.written_back:conversion_returns_the_tensor",
-     "the attribute holds a plain tensor that `to(...)` returns itself: its device and dtype, no copy"),
+     "the attribute holds a plain tensor that `to(...)` returns itself (its device and dtype, no copy), "
+     "guarded as the trace reads it"),
     (_W, WHILE_TRACING, "W220", "writing_it_back_changes_nothing",
      "graphmend.runtime.written_back:writing_it_back_changes_nothing",
-     "writing the tensor back runs torch's own `__setattr__`, no buffer hook, and keeps its persistence"),
+     "reading and writing the tensor back run torch's own `__getattr__` and `__setattr__`, no buffer hook, "
+     "and keep its persistence"),
     (_W, WHILE_TRACING, "W221", "attribute_not_written_in_the_trace",
      "graphmend.runtime.written_back:attribute_not_written_in_the_trace",
      "the trace has not changed the owner before the write"),
@@ -278,6 +281,9 @@ _CONDITIONS = (
     (_W, WHOLE_TRACE, "W302", "trace_reads_nothing_else_written",
      "graphmend.runtime.performed_choice:trace_reads_nothing_else_written",
      "the trace reads none of the other attributes the performed arms write"),
+    (_W, WHOLE_TRACE, "W303", "fixed_tensors_not_written_later",
+     "graphmend.runtime.whole_trace_conditions:fixed_tensors_not_written_later",
+     "the graph writes none of the fixed tensors a decided test or padding read, after it either"),
     # Defer, static (rules/defer/conditions.py; the pass is rules/defer/outputs.py).
     (_D, STATIC, "D101", "callee_is_real", "graphmend.rules.defer.conditions:callee_is_real",
      "the callee is provably `print`, a `logging.Logger` method or `warnings.warn`"),

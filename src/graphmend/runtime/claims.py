@@ -60,6 +60,9 @@ CALL_ENDED_ATTRIBUTE = "_graphmend_call_ended"
 LATEST_CLAIM_ATTRIBUTE = "_graphmend_latest_claim"
 # On the trace's output graph: the claims a later statement's condition undid.
 UNDONE_ATTRIBUTE = "_graphmend_undone"
+# On the trace's output graph: site of a DECIDED claim -> the fixed tensors the decision
+# read (``runtime/fixed_values.py``).
+FIXED_READS_ATTRIBUTE = "_graphmend_fixed_reads"
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,21 @@ def record_claim(
         tuple(_inlined_calls(translator)),
     )
     setattr(translator.output, LATEST_CLAIM_ATTRIBUTE, (*_ops_and_guarded_globals(translator.output), site))
+
+
+def latest_claim_site(output) -> tuple[str, int] | None:
+    """The site of the claim this trace recorded last, or None."""
+    latest = getattr(output, LATEST_CLAIM_ATTRIBUTE, None)
+    return latest[2] if latest is not None else None
+
+
+def fixed_reads_in_trace(output) -> dict:
+    """Site -> [tensor], for the decisions from fixed tensors in this trace."""
+    noted = getattr(output, FIXED_READS_ATTRIBUTE, None)
+    if noted is None:
+        noted = {}
+        setattr(output, FIXED_READS_ATTRIBUTE, noted)
+    return noted
 
 
 def undone_in_trace(output) -> dict:

@@ -28,21 +28,31 @@ Decided only when (each registered in ``graphmend.core.legality``):
   is arithmetic, a comparison, a rounding or a conversion that writes nothing and draws
   no random number, so computing it again gives the graph's value.
 - ``W218 fixed_tensors_not_written``: no fixed tensor was written in place in the trace so
-  far, and none has changed value since an earlier trace of this program read it (a
-  tensor the program updates between calls would make every call trace again).
+  far, through a view of it or a tensor it is a view of too, and none has changed value
+  since an earlier trace of this program read it, nor holds a value no earlier trace
+  of the same frame read at the same statement (a tensor the program updates between
+  calls, or modules with different values passed to one function, would make every
+  call trace again; such a statement is decided no more, in any frame).
+
+And, once the trace is complete (``graphmend.runtime.whole_trace_conditions``):
+
+- ``W303 fixed_tensors_not_written_later``: the graph writes none of the fixed tensors a
+  decision read after it (a counter the forward bumps, ``self.k += 1``): the next call's
+  guard on its value would fail and trace again, where the original's one trace serves.
 """
 
 from __future__ import annotations
 
 import builtins
+import itertools
 import math
 import operator
-import weakref
 
 import torch
 
 from graphmend.core.legality import failed
 from graphmend.runtime import claims, trace_decisions
+from graphmend.runtime.store import store
 from graphmend.torch_adapter.tracing import (
     comptime,
     graph_input_of,
@@ -75,9 +85,9 @@ _FIXED_DTYPES = frozenset({
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
 })
 
-# The value each fixed tensor had when a trace read it, by module and attribute name:
-# a later trace that meets another value does not fold it again (W218).
-_VALUES_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# The number of a trace, on its output graph, and where the numbers come from (W218).
+_TRACE_NUMBER = "_graphmend_fixed_values_trace"
+_trace_numbers = itertools.count()
 
 
 def truth(value):
@@ -120,6 +130,7 @@ def _truth_of(translator, value):
     if not claims.claim_break_at_user_site(translator, claims.DECIDED):
         raise _Keep
     _guard(guarded)
+    _note_read(translator, guarded)
     return bool(folded)
 
 
@@ -155,6 +166,7 @@ def _numbers_of(translator, value):
     if not claims.claim_break_at_user_site(translator, claims.DECIDED):
         raise _Keep
     _guard(guarded)
+    _note_read(translator, guarded)
     return tuple(answer) if type(value).__name__ == "TupleVariable" else answer
 
 
@@ -217,12 +229,12 @@ def _reads_a_module_tensor(translator, node) -> bool:
 def _fixed_input(translator, node, values, reads) -> str | None:
     found = graph_input_of(node)
     owner = tensor_attribute_owner(translator, found[0]) if found is not None else None
-    reason = why_not_a_fixed_tensor(found, owner) or why_written_or_changed(node, owner, found)
+    reason = why_not_a_fixed_tensor(found, owner) or why_written_or_changed(node, owner, found, translator)
     if reason is not None:
         return reason
     source, tensor = found
     values[node] = tensor
-    reads.append((source, tensor.item()))
+    reads.append((source, tensor.item(), tensor))
     return None
 
 
@@ -247,30 +259,96 @@ def why_not_a_fixed_tensor(found, owner) -> str | None:
     return None
 
 
-def why_written_or_changed(node, owner, found) -> str | None:
+def why_written_or_changed(node, owner, found, translator) -> str | None:
     """W218: the trace so far wrote no fixed tensor in place, and none changed value
-    since an earlier trace read it."""
+    since an earlier trace read it, nor holds another value than an earlier trace of
+    the same frame read at the same place (a module passed as an argument: each module
+    with its own value would trace again, up to TorchDynamo's recompile limit, where the
+    original's one trace serves them all). Values read at the statement within one trace
+    (two convolutions with different strides, one code), or by different frames (an
+    encoder's and a decoder's, compiled apart) are not told apart."""
     module, name, _is_buffer = owner
     value = found[1].item()
-    seen = _VALUES_READ.setdefault(module, {})
+    seen = store.fixed_values_read.setdefault(module, {})
     if seen.setdefault(name, value) != value:
         return failed("W218", f"fixed_tensors_not_written: `{name}` changed value since an earlier trace read it")
-    if _written_in_trace(node):
+    if not _read_before_at_site(translator, value):
+        return failed(
+            "W218", f"fixed_tensors_not_written: `{name}` holds a value no earlier trace read at this statement"
+        )
+    if graph_writes_memory_of(node.graph, found[1]):
         return failed("W218", f"fixed_tensors_not_written: `{name}` is written in place in this trace")
     return None
 
 
-def _written_in_trace(node) -> bool:
-    """Whether a node of the graph so far may write the input ``node`` in place: an
-    in-place method or function, or an ``out=`` argument."""
-    for user in node.users:
-        target = user.target
-        name = target if isinstance(target, str) else getattr(target, "__name__", "")
-        if (name.endswith("_") and not name.endswith("__")) or "out" in user.kwargs:
-            return True
-        if target in (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv):
-            return True
+def _read_before_at_site(translator, value) -> bool:
+    """Whether ``value`` may be read at the user's statement being traced: no earlier
+    trace of this frame's code read a value there, or one read this one, and no frame
+    traced again met another value there. The value is noted for this trace."""
+    from graphmend.torch_adapter.tracing import frame_code_of
+
+    site = trace_decisions.user_site(translator)
+    if site in store.fixed_values_varying_sites:
+        return False
+    output = translator.output
+    trace = getattr(output, _TRACE_NUMBER, None)
+    if trace is None:
+        trace = next(_trace_numbers)
+        setattr(output, _TRACE_NUMBER, trace)
+    code = frame_code_of(translator)
+    known = store.fixed_values_read_at.setdefault(site, {}).setdefault(code, {})
+    if value not in known and any(reader != trace for reader in known.values()):
+        # The other statements this frame decided read the same modules: in the frames
+        # that resume after this break, they would meet the other values for the first
+        # time, and trace once more each.
+        store.fixed_values_varying_sites.update(store.fixed_values_sites_read_in.get(code, ()), (site,))
+        return False
+    known.setdefault(value, trace)
+    store.fixed_values_sites_read_in.setdefault(code, set()).add(site)
+    return True
+
+
+_WRITING_OPERATORS = (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv)
+
+
+def graph_writes_memory_of(graph, tensor) -> bool:
+    """Whether a node of ``graph`` writes in place (an in-place method or function, an
+    item assignment, an ``out=`` argument) a tensor computed from a graph input that
+    shares its memory with ``tensor``: the fixed tensor itself, a view of it
+    (``self.k.view(1).add_(1)``), or the tensor it is a view of, another input. A
+    written tensor computed from such an input is taken as written through it."""
+    memory = _memory_of(tensor)
+    for node in graph.nodes:
+        for written in _written_by(node):
+            for ancestor in _ancestors(written):
+                found = graph_input_of(ancestor)
+                if found is not None and (memory is None or _memory_of(found[1]) in (memory, None)):
+                    return True
     return False
+
+
+def _written_by(node) -> list:
+    """The graph nodes ``node`` writes in place."""
+    from torch.fx import Node
+
+    if node.op not in ("call_function", "call_method"):
+        return []
+    out = node.kwargs.get("out")
+    if out is not None:
+        return [item for item in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(item, Node)]
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if ((name.endswith("_") and not name.endswith("__")) or target in _WRITING_OPERATORS) and node.args:
+        return [node.args[0]] if isinstance(node.args[0], Node) else []
+    return []
+
+
+def _memory_of(tensor):
+    """Where ``tensor``'s elements are kept, or None where that cannot be told."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - a tensor with no storage of its own (sparse, a subclass)
+        return None
 
 
 def why_not_computed_again(node, values) -> str | None:
@@ -326,8 +404,18 @@ def _symbolic(argument) -> bool:
     return False
 
 
+def _note_read(translator, reads) -> None:
+    """Keep, by the claim just made, the fixed tensors read: the whole trace refuses the
+    claim where the graph writes one later
+    (``whole_trace_conditions.fixed_tensors_not_written_later``)."""
+    site = claims.latest_claim_site(translator.output)
+    if site is not None:
+        noted = claims.fixed_reads_in_trace(translator.output).setdefault(site, [])
+        noted.extend(tensor for _source, _value, tensor in reads)
+
+
 def _guard(reads) -> None:
     from graphmend.torch_adapter import guards
 
     if reads:
-        guards.install_guards(*[(guards.item_source(source), guards.EQUAL) for source, _value in reads])
+        guards.install_guards(*[(guards.item_source(source), guards.EQUAL) for source, _value, _tensor in reads])

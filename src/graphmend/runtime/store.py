@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 
 from graphmend.runtime.trace_decisions import Numbering
 
@@ -50,6 +51,15 @@ class RuntimeStore:
         # (module class, its ``forward``) -> what reading the forward's source found
         # (``expert_calls``): a cache, which holds the class, so its key stays its own.
         self.forward_analyses: dict[object, tuple[str | None, frozenset[str]]] = {}
+        # What the decisions from fixed tensors read (``fixed_values``, W218): each
+        # module's fixed tensors' values, by attribute name; by (file, line) of a
+        # decided statement and the code of the frame traced, each value with the
+        # number of the first trace that read it; the statements decided no more; and,
+        # by the code of a frame traced, the statements it decided.
+        self.fixed_values_read: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.fixed_values_read_at: dict[tuple[str, int], dict] = {}
+        self.fixed_values_varying_sites: set[tuple[str, int]] = set()
+        self.fixed_values_sites_read_in: dict[object, set[tuple[str, int]]] = {}
 
         # --- kept by ``reset()`` ---------------------------------------------------------
 
@@ -115,6 +125,10 @@ class RuntimeStore:
         self.frames_run_eagerly.clear()
         self.break_counts_at_compile_start.clear()
         self.forward_analyses.clear()
+        self.fixed_values_read.clear()
+        self.fixed_values_read_at.clear()
+        self.fixed_values_varying_sites.clear()
+        self.fixed_values_sites_read_in.clear()
 
 
 store = RuntimeStore()

@@ -34,7 +34,9 @@ graph (by the hooks of ``graphmend.runtime.trace_hooks``):
 - the graph holds an op of the program's own, not only graphmend's
   (``graph_holds_an_op_of_the_program``);
 - a claim in an inlined call, where the trace guards on a module global it also writes
-  (``inlined_claims_guard_no_global_the_trace_writes``).
+  (``inlined_claims_guard_no_global_the_trace_writes``);
+- a test or padding decided from fixed tensors, where the graph writes one of them
+  after the decision (``fixed_tensors_not_written_later``).
 
 ``whole_trace_refusals`` applies them, in order, to a trace's claims. Each is registered
 in ``graphmend.core.legality`` by its ``module:function``.
@@ -66,6 +68,7 @@ from graphmend.runtime.claims import (
     OUTPUT,
     SELECTION,
     UNDER_GRAD,
+    fixed_reads_in_trace,
     refused_for_good_as,
     refused_reason,
     selected_without_grad,
@@ -543,6 +546,23 @@ def ordered_operators_share_no_graph_with_aliased_inputs_written_in_place(output
 _BATCH_NORM_FUNCTIONS = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit_no_training"})
 
 
+def fixed_tensors_not_written_later(output, claims) -> list[tuple[tuple[str, int], str]]:
+    """A test or padding decided from fixed tensors (``runtime/fixed_values.py``) is
+    guarded on their values. Where the graph writes one in place after the decision (a
+    counter the forward bumps, ``self.k += 1``, or a write through a view of its memory),
+    the next call's guard fails and traces again, each call one more graph, where the
+    original's one trace serves every call: such a decision keeps its break, for good."""
+    from graphmend.runtime.fixed_values import graph_writes_memory_of
+
+    refused = []
+    for site, noted in fixed_reads_in_trace(output).items():
+        if site in claims and any(graph_writes_memory_of(output.graph, tensor) for tensor in noted):
+            refused.append((site, failed(
+                "W303", "fixed_tensors_not_written_later: the graph writes a fixed tensor the decision read",
+            )))
+    return refused
+
+
 def batch_norms_read_contiguous_tensors(output) -> str | None:
     """torch 2.13 traces a batch norm of a tensor that is not contiguous (``bn(x.transpose(1,
     3))``) with an output laid out as its input, where the CPU kernel returns a
@@ -857,6 +877,9 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
     )
     if for_all is not None:
         return [(site, ALWAYS, for_all) for site in claims]
+    rewritten = fixed_tensors_not_written_later(output, claims)
+    if rewritten:
+        return [(site, ALWAYS, reason) for site, reason in rewritten]
     under_grad = _autograd_refusals(output, claims)
     if under_grad:
         return [(site, UNDER_GRAD, reason) for site, reason in under_grad]

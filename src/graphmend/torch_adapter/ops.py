@@ -28,15 +28,15 @@ def register_ordered_effect(qualified_name: str) -> None:
 assert_async = torch._assert_async
 
 
-def parse_to(*args, **kwargs):
-    """(device, dtype, non_blocking, memory format) as ``Tensor.to(*args, **kwargs)``
-    reads its arguments; raises as ``to`` does for arguments it rejects."""
-    return torch._C._nn._parse_to(*args, **kwargs)
-
-
 def aten_gelu():
     """The ATen ``gelu`` that ``torch.nn.functional.gelu`` is (``torch._C._nn.gelu``)."""
     return torch._C._nn.gelu
+
+
+def parse_to_arguments(*args, **kwargs) -> tuple:
+    """(device, dtype, non_blocking, memory_format) that ``tensor.to(*args, **kwargs)``
+    reads from its arguments (``torch._C._nn._parse_to``); raises what ``to`` raises."""
+    return torch._C._nn._parse_to(*args, **kwargs)
 
 
 def fake_shape_env():

@@ -27,9 +27,11 @@ __all__ = [
     "constant_variable",
     "disable_wrapper_code",
     "eval_frame_callback",
+    "frame_code_of",
     "graph_breaks_nest",
     "graph_input_of",
     "nonrecursively_disabled_caller",
+    "read_attribute",
     "realized",
     "reorders_logging_calls",
     "resume_function_line",
@@ -76,6 +78,19 @@ def realized(variable):
     value traces again."""
     realize = getattr(variable, "realize", None)
     return realize() if realize is not None else variable
+
+
+def frame_code_of(translator):
+    """The code of the frame TorchDynamo is tracing (the outermost, where ``translator``
+    traces an inlined call): a trace of it again is a recompile of that code."""
+    return translator.output.root_tx.f_code
+
+
+def read_attribute(translator, variable, name: str):
+    """TorchDynamo's variable for ``variable.name`` read in the frame, built as the
+    frame's own read builds it: its guards (a tensor's type, device, dtype) are
+    installed, so a call where the attribute holds another kind of value traces again."""
+    return realized(realized(variable).var_getattr(translator, name))
 
 
 def constant_variable(value):

@@ -66,7 +66,10 @@ def arguments_are_plain_reads(call: ast.Call) -> str | None:
     if not all(_plain_read(argument) for argument in call.args) or not all(
         keyword.arg is not None and _plain_read(keyword.value) for keyword in call.keywords
     ):
-        return failed("W123", "the conversion's arguments are not names, constants, `.dtype` or `.device` of a name")
+        return failed(
+            "W123", "arguments_are_plain_reads: the conversion's arguments are not names, constants, "
+            "`.dtype` or `.device` of a name",
+        )
     return None
 
 
