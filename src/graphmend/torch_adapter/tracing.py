@@ -90,7 +90,14 @@ def read_attribute(translator, variable, name: str):
     """TorchDynamo's variable for ``variable.name`` read in the frame, built as the
     frame's own read builds it: its guards (a tensor's type, device, dtype) are
     installed, so a call where the attribute holds another kind of value traces again."""
-    return realized(realized(variable).var_getattr(translator, name))
+    variable = realized(variable)
+    read = getattr(variable, "var_getattr", None)
+    if read is not None:
+        return realized(read(translator, name))
+    # torch 2.15 reads attributes through its object protocol instead.
+    from torch._dynamo.variables.object_protocol import generic_getattr
+
+    return realized(generic_getattr(translator, variable, name))
 
 
 def constant_variable(value):
