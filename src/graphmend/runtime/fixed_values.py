@@ -246,7 +246,8 @@ def why_not_a_fixed_tensor(found, owner) -> str | None:
         return failed("W216", "value_computed_from_fixed_tensors: the value reads a graph input that is not a tensor")
     if owner is None:
         return failed(
-            "W216", "value_computed_from_fixed_tensors: the value reads a tensor that is not a module's buffer or attribute"
+            "W216", "value_computed_from_fixed_tensors: the value reads a tensor that is not a module's buffer or "
+            "attribute (the frame's input: its values, or a size of it that is not static)"
         )
     _source, tensor = found
     module, name, is_buffer = owner
