@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import builtins
 import itertools
-import math
 import operator
 
 import torch
@@ -192,12 +191,17 @@ def _fold(translator, variable):
     values: dict = {}
     reads: list = []
     order = _ancestors(node)
-    if not any(_reads_a_module_tensor(translator, current) for current in order if current.op == "placeholder"):
+    inputs = {}
+    for current in order:
+        if current.op == "placeholder":
+            found = graph_input_of(current)
+            inputs[current] = (found, tensor_attribute_owner(translator, found[0]) if found is not None else None)
+    if not any(owner is not None for _found, owner in inputs.values()):
         # Computed from the frame's own inputs alone: a branch on data, not this rule's.
         raise _Keep
     for current in order:
         if current.op == "placeholder":
-            reason = _fixed_input(translator, current, values, reads)
+            reason = _fixed_input(translator, current, *inputs[current], values, reads)
         elif current.op not in ("call_function", "call_method"):
             reason = failed("W217", f"computed_by_pure_operators: the value reads a `{current.op}` node of the graph")
         else:
@@ -221,14 +225,7 @@ def _ancestors(node):
     return [current for current in node.graph.nodes if current in seen]
 
 
-def _reads_a_module_tensor(translator, node) -> bool:
-    found = graph_input_of(node)
-    return found is not None and tensor_attribute_owner(translator, found[0]) is not None
-
-
-def _fixed_input(translator, node, values, reads) -> str | None:
-    found = graph_input_of(node)
-    owner = tensor_attribute_owner(translator, found[0]) if found is not None else None
+def _fixed_input(translator, node, found, owner, values, reads) -> str | None:
     reason = why_not_a_fixed_tensor(found, owner) or why_written_or_changed(node, owner, found, translator)
     if reason is not None:
         return reason
@@ -400,8 +397,6 @@ def _symbolic(argument) -> bool:
         return any(_symbolic(item) for item in argument)
     if isinstance(argument, dict):
         return any(_symbolic(item) for item in argument.values())
-    if isinstance(argument, float) and math.isnan(argument):
-        return False
     return False
 
 

@@ -286,7 +286,6 @@ def arms_read_nothing_the_trace_wrote(translator, variables) -> str | None:
     from graphmend import torch_adapter
     from graphmend.torch_adapter import guards
 
-    written = torch_adapter.pending_write_sources(translator.output)
     for variable in variables:
         variable = realized(variable)
         if variable.is_python_constant():
@@ -294,7 +293,7 @@ def arms_read_nothing_the_trace_wrote(translator, variables) -> str | None:
         root = guards.source_name(variable)
         if root is None:
             return failed("W214", "the arms read an object the trace cannot name")
-        if any(name == root or name.startswith((root + ".", root + "[")) for name in written):
+        if torch_adapter.pending_write_under(translator.output, root):
             return failed("W214", "the trace wrote to an object the arms read before the branch; the write "
                           "happens only after the graph")
     return None

@@ -178,7 +178,6 @@ def attribute_not_written_in_the_trace(translator, owner_variable) -> str | None
     root = guards.source_name(realized(owner_variable))
     if root is None:
         return failed("W221", "attribute_not_written_in_the_trace: the owner is not an object the trace can name")
-    written = torch_adapter.pending_write_sources(translator.output)
-    if any(written_name == root or written_name.startswith((root + ".", root + "[")) for written_name in written):
+    if torch_adapter.pending_write_under(translator.output, root):
         return failed("W221", "attribute_not_written_in_the_trace: the trace changed the owner before the write")
     return None

@@ -427,3 +427,11 @@ def pending_write_sources(output) -> list[str]:
         if name is not None:
             names.append(name)
     return names
+
+
+def pending_write_under(output, root: str) -> bool:
+    """Whether the trace of ``output`` has changed, so far, the object named ``root`` (a
+    source's name) or an object reached through it (``root.a``, ``root[0]``)."""
+    return any(
+        name == root or name.startswith((root + ".", root + "[")) for name in pending_write_sources(output)
+    )

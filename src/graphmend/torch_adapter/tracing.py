@@ -240,7 +240,7 @@ def earlier_resume_argument_orders(code, line: int) -> list[tuple[str, ...]]:
     AttributeError where this torch keeps no such cache."""
     from torch._dynamo.resume_execution import TORCH_DYNAMO_RESUME_IN_PREFIX, ContinueExecutionCache
 
-    origins = ContinueExecutionCache.generated_code_metadata
+    origins = resume_function_origins()
     while code in origins:
         code = origins[code].code
     made = ContinueExecutionCache.cache.get(code, {})
