@@ -8,6 +8,7 @@ import pytest
 
 from graphmend.cli.config import Settings
 from graphmend.cli.explain import GraphBreak, StaticView, explain_breaks, split_script_arguments
+from graphmend.core.legality import failed
 
 
 @pytest.mark.parametrize(
@@ -210,3 +211,26 @@ def test_a_break_new_where_a_call_is_kept_names_the_decline(tmp_path):
     text = "\n".join(explain_breaks(original, mended, StaticView(Settings(), path)))
     assert f"  {os.path.relpath(path)}:8: Skip calling" in text
     assert "    graphmend: Trap declined [T106 not_caught_in_function]: the raise may be caught by an enclosing `try`; kept as a call" in text
+
+
+def test_a_break_declined_while_tracing_with_no_static_finding_says_why(tmp_path):
+    """Where's late passes report no candidate; the trace's reason still reaches the user."""
+    script = tmp_path / "script.py"
+    script.write_text("import torch\n\n\ndef f(x):\n    return x\n")
+    path = str(script)
+    graph_break = GraphBreak(path, 5, "Data-dependent branching")
+    reason = failed("W216", "value_computed_from_fixed_tensors: the value reads a size that is not static")
+    text = "\n".join(
+        explain_breaks([graph_break], [graph_break], StaticView(Settings(), path), declines={(path, 5): reason})
+    )
+    assert f"    graphmend: rewritten; kept its break while tracing [W216 value_computed_from_fixed_tensors]: {reason}" in text
+
+
+def test_a_recompilation_with_no_file_is_shown_without_failing(tmp_path):
+    from graphmend.dynamo_records import Recompilation
+
+    script = tmp_path / "script.py"
+    script.write_text("x = 1\n")
+    recompilation = Recompilation(function="", file="", first_line=0, compile_id="7/8", reasons=["7/7: guard"])
+    lines = explain_breaks([], [], StaticView(Settings(), str(script)), recompilations={"original": [recompilation]})
+    assert "  <unknown file>:0:  (compilation 7/8)" in lines

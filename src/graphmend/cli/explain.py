@@ -286,6 +286,12 @@ def what_graphmend_did(
             )
         if wider is not None and wider.rule and wider.reason:
             return declined(wider.rule, wider.reason)
+        if graph_break.location in remaining and declined_while_tracing:
+            # A pass that reports no candidate (Where's fixed values, written-back
+            # attributes) rewrote the statement, and the trace declined it.
+            label = label_of(declined_while_tracing)
+            kept = f" [{label}]" if label else ""
+            return f"rewritten; kept its break while tracing{kept}: {declined_while_tracing}"
         if graph_break.location in remaining:
             return "no graphmend rule covers this break"
         return "no graphmend rule covers this line, yet the mended run does not break here"
@@ -303,6 +309,9 @@ def what_graphmend_did(
 
 
 def _display_path(path: str) -> str:
+    if not path:
+        # TorchDynamo names no file for some frames (a resume function's, a generated one's).
+        return "<unknown file>"
     relative = os.path.relpath(path)
     return path if relative.startswith(os.pardir) else relative
 
