@@ -74,8 +74,9 @@ def test_a_category_one_rule_rewrites_only_a_padding_of_says_which(cli):
 def test_a_category_one_rule_rewrites_in_part_says_which(cli):
     outcome = cli("rule", "TI")
     assert outcome.code == 0
-    assert "any other is reported, not\nrewritten" in outcome.out
+    assert "any other\nis reported, not rewritten" in outcome.out
     assert "read_only_by_checks" in outcome.out
+    assert "numbers_only_handed_on" in outcome.out
 
 
 def test_an_unknown_code_is_a_one_line_error(cli):

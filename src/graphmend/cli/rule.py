@@ -62,8 +62,9 @@ _UNFIXED = {
         "`tensor.item()` (and `.tolist()`) copies a tensor value into a Python number.\n"
         "TorchDynamo breaks the graph there unless `torch._dynamo.config.capture_scalar_outputs`\n"
         "is set, which changes other programs' behaviour. One whose value only a known\n"
-        "validation check reads stays a tensor (Trap, below); any other is reported, not\n"
-        "rewritten, so that its cost is visible."
+        "validation check reads stays a tensor (Trap, below); a list of integers only\n"
+        "handed on whole (split sizes) is read in the graph (Capture, below); any other\n"
+        "is reported, not rewritten, so that its cost is visible."
     ),
     DATA_DEPENDENT_OPERATOR: (
         "An operator TorchDynamo reports as data dependent: its result (not only its shape)\n"
@@ -74,8 +75,8 @@ _UNFIXED = {
 
 # Categories reported in general, of which one rule rewrites a narrow case.
 _PARTLY_REWRITTEN_BY = {
-    TENSOR_ITEM: "graphmend.rules.trap.items",
-    DATA_DEPENDENT_OPERATOR: "graphmend.rules.where.fixed_values",
+    TENSOR_ITEM: ("graphmend.rules.trap.items", "graphmend.rules.capture.values"),
+    DATA_DEPENDENT_OPERATOR: ("graphmend.rules.where.fixed_values",),
 }
 
 # What a category holds beyond what its rule rewrites.
@@ -197,8 +198,7 @@ def explain_category(code: str) -> str:
     module_name = _RULE_MODULES.get(code)
     if module_name is None:
         text = f"{code}: {title}\n\n{_UNFIXED[code]}"
-        partly = _PARTLY_REWRITTEN_BY.get(code)
-        if partly is not None:
+        for partly in _PARTLY_REWRITTEN_BY.get(code, ()):
             text += "\n\n" + inspect.cleandoc(importlib.import_module(partly).__doc__ or "")
         return text
     module = importlib.import_module(module_name)

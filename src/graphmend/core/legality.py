@@ -370,7 +370,12 @@ _CONDITIONS = (
     (_C, STATIC, "C117", "skip_tests_only_the_class_count",
      "graphmend.rules.capture.loops:skip_tests_only_the_class_count",
      "a leading `if e == E: continue` compares the class with the mask's own number of classes"),
-    # Capture, while tracing (runtime/dynamic_shapes.py, runtime/expert_calls.py).
+    (_C, STATIC, "C120", "assigns_one_local", "graphmend.rules.capture.values:assigns_one_local",
+     "`NAME = EXPR.tolist()` binds a plain local, not global or read by a nested function"),
+    (_C, STATIC, "C121", "numbers_only_handed_on", "graphmend.rules.capture.values:numbers_only_handed_on",
+     "every read of the list hands it on whole: a call's argument, what is returned, `len()`"),
+    # Capture, while tracing (runtime/dynamic_shapes.py, runtime/expert_calls.py,
+    # runtime/captured_values.py).
     (_C, WHILE_TRACING, "C201", "experts_are_a_module_list", "graphmend.runtime.dynamic_shapes:why_not_run_empty_exactly",
      "the experts are a torch `ModuleList` or `Sequential` with an expert for every class"),
     (_C, WHILE_TRACING, "C202", "no_module_hooks", "graphmend.runtime.expert_calls:global_hooks",
@@ -388,6 +393,9 @@ _CONDITIONS = (
      "each tensor stacking the experts is a plain parameter or buffer, read with no code, with a row for every class"),
     (_C, WHILE_TRACING, "C208", "torchdynamo_does_not_capture_it", "graphmend.runtime.dynamic_shapes:torchdynamo_captures_it",
      "TorchDynamo is not told to capture data-dependent output sizes itself (`capture_dynamic_output_shape_ops`)"),
+    (_C, WHILE_TRACING, "C210", "values_are_integers_of_a_static_count",
+     "graphmend.runtime.captured_values:why_not_values_of_a_static_count",
+     "the tensor has one dimension (or none), a static count of at most 256 values, an integer dtype"),
     # Capture, whole trace (runtime/whole_trace_conditions.py).
     (_C, WHOLE_TRACE, "C301", "captured_sizes_decide_no_break", "graphmend.runtime.whole_trace_conditions:captured_sizes_decide_no_break",
      "the graph does not break on a size a capture made, and tracing never needs it on the host"),

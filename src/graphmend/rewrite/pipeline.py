@@ -50,6 +50,7 @@ from graphmend.rules.base import FunctionContext, ModuleContext
 from graphmend.rules.capture import loops as capture_loops
 from graphmend.rules.capture import merges as capture_merges
 from graphmend.rules.capture import positions as capture_positions
+from graphmend.rules.capture import values as capture_values
 from graphmend.rules.defer import outputs as defer_outputs
 from graphmend.rules.trap import checks as trap_checks
 from graphmend.rules.trap import guards as trap_guards
@@ -65,7 +66,7 @@ RULES = {
     "trap": (trap_guards.apply, trap_items.apply, trap_checks.apply),
     "where": (where_branches.apply, where_ranges.apply),
     "defer": (defer_outputs.apply,),
-    "capture": (capture_loops.apply, capture_positions.apply, capture_merges.apply),
+    "capture": (capture_loops.apply, capture_positions.apply, capture_merges.apply, capture_values.apply),
 }
 SCOPES = ("entry", "all")
 
@@ -214,11 +215,14 @@ def _report_unfixable(
         if summary is None or not summary.unfixable_calls:
             continue
         data = DataDependence(facts)
+        assigned_lists = capture_values.assigned_tolist_calls(facts.function) if capturing else set()
         for node in summary.unfixable_calls:
             if is_original(node):
                 continue
             if capturing and capture_loops.is_list_of_chosen_classes(node):
                 continue  # the Capture rule reports the statement
+            if id(node) in assigned_lists:
+                continue  # the Capture rule reports it
             if data.first_item_call(node) is node and not (trapping and trap_items.is_lifted_item(facts, node)):
                 items.append((context.report(
                     facts, node, TENSOR_ITEM, f"`{ast.unparse(node.func)}()` copies a tensor value to Python",

@@ -23,6 +23,7 @@ import torch
 from graphmend import torch_adapter
 from graphmend.rewrite.templates import RUNTIME_NAME
 from graphmend.runtime import (
+    captured_values,  # noqa: F401 - ``__graphmend__.captured_values`` in rewritten code
     checks,  # noqa: F401 - ``__graphmend__.checks`` in rewritten code
     conversion_failures,  # noqa: F401 - a hook of graphmend.torch_adapter
     drawn_ranges,  # noqa: F401 - ``__graphmend__.drawn_ranges`` in rewritten code

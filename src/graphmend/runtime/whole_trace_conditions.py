@@ -59,6 +59,7 @@ from graphmend.runtime.claims import (
     CALL_BEGAN_ATTRIBUTE,
     CALL_ENDED_ATTRIBUTE,
     CAPTURE,
+    CAPTURE_SITES_ATTRIBUTE,
     CHECKS_LOWERED_ATTRIBUTE,
     DECIDED,
     GUARD,
@@ -674,6 +675,8 @@ def captured_sizes_decide_no_break(output, translator, claims, graph_break: bool
         overload = getattr(node.target, "_overloadpacket", None) if node.op == "call_function" else None
         if getattr(overload, "_qualified_op_name", None) in _SIZE_MAKING_OPERATORS:
             made |= unbacked_symbols(node.meta.get("example_value"))
+    # The numbers ``captured_values`` read from a tensor, each recorded where it was made.
+    made |= set(getattr(output.shape_env, CAPTURE_SITES_ATTRIBUTE, {}))
     if not made:
         return None
     frame = translator

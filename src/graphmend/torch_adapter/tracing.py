@@ -162,6 +162,23 @@ def captures_data_dependent_output_sizes() -> bool:
     return bool(config.capture_dynamic_output_shape_ops)
 
 
+def reads_tensor_numbers(translator) -> bool:
+    """Whether the trace of ``translator`` reads a tensor's numbers into Python values
+    itself (``.item()``, ``.tolist()``): under ``config.capture_scalar_outputs`` or
+    ``fullgraph=True``, its ShapeEnv allows unbacked numbers."""
+    return bool(getattr(translator.output.shape_env, "allow_scalar_outputs", True))
+
+
+def allow_tensor_numbers(translator, allowed: bool) -> bool:
+    """Let the fake tensors of ``translator``'s trace give ``.item()`` an unbacked number
+    (``allowed``) or not, for the operators traced until it is set back; returns what it
+    was. The flag is the fake mode's own, read with the ShapeEnv's at each such operator."""
+    fake_mode = translator.output.fake_mode
+    before = bool(fake_mode.allow_scalar_outputs)
+    fake_mode.allow_scalar_outputs = allowed
+    return before
+
+
 def reorders_logging_calls() -> bool:
     """Whether TorchDynamo is told to move some output calls to the end of the graph
     (``config.reorderable_logging_functions``)."""

@@ -1,4 +1,4 @@
-"""Capture's static legality conditions (ids ``C101``-``C117`` in ``core/legality.py``).
+"""Capture's static legality conditions (ids ``C101``-``C117``, ``C120``-``C121`` in ``core/legality.py``).
 
 Each check stays beside the pass that calls it, since it reads that pass's helpers
 (the loop body's shape, the branch's positions); this module gathers them so that
@@ -29,9 +29,14 @@ from graphmend.rules.capture.positions import (  # positions of nonzero elements
     positions_stay_tensors,  # C103
     statement_is_simple,  # C102
 )
+from graphmend.rules.capture.values import (  # a tensor's integers copied to a list
+    assigns_one_local,  # C120
+    numbers_only_handed_on,  # C121
+)
 
 __all__ = [
     "arguments_bind_plainly",
+    "assigns_one_local",
     "body_does_nothing_for_an_unchosen_expert",
     "body_names_stay_in_the_body",
     "body_only_binds_names",
@@ -44,6 +49,7 @@ __all__ = [
     "hits_are_classes_in_order",
     "hits_read_only_by_the_loop",
     "loop_names_stay_in_the_loop",
+    "numbers_only_handed_on",
     "positions_stay_tensors",
     "skip_tests_only_the_class_count",
     "statement_is_simple",

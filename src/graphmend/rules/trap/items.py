@@ -87,18 +87,18 @@ def assigns_one_local(context: FunctionContext, name: str) -> str | None:
     return None
 
 
-def _reads_reached(context: FunctionContext, statement: ast.Assign, name: str):
+def reads_reached(context: FunctionContext, statement: ast.Assign, name: str):
     """The reads of ``name`` this assignment reaches, each with its CFG node; None when
     a reach cannot be placed (a read the analysis has no node for). Computed once per
     assignment: three conditions ask."""
     cache = context.__dict__.setdefault("_trap_items_reads_reached", {})
     key = (id(statement), name)
     if key not in cache:
-        cache[key] = _find_reads_reached(context, statement, name)
+        cache[key] = _findreads_reached(context, statement, name)
     return cache[key]
 
 
-def _find_reads_reached(context: FunctionContext, statement: ast.Assign, name: str):
+def _findreads_reached(context: FunctionContext, statement: ast.Assign, name: str):
     facts = context.facts
     reads = []
     for node in ast.walk(facts.function):
@@ -131,7 +131,7 @@ def _cfg_node_of(context: FunctionContext, node: ast.AST, parents: dict[int, ast
 
 
 def read_only_by_checks(context: FunctionContext, statement: ast.Assign, name: str) -> str | None:
-    reached = _reads_reached(context, statement, name)
+    reached = reads_reached(context, statement, name)
     if reached is None:
         return f"a read of `{name}` cannot be placed"
     if not reached:
@@ -174,7 +174,7 @@ def _is_check_statement(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
 
 
 def reads_see_only_this_value(context: FunctionContext, statement: ast.Assign, name: str) -> str | None:
-    for read, _cfg_node, definitions in _reads_reached(context, statement, name) or []:
+    for read, _cfg_node, definitions in reads_reached(context, statement, name) or []:
         if any(d.node.statement is not statement for d in definitions):
             return f"another binding of `{name}` also reaches its read (line {read.lineno})"
     return None
@@ -182,7 +182,7 @@ def reads_see_only_this_value(context: FunctionContext, statement: ast.Assign, n
 
 def compared_with_integers(context: FunctionContext, statement: ast.Assign, name: str) -> str | None:
     parents = parent_map(context.facts.function)
-    for read, cfg_node, _definitions in _reads_reached(context, statement, name) or []:
+    for read, cfg_node, _definitions in reads_reached(context, statement, name) or []:
         comparison = parents.get(id(read))
         if not isinstance(comparison, ast.Compare):
             continue
@@ -280,7 +280,7 @@ def _check_lines(context: FunctionContext, statement: ast.Assign, name: str) -> 
     holds, every read is in one)."""
     parents = parent_map(context.facts.function)
     lines = set()
-    for read, _cfg_node, _definitions in _reads_reached(context, statement, name) or []:
+    for read, _cfg_node, _definitions in reads_reached(context, statement, name) or []:
         reading = _check_reading(read, parents)
         if reading is not None:
             lines.add(parents[id(reading[0])].lineno)
