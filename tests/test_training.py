@@ -774,3 +774,34 @@ def test_backend_compiles_the_joined_graph__a_backend_failing_on_every_graph_fai
     after = _call_and_backward(mended.f, failing)
     assert before[0][:2] == ("call", "BackendCompilerFailed")
     assert after == before
+
+
+ROUTED_EXPERTS = """
+import torch
+import torch.nn.functional as F
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.router = torch.nn.Linear(16, 4, bias=False)
+        self.experts = torch.nn.Parameter(torch.randn(4, 8, 16) / 4)
+
+    def forward(self, x):
+        scores, choice = self.router(x).topk(2, dim=1)
+        sizes = torch.zeros(x.size(0), 4).scatter(1, choice, 1).long().sum(0)
+        sizes = sizes.tolist()
+        _, order = choice.flatten().sort(0)
+        pieces = x[order // 2].split(sizes, dim=0)
+        out = torch.cat([F.linear(pieces[i], self.experts[i]) for i in range(4)], 0)
+        out = out * scores.softmax(-1).flatten()[order][:, None]
+        return torch.zeros(x.size(0), 8).index_add(0, order // 2, out)
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_split_sizes_read_in_the_graph_join_a_training_step(backend):
+    """Capture's ``.tolist()`` (a VALUES claim) puts only integers in the graph: it joins
+    a training step, gradients and optimizer state bit-identical over three steps."""
+    original_counts, mended_counts = _counts_and_same_behaviour(ROUTED_EXPERTS, backend)
+    assert (original_counts, mended_counts) == ((4, 3), (1, 0))

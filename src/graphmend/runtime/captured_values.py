@@ -18,8 +18,12 @@ Kept in the graph only when (while tracing, each registered in
 - ``C210 values_are_integers_of_a_static_count``: the tensor is a plain tensor of one
   dimension (or none) of a static length of at most ``MOST_VALUES``, of an integer
   dtype (TorchDynamo reads no other), on a device that holds values.
-- the claim on the break (``graphmend.runtime.claims``), as every capture's: the checks of
-  the whole trace refuse it where joining the graphs would change what the program does.
+- the claim on the break (``graphmend.runtime.claims``, a VALUES claim): the checks of
+  the whole trace refuse it where joining the graphs would change what the program
+  does. Under autograd it joins as an ``.item()`` kept for a check does: integers put
+  nothing differentiable in the graph, and the operators that read them are the
+  program's own, differentiated as the original's graphs did where the backend's
+  backward is known (``whole_trace_conditions.joins_under_grad``).
 
 A number that tracing then needs on the host (a branch on it, an index of a module list)
 makes the conversion fail with ``GuardOnDataDependentSymNode``; the frame is then traced
@@ -102,7 +106,7 @@ def _claim_values(translator, variable) -> bool:
         # No break to remove (``fullgraph=True``, ``capture_scalar_outputs``): the call
         # stays as written.
         return False
-    if not claims.claim_break_at_user_site(translator, kind=claims.CAPTURE):
+    if not claims.claim_break_at_user_site(translator, kind=claims.VALUES):
         return False
     user = trace_decisions.user_translator(translator)
     dynamic_shapes.captures_claimed().append((user.f_code.co_filename, user.lineno))

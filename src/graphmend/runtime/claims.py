@@ -41,6 +41,8 @@ GUARD, OUTPUT, SELECTION, MERGE, CAPTURE = "guard", "output", "selection", "merg
 ITEM = "item"
 # A comparison of a uniform draw its range decided (``rules/where/ranges.py``).
 DECIDED = "decided"
+# A tensor's integers read into a list in the graph (``runtime/captured_values.py``).
+VALUES = "values"
 # (file, original line of a check call) -> the site of its GUARD claim in this trace.
 CHECKS_LOWERED_ATTRIBUTE = "_graphmend_checks_lowered"
 # The merged branches (Capture's ``torch.cond``) whose ``merge_rows`` this trace entered.
@@ -76,7 +78,8 @@ class Claim:
     # the mended frame must then compile to its end in one graph.
     rest_ran_eagerly: str | None
     # GUARD (Trap), OUTPUT (Defer), SELECTION (Where), CAPTURE (Capture's positions),
-    # MERGE (Capture's branch on whether positions are empty), ITEM (Trap's ``.item()``)
+    # MERGE (Capture's branch on whether positions are empty), VALUES (Capture's
+    # ``.tolist()``), ITEM (Trap's ``.item()``)
     # or DECIDED (Where's comparison of a draw its range decides).
     kind: str = SELECTION
     # For an ITEM: the original lines of the check calls that read the value.

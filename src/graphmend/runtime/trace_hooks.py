@@ -30,6 +30,7 @@ cannot be made, and every claim is refused (``claims.trace_checks_unavailable``)
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 
@@ -43,6 +44,7 @@ from graphmend.runtime.claims import (
     CAPTURE_SITES_ATTRIBUTE,
     CLAIMS_ATTRIBUTE,
     UNDER_GRAD,
+    VALUES,
     autograd_sequence_now,
     error_headline,
     refuse,
@@ -68,6 +70,7 @@ from graphmend.runtime.whole_trace_conditions import (
     whole_trace_refusals,
 )
 from graphmend.torch_adapter import ops
+from graphmend.torch_adapter.tracing import tensor_numbers_allowed
 
 
 def _check_before_compiling(compile_subgraph):
@@ -110,8 +113,12 @@ def _check_the_compiled_graph(call_user_compiler):
             raise restart(self, refusals[0][1])
         if claims:
             held = _WarningsHeld()
+            numbers = (
+                tensor_numbers_allowed(self) if any(claim.kind == VALUES for claim in claims.values())
+                else contextlib.nullcontext()
+            )
             try:
-                with held:
+                with held, numbers:
                     compiled = _compile_joined_graph(self, graph_module, call_user_compiler, *args, **kwargs)
             except Exception as raised:
                 refusal = backend_compiles_the_joined_graph(self, raised)

@@ -69,6 +69,7 @@ from graphmend.runtime.claims import (
     OUTPUT,
     SELECTION,
     UNDER_GRAD,
+    VALUES,
     fixed_reads_in_trace,
     refused_for_good_as,
     refused_reason,
@@ -144,8 +145,9 @@ def joined_graph_records_no_autograd(output) -> str | None:
 
 # Claims that may join graphs that record autograd: they put no value of their own in
 # the graph's differentiable computation (an ``.item()`` kept for a check only feeds it;
-# a decided comparison only chooses which code is traced, as the original's test did).
-_JOINS_UNDER_GRAD = frozenset({OUTPUT, GUARD, ITEM, DECIDED})
+# a decided comparison only chooses which code is traced, as the original's test did;
+# a tensor's integers read into a list are no value autograd reaches).
+_JOINS_UNDER_GRAD = frozenset({OUTPUT, GUARD, ITEM, DECIDED, VALUES})
 
 
 def joins_under_grad(output, claim) -> bool:
@@ -794,7 +796,7 @@ _GLOBAL_WRITTEN_REASON = failed(
 def refused_capture_reason(claims) -> str | None:
     """Why the first capture claim of a trace was refused since it was made, if one was."""
     for claim in claims.values():
-        if claim.kind == CAPTURE and refused_reason(claim.site):
+        if claim.kind in (CAPTURE, VALUES) and refused_reason(claim.site):
             return refused_reason(claim.site)
     return None
 
@@ -862,7 +864,7 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
         return [(site, ALWAYS, reason) for site in stopped]
     decided = captured_sizes_decide_no_break(output, translator, claims, graph_break)
     if decided is not None:
-        return [(claim.site, ALWAYS, decided) for claim in claims.values() if claim.kind == CAPTURE]
+        return [(claim.site, ALWAYS, decided) for claim in claims.values() if claim.kind in (CAPTURE, VALUES)]
     with_guard = outputs_share_no_graph_with_a_lowered_guard(output, claims) or (
         outputs_share_no_graph_with_an_input_written_in_place(output, claims)
     )

@@ -13,6 +13,7 @@ fails where it is used, as importing it from torch there would.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch._dynamo
@@ -167,6 +168,20 @@ def reads_tensor_numbers(translator) -> bool:
     itself (``.item()``, ``.tolist()``): under ``config.capture_scalar_outputs`` or
     ``fullgraph=True``, its ShapeEnv allows unbacked numbers."""
     return bool(getattr(translator.output.shape_env, "allow_scalar_outputs", True))
+
+
+@contextlib.contextmanager
+def tensor_numbers_allowed(output):
+    """While the backend compiles ``output``'s graph: its fake tensors may give unbacked
+    numbers, as while tracing the statements that read them (AOTAutograd traces the
+    graph again, with the trace's fake mode, and meets each ``.item()`` again)."""
+    fake_mode = output.fake_mode
+    before = fake_mode.allow_scalar_outputs
+    fake_mode.allow_scalar_outputs = True
+    try:
+        yield
+    finally:
+        fake_mode.allow_scalar_outputs = before
 
 
 def allow_tensor_numbers(translator, allowed: bool) -> bool:
