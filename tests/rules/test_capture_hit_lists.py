@@ -51,10 +51,14 @@ BODY = """
 
 HITS = "(expert_mask.sum(dim=-1) > 0).nonzero().squeeze(-1).tolist()"
 
-# The loop over the experts hit: the list bound to a name first, or iterated at once.
+# The loop over the experts hit: the list bound to a name first, iterated at once, or
+# the rows of a 2-D list (a list of lists); with the original's graphs and breaks over
+# the four calls, which the mended frame keeps.
+ROWS = "(expert_mask.sum(dim=-1, keepdim=True) > 0).nonzero().tolist()"
 LISTED = {
-    "bound to a name": f"        expert_hit = {HITS}\n        for expert_idx in expert_hit:{BODY}",
-    "iterated at once": f"        for expert_idx in {HITS}:{BODY}",
+    "bound to a name": (f"        expert_hit = {HITS}\n        for expert_idx in expert_hit:{BODY}", (5, 6)),
+    "iterated at once": (f"        for expert_idx in {HITS}:{BODY}", (5, 6)),
+    "rows of a 2-D list": (f"        for expert_idx, _ in {ROWS}:{BODY}", (1, 6)),
 }
 
 # Where the rewrite pays: a loop whose length the program fixes (the original ran the
@@ -105,11 +109,13 @@ def _declined() -> set[str | None]:
 
 @pytest.mark.parametrize("name", sorted(LISTED))
 def test_a_capture_in_a_loop_over_a_list_of_the_experts_hit_keeps_its_break(name):
-    """Mended, the frame compiled the loop unrolled and guarded on the list: 9 graphs and
-    5 breaks, where the original's 5 and 6 ran that frame eagerly (G318)."""
-    model, mended_model = _pair(LISTED[name])
-    assert _graphs_and_breaks_over_the_choices(model) == (5, 6)
-    assert _graphs_and_breaks_over_the_choices(mended_model) == (5, 6)
+    """Mended, the frame compiled the loop unrolled and guarded on the list, once for each
+    list (a list bound to a name: 9 graphs and 5 breaks), where the original ran that
+    frame eagerly (5 graphs and 6 breaks; G318)."""
+    loop, counts = LISTED[name]
+    model, mended_model = _pair(loop)
+    assert _graphs_and_breaks_over_the_choices(model) == counts
+    assert _graphs_and_breaks_over_the_choices(mended_model) == counts
     assert "G318" in _declined(), store.trace_time_declines
 
 
@@ -133,7 +139,7 @@ def test_a_capture_before_a_loop_over_the_list_joins():
 
 @pytest.mark.parametrize("loop", [*sorted(LISTED), "fixed length", "capture before the loop"])
 def test_differential(loop):
-    source = {"fixed length": FIXED_LENGTH, "capture before the loop": CAPTURE_BEFORE_THE_LOOP}.get(loop) or LISTED[loop]
+    source = {"fixed length": FIXED_LENGTH, "capture before the loop": CAPTURE_BEFORE_THE_LOOP}.get(loop) or LISTED[loop][0]
     model, mended_model = _pair(source)
     with torch.no_grad():
         for choice in CHOICES:

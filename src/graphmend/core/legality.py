@@ -473,7 +473,7 @@ _CONDITIONS = (
      "graphmend.runtime.whole_trace_conditions:rest_of_eager_frame_guards_no_resumed_list",
      "where the rest of the original frame ran eagerly (a break in a loop), the mended frame, a resume "
      "function, guards on no list of numbers its frame computed before the break (`.tolist()` of the "
-     "experts hit: else it compiles again for each new list, where the original compiled none)"),
+     "experts hit: else it compiles again for each new list, where the original's ran eagerly with no graph)"),
 )
 
 

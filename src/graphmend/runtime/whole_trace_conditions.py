@@ -487,8 +487,9 @@ def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
 
 
 def rest_of_eager_frame_guards_no_resumed_list(output) -> str | None:
-    """Where the rest of the original frame ran eagerly (its break was in a loop), the
-    original's frame compiled no graph, on any call, whatever it read. The mended frame
+    """Where the rest of the original frame ran eagerly (its break was in a loop, or
+    where TorchDynamo could not resume after it), the original's frame compiled no
+    graph, on any call, whatever it read. The mended frame
     compiles, and guards on what its trace read: in a resume function, on a list of
     numbers the frame it resumes computed before its break (the experts a batch hit,
     ``(counts > 0).nonzero().squeeze(-1).tolist()``, which breaks the graph itself),
@@ -499,7 +500,8 @@ def rest_of_eager_frame_guards_no_resumed_list(output) -> str | None:
     graph and 4 breaks became 3 graphs and 3 breaks). Such a trace gives its claims
     back, and the frame runs eagerly as the original's did. A loop over a list whose
     length the program fixes (``range(self.num_experts)``, a module list) guards on no
-    such list, and joins."""
+    such list, and joins; so does a claim outside the loop, where the original compiled
+    the frame too, again for each list."""
     from graphmend.torch_adapter.guards import guarded_resumed_lists
 
     guarded = guarded_resumed_lists(output)
