@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.fx
 
+from graphmend.core.legality import condition_id
 from graphmend.runtime import graph_inspection, reset
 from graphmend.runtime.store import store
 from helpers import (
@@ -1025,3 +1026,76 @@ def test_no_earlier_output_in_graph__inductor_keeps_outputs_in_order_in_one_grap
     with contextlib.redirect_stdout(io.StringIO()):
         torch.compile(mended.f, backend="inductor")(x.clone())
     assert sum(counters["graph_break"].values()) == 0
+
+
+# rest_of_eager_frame_guards_no_resumed_list ----------------------------------------------
+
+# A loop over the experts a batch hit, taken to Python as a list, with a statement that
+# breaks in the original inside it: TorchDynamo ran that frame (a resume function after
+# `.tolist()`'s break) eagerly for good. Joined, its trace unrolls the loop and guards on
+# the list, and compiles again for each list.
+LOOP_OVER_THE_EXPERTS_HIT = """
+def f(x, choice):
+    counts = torch.bincount(choice, minlength=4)
+    expert_hit = {hits}
+    for e in expert_hit:
+{body}
+    return x
+"""
+
+_LOOP_BODIES = {
+    "output": "        x = x * (e + 1)\n        print('expert', e)",
+    "selection": "        h = x * (e + 1)\n        if h.sum() > 0:\n            x = x + h\n        else:\n            x = x - h",
+}
+_HIT_LIST = "(counts > 0).nonzero().squeeze(-1).tolist()"
+_EXPERTS_X = torch.tensor([1.0, -2.0, 3.0])
+# 1, 2, 3 and 4 experts hit, in turn.
+_EXPERT_CHOICES = [torch.tensor(c) for c in ([2, 2, 2, 2], [0, 3, 0, 3], [1, 0, 2, 1], [3, 1, 0, 2])]
+
+
+def _graphs_breaks_and_outcomes_over_the_choices(function):
+    from graphmend.counting import CountingBackend, recording_graph_breaks
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(function, backend=backend, dynamic=False)
+    outcomes = []
+    with recording_graph_breaks() as records:
+        for choice in _EXPERT_CHOICES:
+            with contextlib.redirect_stdout(io.StringIO()) as printed:
+                value = compiled(_EXPERTS_X, choice)
+            outcomes.append((value.tolist(), printed.getvalue()))
+    return (backend.graphs, len(records.breaks)), outcomes
+
+
+def _eager_outcomes(function):
+    outcomes = []
+    for choice in _EXPERT_CHOICES:
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            value = function(_EXPERTS_X, choice)
+        outcomes.append((value.tolist(), printed.getvalue()))
+    return outcomes
+
+
+@pytest.mark.parametrize("body", sorted(_LOOP_BODIES))
+def test_rest_of_eager_frame_guards_no_resumed_list__a_claim_in_a_loop_over_the_experts_hit(body):
+    """Joined, 9 graphs and 6 breaks where the original's 5 and 7 ran the loop's frame
+    eagerly; kept, the original's counts and outcomes."""
+    original, mended = _pair(LOOP_OVER_THE_EXPERTS_HIT.format(hits=_HIT_LIST, body=_LOOP_BODIES[body]))
+    counts, outcomes = _graphs_breaks_and_outcomes_over_the_choices(original.f)
+    assert counts == (5, 7)
+    assert _graphs_breaks_and_outcomes_over_the_choices(mended.f) == ((5, 7), outcomes)
+    assert outcomes == _eager_outcomes(original.f) == _eager_outcomes(mended.f)
+    assert "G318" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+@pytest.mark.parametrize("body", sorted(_LOOP_BODIES))
+def test_rest_of_eager_frame_guards_no_resumed_list__a_loop_of_a_fixed_length_joins(body):
+    """The same loop over `range(len(counts))`: the frame the original ran eagerly
+    compiles once, whatever the experts hit."""
+    original, mended = _pair(LOOP_OVER_THE_EXPERTS_HIT.format(hits="range(len(counts))", body=_LOOP_BODIES[body]))
+    counts, outcomes = _graphs_breaks_and_outcomes_over_the_choices(original.f)
+    assert counts == (0, 2)
+    assert _graphs_breaks_and_outcomes_over_the_choices(mended.f) == ((1, 1), outcomes)
+    assert outcomes == _eager_outcomes(original.f)
+    assert "G318" not in {condition_id(reason) for reason in store.trace_time_declines.values()}

@@ -477,6 +477,11 @@ _CONDITIONS = (
      "graphmend.runtime.whole_trace_conditions:break_resumes_in_the_order_of_an_earlier_resume_function",
      "a trace with claims that breaks where TorchDynamo made a resume function already takes the frame's "
      "names in that function's order (else it makes another, and compiles the code after the break again)"),
+    (_G, WHOLE_TRACE, "G318", "rest_of_eager_frame_guards_no_resumed_list",
+     "graphmend.runtime.whole_trace_conditions:rest_of_eager_frame_guards_no_resumed_list",
+     "where the rest of the original frame ran eagerly (a break in a loop), the mended frame, a resume "
+     "function, guards on no list of numbers its frame computed before the break (`.tolist()` of the "
+     "experts hit: else it compiles again for each new list, where the original's ran eagerly with no graph)"),
 )
 
 

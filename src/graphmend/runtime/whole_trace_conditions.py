@@ -27,7 +27,9 @@ graph (by the hooks of ``graphmend.runtime.trace_hooks``):
   or with an input written in place (``outputs_share_no_graph_with_an_input_written_in_place``);
 - TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
   eagerly, and the mended frame does not compile to its end in one graph
-  (``rest_of_eager_frame_compiles_whole``);
+  (``rest_of_eager_frame_compiles_whole``), or guards on a list of numbers a resume function's
+  frame computed before its break, which compiles it again for each new list
+  (``rest_of_eager_frame_guards_no_resumed_list``);
 - a ``.item()`` kept as a tensor has no check that reads it lowered in the same graph
   (``items_stay_with_lowered_checks``);
 - the backend compiles the joined graph (``backend_compiles_the_joined_graph``);
@@ -487,6 +489,35 @@ def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
     return None
 
 
+def rest_of_eager_frame_guards_no_resumed_list(output) -> str | None:
+    """Where the rest of the original frame ran eagerly (its break was in a loop, or
+    where TorchDynamo could not resume after it), the original's frame compiled no
+    graph, on any call, whatever it read. The mended frame
+    compiles, and guards on what its trace read: in a resume function, on a list of
+    numbers the frame it resumes computed before its break (the experts a batch hit,
+    ``(counts > 0).nonzero().squeeze(-1).tolist()``, which breaks the graph itself),
+    whose length a loop over it is unrolled to and whose items it reads. The list
+    changes with the tensor values, and each new list compiles the mended frame again
+    (fuzz seed 740080, minimised: a loop over the experts hit, with Capture's
+    ``torch.where`` in it; over four calls with a different number of experts hit, 1
+    graph and 4 breaks became 3 graphs and 3 breaks). Such a trace gives its claims
+    back, and the frame runs eagerly as the original's did. A loop over a list whose
+    length the program fixes (``range(self.num_experts)``, a module list) guards on no
+    such list, and joins; so does a claim outside the loop, where the original compiled
+    the frame too, again for each list."""
+    from graphmend.torch_adapter.guards import guarded_resumed_lists
+
+    guarded = guarded_resumed_lists(output)
+    if not guarded:
+        return None
+    return failed(
+        "G318",
+        f"the rest of the original frame ran eagerly, and the mended frame guards on {guarded[0]}, a list "
+        "the frame computed before its break: it would compile again for each new list, where the original "
+        "compiled none",
+    )
+
+
 def outputs_share_no_graph_with_a_lowered_guard(output, claims) -> str | None:
     """A lowered guard is an assertion, which inductor fuses into a kernel; graphmend's
     output is an operator ordered only with other output. Inductor may then run the
@@ -888,7 +919,11 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
     under_grad = _autograd_refusals(output, claims)
     if under_grad:
         return [(site, UNDER_GRAD, reason) for site, reason in under_grad]
-    rest_compiled = rest_of_eager_frame_compiles_whole(graph_break)
+    rest_compiled = rest_of_eager_frame_compiles_whole(graph_break) or (
+        rest_of_eager_frame_guards_no_resumed_list(output)
+        if any(claim.rest_ran_eagerly for claim in claims.values())
+        else None
+    )
     if rest_compiled is None:
         return []
     return [(claim.site, ALWAYS, rest_compiled) for claim in claims.values() if claim.rest_ran_eagerly]

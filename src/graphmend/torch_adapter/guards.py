@@ -165,6 +165,40 @@ def guarded_resumed_numbers(output) -> list[str]:
     return sorted(found)
 
 
+def guarded_resumed_lists(output) -> list[str]:
+    """Where the trace is of one of TorchDynamo's resume functions: the names of its guards
+    on the length or an item of a local that holds a list of Python numbers (or of such
+    lists), which the frame it resumes computed before its break (``hits =
+    positions.tolist()``, a break of its own) and whose length and items may differ on
+    every call (a loop over it is unrolled, and guarded, item by item)."""
+    from torch._dynamo.source import GetItemSource, ListGetItemSource, LocalSource
+
+    from graphmend.torch_adapter.tracing import resume_function_line
+
+    root = getattr(output, "root_tx", None)
+    code = getattr(root, "f_code", None)
+    if code is None or resume_function_line(code) is None:
+        return []
+    values = getattr(root, "f_locals", {}) or {}
+    found = set()
+    for guard, source in _value_guards(output):
+        # An item's guard names the list it was read from as its base.
+        while isinstance(source, (GetItemSource, ListGetItemSource)):
+            source = source.base
+        if not isinstance(source, LocalSource):
+            continue
+        if _is_list_of_numbers(values.get(source.local_name)):
+            found.add(guard.name)
+    return sorted(found)
+
+
+def _is_list_of_numbers(value) -> bool:
+    """A list of Python numbers, or of such lists (``.tolist()`` of a 2-D tensor)."""
+    return type(value) is list and all(
+        isinstance(item, (int, float)) or _is_list_of_numbers(item) for item in value
+    )
+
+
 def guarded_input_attributes(output) -> list[str]:
     """The names of the trace's guards on the value of an attribute (at any depth) of a
     local of the traced frame that holds a Python number (not a bool) or a string
