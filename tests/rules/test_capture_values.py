@@ -211,3 +211,18 @@ def test_numbers_the_reading_operator_refuses_raise_torchs_runtime_assertion():
         torch._dynamo.reset()
         with pytest.raises(RuntimeError, match=expected):
             torch.compile(function, backend="eager")(x, choice)
+
+
+@pytest.mark.slow  # compiles with TorchInductor
+def test_under_inductor_one_graph_serves_other_counts_with_eagers_values():
+    original, mended, _ = original_and_mended(program(MUST_REWRITE["split_by_counts"]))
+    calls = [_choices(seed) for seed in range(3)]
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    compiled = torch.compile(mended.main)
+    for arguments in calls:
+        assert torch.equal(compiled(*arguments), original.main(*arguments))
+    assert counters["stats"]["unique_graphs"] == 1
+    assert sum(counters["graph_break"].values()) == 0
