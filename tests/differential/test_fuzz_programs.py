@@ -6,12 +6,13 @@ from __future__ import annotations
 import ast
 import traceback
 
+import pytest
 import torch
 
 from graphmend.rewrite.pipeline import mend_module_source
 from tools.fuzz.grammar import Program, generate
 from tools.fuzz.observe import compare, frame_function, traceback_frames, worse_counts
-from tools.fuzz.program_constructs import KINDS
+from tools.fuzz.program_constructs import ALL_KINDS, MODULE_TENSOR_KINDS
 
 # The functions of each construct that graphmend must rewrite in some program.
 REWRITTEN = {
@@ -24,6 +25,8 @@ REWRITTEN = {
     "rebuilt-code": ("rebuilt_source",),
     "compiled-twice": ("twice_source",),
     "nested-guard": ("innermost_check",),
+    "fixed-values": ("Padder.forward",),
+    "written-back": ("Encoder.forward",),
 }
 
 
@@ -40,11 +43,11 @@ def _functions(tree: ast.Module) -> dict[str, str]:
 
 
 def test_every_program_construct_is_generated_and_rewritten_by_graphmend() -> None:
-    assert set(REWRITTEN) == set(KINDS)
+    assert set(REWRITTEN) == set(ALL_KINDS)
     rewritten: set[str] = set()
     for seed in range(80):
         program = generate(seed, programs=True)
-        kinds = [kind for kind in KINDS if program.features.get("program-" + kind)]
+        kinds = [kind for kind in ALL_KINDS if program.features.get("program-" + kind)]
         if not kinds or set(kinds) <= rewritten:
             continue
         mended = mend_module_source(program.source, filename=f"/fuzz/p{seed}.py", module_name=f"p{seed}", scope="all")
@@ -52,13 +55,87 @@ def test_every_program_construct_is_generated_and_rewritten_by_graphmend() -> No
         for kind in kinds:
             if any(name in before and before[name] != after.get(name) for name in REWRITTEN[kind]):
                 rewritten.add(kind)
-    assert rewritten == set(KINDS), f"never rewritten: {sorted(set(KINDS) - rewritten)}"
+    assert rewritten == set(ALL_KINDS), f"never rewritten: {sorted(set(ALL_KINDS) - rewritten)}"
 
 
 def test_the_program_constructs_leave_the_seeds_of_earlier_runs_as_they_were() -> None:
     for seed in range(40):
         assert generate(seed).source == generate(seed, programs=False).source
     assert any(generate(seed, programs=True).source != generate(seed).source for seed in range(10))
+
+
+def _module_tensor_features(program: Program) -> set[str]:
+    return {f for f in program.features if f.startswith(tuple("program-" + kind for kind in MODULE_TENSOR_KINDS))}
+
+
+def test_the_module_tensor_constructs_leave_the_other_constructs_of_a_seed_as_they_were() -> None:
+    """Drawn from a stream of their own: with them or without, a seed has the same other
+    constructs and the same body of ``f`` around their statements."""
+    with_them = 0
+    for seed in range(60):
+        program, before = generate(seed, programs=True), generate(seed, programs=True, module_tensors=False)
+        assert not _module_tensor_features(before)
+        assert {f: n for f, n in program.features.items() if f not in _module_tensor_features(program)} == before.features
+        added = _module_tensor_features(program)
+        if not added:
+            assert program.source == before.source
+            continue
+        with_them += 1
+        kept = [line for line in program.source.splitlines() if "PADDER" not in line and "ENCODER" not in line]
+        assert set(kept) >= {line for line in before.source.splitlines() if line.startswith("    ")} - {""}
+    assert with_them >= 10
+
+
+# Each adversarial variant of the module-tensor constructs, over seeds 0-399.
+MODULE_TENSOR_VARIANTS = {
+    "program-fixed-values-" + variant for variant in (
+        "buffer", "registered", "attribute", "persistent", "test-fixed", "test-float", "test-input",
+        "write-none", "write-in-place", "write-augmented", "write-after", "write-view", "write-between-calls",
+        "two-modules",
+    )
+} | {
+    "program-written-back-" + variant for variant in (
+        "buffer", "registered", "persistent", "attribute", "parameter", "float64",
+        "to-input-device", "to-keywords", "to-input-dtype", "to-local-device", "to-other-dtype",
+        "observed-none", "observed-identity", "observed-read-after",
+        "access-none", "access-setattr", "access-getattr", "access-pre-hook-read", "access-pre-hook-write", "alias",
+    )
+}
+
+
+def test_every_variant_of_the_module_tensor_constructs_is_generated_and_rewritten() -> None:
+    seen: set[str] = set()
+    for seed in range(400):
+        program = generate(seed, programs=True)
+        added = _module_tensor_features(program)
+        seen |= added
+        if seed < 60 and added:
+            mended = mend_module_source(program.source, filename=f"/fuzz/m{seed}.py", module_name=f"m{seed}",
+                                        scope="all").source
+            if "program-fixed-values" in added:
+                assert "__graphmend__.fixed_values." in mended  # the branch or the padding
+            if "program-written-back" in added:
+                assert "__graphmend__.written_back.converts_nothing(self, 'pos'" in mended
+    assert seen >= MODULE_TENSOR_VARIANTS, sorted(MODULE_TENSOR_VARIANTS - seen)
+
+
+# Seeds whose programs hold the module-tensor constructs: under the harness, eagerly and
+# compiled, they behave as the original and compile no more graphs or breaks.
+MODULE_TENSOR_SEEDS = {
+    73: "fixed values: buffers, a float buffer in the test, two modules, written by f between calls",
+    157: "written back: a buffer converted to another dtype, a pre-hook that reads it",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(MODULE_TENSOR_SEEDS))
+def test_module_tensor_programs_run_under_the_harness(seed: int) -> None:
+    program = generate(seed, programs=True)
+    kind = "fixed-values" if "fixed values" in MODULE_TENSOR_SEEDS[seed] else "written-back"
+    assert program.features.get("program-" + kind)
+    report = compare(program, modes=("eager", "compiled:eager"), counts=True, tracebacks=True)
+    assert not report.differences and not report.worse, (
+        program.describe(), [d.describe() for d in report.differences], [w.describe() for w in report.worse],
+    )
 
 
 def test_the_moe_construct_routes_through_the_loop_capture_rewrites() -> None:

@@ -557,7 +557,10 @@ class ProgramConstructs:
             if holder != "parameter":
                 choices.append("dtype")
             arguments = rng.choice(choices)
-            self.feature("program-written-back-to-" + arguments.split("=")[0].replace(".", "-").replace(", ", "-"))
+            self.feature("program-written-back-to-" + {
+                "t.device": "input-device", "device=t.device, dtype=t.dtype": "keywords", "t.dtype": "input-dtype",
+                "device": "local-device", "dtype": "other-dtype",
+            }[arguments])
             before, after = [], []
             if arguments == "device":
                 before.append("        device = t.device")
