@@ -587,10 +587,14 @@ class ProgramConstructs:
                     "        super().__setattr__(name, value)\n"
                 )
             elif access == "getattr":
+                # A reader of its own that has no side effect: TorchDynamo runs a module's
+                # ``__getattr__`` for real while it traces the write, so a reader that
+                # appends to a list fails the original compiled on its own guard
+                # ("Guard failed on the same frame it was created") on every call.
                 methods = (
                     "\n    def __getattr__(self, name):\n"
-                    '        if name == "pos":\n'
-                    '            HISTORY.append("read pos")\n'
+                    '        if name == "position":\n'
+                    '            name = "pos"\n'
                     "        return super().__getattr__(name)\n"
                 )
             elif access == "pre-hook-read":
@@ -607,7 +611,7 @@ class ProgramConstructs:
                 )
             # An alias of the tensor, which the write back leaves as it was where it converts.
             alias = rng.random() < 0.3
-            read = "self.pos.mean() * 0.5"
+            read = "self.position.mean() * 0.5" if access == "getattr" else "self.pos.mean() * 0.5"
             if alias:
                 self.feature("program-written-back-alias")
                 read = "(self.pos.mean() + self.alias.mean()) * 0.5"
