@@ -253,3 +253,41 @@ def test_the_drawn_range_construct_is_generated_and_rewritten_by_graphmend() -> 
     )
     mended = mend_module_source(program.source, filename="/fuzz/drawn.py", module_name="drawn", scope="all")
     assert "drawn_ranges.decided(" in mended.source
+
+
+# Where's fixed-values pass is offered every test of a module that keeps any tensor
+# attribute; a test of a data-dependent size (``len`` of ``torch.where``'s positions)
+# makes TorchDynamo give up the frame inside the decision, and the original break then
+# keeps an empty graph before it, which the original never compiled (seed 790033).
+DATA_DEPENDENT_LENGTH_TEST = """
+import torch
+
+
+class Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.level = torch.tensor(0.25)
+
+
+def scattered_if_any(positions, total):
+    if len(positions) > 0:
+        pass
+    return total
+
+
+def f(x, y, box, items, table):
+    try:
+        y = y * (1.0 / len(items))
+    except Exception as error:
+        flat = x.flatten()
+        (positions,) = torch.where(flat > 10.0)
+        return scattered_if_any(positions, torch.zeros_like(flat))
+    return y
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="fixed values: an empty graph before a test of a data-dependent length")
+def test_a_test_of_a_data_dependent_length_compiles_no_graph_more() -> None:
+    program = Program(seed=790033, source=DATA_DEPENDENT_LENGTH_TEST, shape=(2, 3))
+    report = compare(program, modes=("compiled:eager",), counts=True, tracebacks=True)
+    assert not report.differences and not report.worse, [w.describe() for w in report.worse]
