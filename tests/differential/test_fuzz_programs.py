@@ -291,3 +291,58 @@ def test_a_test_of_a_data_dependent_length_compiles_no_graph_more() -> None:
     program = Program(seed=790033, source=DATA_DEPENDENT_LENGTH_TEST, shape=(2, 3))
     report = compare(program, modes=("compiled:eager",), counts=True, tracebacks=True)
     assert not report.differences and not report.worse, [w.describe() for w in report.worse]
+
+
+# A counter the module keeps as a fixed tensor and writes every call (``self.step += 1``,
+# a break of TorchDynamo's before the test): the resume function's first trace decides
+# ``self.step % 2 == 0`` and guards on its value; the next call's value fails the guard,
+# and the trace again declines (W218) and keeps the break. Under ``aot_eager``, one graph
+# more than the original (3 graphs and 5 breaks became 4 and 3; seed 408).
+COUNTER_WRITTEN_EVERY_CALL = """
+import torch
+import torch.nn.functional as F
+
+
+class Padder(torch.nn.Module):
+    def __init__(self, kernel, stride, mode):
+        super().__init__()
+        self.stride = torch.nn.Buffer(torch.tensor(stride), persistent=False)
+        self.kernel_size = torch.nn.Buffer(torch.tensor(kernel), persistent=False)
+        self.padding_total = torch.nn.Buffer(torch.tensor(kernel - stride), persistent=False)
+        self.step = torch.nn.Buffer(torch.tensor(0), persistent=False)
+        self.mode = mode
+
+    def extra_padding(self, t):
+        length = t.shape[-1]
+        n_frames = (length - self.kernel_size + self.padding_total) / self.stride + 1
+        n_frames = torch.ceil(n_frames).to(torch.int64) - 1
+        ideal_length = n_frames * self.stride + self.kernel_size - self.padding_total
+        return ideal_length - length
+
+    def forward(self, t):
+        self.step += 1
+        rows = t.reshape(-1, t.shape[-1])
+        length = rows.shape[-1]
+        extra = self.extra_padding(rows)
+        max_pad = max(self.padding_total, extra)
+        if length <= max_pad:
+            pass
+        padded = F.pad(rows, (self.padding_total, extra), self.mode)
+        if self.step % 2 == 0:
+            padded = padded * 2.0
+        return padded
+
+
+PADDER = Padder(4, 2, "reflect")
+
+
+def f(x, y, box, items, table):
+    return PADDER(x)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="fixed values: a counter written every call is decided once, then declined")
+def test_a_fixed_counter_written_every_call_compiles_no_graph_more() -> None:
+    program = Program(seed=408, source=COUNTER_WRITTEN_EVERY_CALL, shape=(4,))
+    report = compare(program, modes=("compiled:aot_eager",), counts=True, tracebacks=True)
+    assert not report.differences and not report.worse, [w.describe() for w in report.worse]
