@@ -327,9 +327,10 @@ class _Generator:
                  grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False,
                  global_rebinds: bool = True, transposed_inputs: bool = True, dynamic_compiles: bool = True,
                  helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True,
-                 programs: bool = False, drawn_ranges: bool = False):
+                 programs: bool = False, drawn_ranges: bool = False, module_tensors: bool = True):
         self.seed = seed
         self.programs_enabled = programs
+        self.module_tensors_enabled = module_tensors
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
         self.helpers: list[str] = []
@@ -1524,7 +1525,7 @@ class _Generator:
         boundaries.append((len(body), list(names)))
         constructs = None
         if self.programs_enabled:
-            constructs = ProgramConstructs(self.seed, shape, self.feature)
+            constructs = ProgramConstructs(self.seed, shape, self.feature, self.module_tensors_enabled)
             body = self.with_program_constructs(constructs, body, boundaries)
         body += self.ending(names)
         if self.globals_written or any("COUNT" in line and "+=" in line for line in body):
@@ -1622,7 +1623,7 @@ class _Generator:
         top-level statements, each where the names it reads are bound."""
         placed = []
         for kind in constructs.chosen_kinds():
-            line, names = constructs.rng.choice(boundaries)
+            line, names = constructs.rng_for(kind).choice(boundaries)
             placed.append((line, constructs.statement(kind, names, self.rebindable(names))))
         for line, statements in sorted(placed, key=lambda item: item[0], reverse=True):
             body = body[:line] + statements + body[line:]
@@ -1636,7 +1637,7 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
              tracked_inputs: bool = False, global_rebinds: bool = True,
              transposed_inputs: bool = True, dynamic_compiles: bool = True,
              helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True,
-             programs: bool = False, drawn_ranges: bool = False) -> Program:
+             programs: bool = False, drawn_ranges: bool = False, module_tensors: bool = True) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1663,6 +1664,10 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     rebuilt code objects, compiles of compiled functions, nested guards), off by
     default so that the seeds the tests name keep their programs (the long run turns
     them on);
+    ``module_tensors=False``: the program constructs as drawn before modules keeping
+    tensors Where decides while tracing (``MODULE_TENSOR_KINDS``: fixed values kept as
+    one-element tensors, attributes written back as their own conversion), the seeds
+    of earlier long runs;
     ``drawn_ranges=True``: with branches on a comparison of ``torch.rand`` that the
     draw's range may decide (LayerDrop), off by default for the same reason (the long
     run turns them on with the program constructs);
@@ -1681,5 +1686,5 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
         attribute_code and positions, tracked_inputs and positions, global_rebinds and positions,
         transposed_inputs and positions, dynamic_compiles and positions, helper_branches and positions,
         failing_outputs and positions, between_calls and positions, programs,
-        drawn_ranges=drawn_ranges and positions,
+        drawn_ranges=drawn_ranges and positions, module_tensors=module_tensors,
     ).program()

@@ -158,6 +158,7 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
             between_calls=not options.without_between_calls,
             programs=not options.without_programs,
             drawn_ranges=not options.without_programs,
+            module_tensors=not options.without_module_tensors,
         )
         modes = ["eager"] + ([] if options.no_compiled_eager else ["compiled:eager"])
         if not options.no_aot_eager:
@@ -433,6 +434,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--without-programs", action="store_true",
         help="draw programs as the grammar did before the program constructs (modules, hooks, experts, ...)",
+    )
+    parser.add_argument(
+        "--without-module-tensors", action="store_true",
+        help="draw the program constructs as the grammar did before modules keeping fixed values as tensors "
+        "and attributes written back as their own conversion (the seeds of runs before them)",
     )
     parser.add_argument(
         "--no-counts", action="store_true",

@@ -11,6 +11,19 @@ and the default dtype set before output, a function rebuilt from another's code 
 with other globals, ``torch.compile`` of a compiled function, and helpers two calls deep
 whose guard raises.
 
+Two more constructs are modules that keep tensors Where decides while tracing, drawn
+from a stream of their own after the others (``MODULE_TENSOR_KINDS``), so that a seed's
+other constructs are what they were before them: ``fixed-values``, a causal padding
+computed from numbers kept as one-element int tensors (non-persistent buffers, plain
+attributes), with a branch on them and a padding that holds them, and adversarial
+variants (a persistent or float buffer, a value of the input mixed in, the buffer
+written in place, through a view, by ``+=`` in ``forward`` or by ``f`` after the call,
+two instances sharing the code with other values); ``written-back``, a tensor attribute
+written back as its own ``to(...)`` in ``forward`` (Where's written-back pass), with a
+conversion that changes the dtype, a ``Parameter``, a class with its own
+``__setattr__``/``__getattr__``, a pre-hook that reads or writes the attribute, the
+attribute read before and after, and an alias of it.
+
 Each construct adds module-level definitions once (``definitions``) and statements to
 ``f`` that bind only fresh names or rebind one name to a value of its shape. Each has
 code graphmend rewrites (a data-dependent branch, output, a guard, a routing loop), so
@@ -26,6 +39,9 @@ KINDS = (
     "module-method", "hooks", "replaced-forward", "moe", "print-options", "default-dtype",
     "rebuilt-code", "compiled-twice", "nested-guard",
 )
+# Drawn apart from ``KINDS``, each by a draw of its own from a stream of its own.
+MODULE_TENSOR_KINDS = ("fixed-values", "written-back")
+ALL_KINDS = KINDS + MODULE_TENSOR_KINDS
 
 SCALER = '''\
 class Scaler(torch.nn.Module):
@@ -186,12 +202,72 @@ def outer_check(t):
 '''
 
 
+# A causal padding as audio codecs compute it: stride, kernel size and total padding are
+# one-element int tensors (``{buffers}``), the input's length a static size. The branch
+# on ``length <= max_pad`` and the paddings that hold the tensors break the original's
+# graph; Where's fixed-values pass decides them while tracing.
+PADDER = '''\
+class Padder(torch.nn.Module):
+    def __init__(self, kernel, stride, mode):
+        super().__init__()
+{buffers}
+        self.mode = mode
+
+    def extra_padding(self, t):
+        length = t.shape[-1]
+        n_frames = (length - self.kernel_size + self.padding_total) / self.stride + 1
+        n_frames = torch.ceil(n_frames).to(torch.int64) - 1
+        ideal_length = n_frames * self.stride + self.kernel_size - self.padding_total
+        return ideal_length - length
+
+    def forward(self, t):
+{write}        rows = t.reshape(-1, t.shape[-1])
+        length = rows.shape[-1]
+        extra = self.extra_padding(rows)
+        max_pad = max(self.padding_total, extra)
+        extra_pad = 0
+        if {test}:
+            extra_pad = max_pad - length + 1
+            rows = F.pad(rows, (0, extra_pad))
+        padded = F.pad(rows, (self.padding_total, extra), self.mode)
+{after}        return padded[..., :length].reshape(t.shape) * 0.5 + t
+
+
+PADDER = Padder({kernel}, {stride}, "{mode}")
+'''
+
+# A tensor attribute kept on the input's device and dtype by writing it back as its own
+# conversion in ``forward`` (CTRL's positional encoding): Where's written-back pass leaves
+# the write out while tracing where ``to`` returns the tensor itself.
+ENCODER = '''\
+class Encoder(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+{attribute}
+{alias}{access}
+    def forward(self, t):
+{before}        self.pos = self.pos.to({arguments})
+{after}        return (t + {read}).to(t.dtype)
+
+
+ENCODER = Encoder({width})
+'''
+
+
+def _lines(lines: list[str]) -> str:
+    """Lines for a hole in a template, each ended: nothing where there are none."""
+    return "".join(line + "\n" for line in lines)
+
+
 class ProgramConstructs:
     """The program constructs of one seed; ``statement`` gives f's lines, ``definitions``
     the module's."""
 
-    def __init__(self, seed: int, shape: tuple, feature) -> None:
+    def __init__(self, seed: int, shape: tuple, feature, module_tensors: bool = True) -> None:
         self.rng = random.Random(f"program-constructs-{seed}")
+        # ``MODULE_TENSOR_KINDS``: whether and how, from a stream of their own.
+        self.module_tensor_rng = random.Random(f"program-constructs-module-tensors-{seed}")
+        self.module_tensors = module_tensors
         self.width = shape[-1]
         self.feature = feature
         self.defined: dict[str, str] = {}
@@ -203,15 +279,24 @@ class ProgramConstructs:
     # drawing -------------------------------------------------------------------------
 
     def chosen_kinds(self) -> list[str]:
-        """Which constructs a program has: none for two programs in five, else one to three."""
-        if self.rng.random() < 0.4:
-            return []
-        return self.rng.sample(KINDS, self.rng.choice((1, 1, 2, 3)))
+        """Which constructs a program has: of ``KINDS``, none for two programs in five, else
+        one to three; then each of ``MODULE_TENSOR_KINDS`` in one program in five."""
+        chosen = []
+        if self.rng.random() >= 0.4:
+            chosen = self.rng.sample(KINDS, self.rng.choice((1, 1, 2, 3)))
+        if self.module_tensors:
+            chosen += [kind for kind in MODULE_TENSOR_KINDS if self.module_tensor_rng.random() < 0.2]
+        return chosen
+
+    def rng_for(self, kind: str) -> random.Random:
+        """The stream a construct draws from: the newer kinds leave ``rng`` as it was."""
+        return self.module_tensor_rng if kind in MODULE_TENSOR_KINDS else self.rng
 
     def statement(self, kind: str, names: list[str], rebindable: list[str]) -> list[str]:
         self.counter += 1
-        name = self.rng.choice(names)
-        target = self.rng.choice(rebindable)
+        rng = self.rng_for(kind)
+        name = rng.choice(names)
+        target = rng.choice(rebindable)
         self.feature("program-" + kind)
         return getattr(self, "_" + kind.replace("-", "_"))(name, target, names)
 
@@ -375,3 +460,164 @@ class ProgramConstructs:
                 '    print("caught", type(error).__name__, error)',
             ]
         return [f"{target} = outer_check({name})"]
+
+    def _fixed_values(self, name, target, names):
+        rng = self.module_tensor_rng
+        if "padder" not in self.defined:
+            # How the numbers are kept: Where decides non-persistent int buffers and plain
+            # tensor attributes; a persistent buffer (saved with the model, so it may
+            # change) keeps its break.
+            holder = rng.choice(("buffer", "registered", "attribute", "persistent"))
+            self.feature("program-fixed-values-" + holder)
+
+            def kept(attribute, value, persistent=False):
+                if holder == "registered":
+                    return f'        self.register_buffer("{attribute}", torch.tensor({value}), persistent={persistent})'
+                if holder == "attribute" and not persistent:
+                    return f"        self.{attribute} = torch.tensor({value})"
+                flag = "" if persistent else ", persistent=False"
+                return f"        self.{attribute} = torch.nn.Buffer(torch.tensor({value}){flag})"
+
+            buffers = [
+                kept("stride", "stride", persistent=holder == "persistent"),
+                kept("kernel_size", "kernel"),
+                kept("padding_total", "kernel - stride"),
+            ]
+            # The test: the fixed values and the length alone, or with a float buffer or a
+            # value of the input in it (declined while tracing: W216).
+            test = rng.choice(("fixed", "fixed", "float", "input"))
+            self.feature("program-fixed-values-test-" + test)
+            write, after = [], []
+            condition = "length <= max_pad"
+            if test == "float":
+                buffers.append(kept("ratio", "1.0"))
+                condition = "length * self.ratio <= max_pad"
+            elif test == "input":
+                write.append("        spare = (t > 5.0).sum()")
+                condition = "length - spare <= max_pad"
+            # Writes to a fixed tensor: in place before the reads, by ``+=`` on a counter
+            # a later test reads, after the reads (directly or through a view, for the
+            # next call), or by ``f`` after the call.
+            written = rng.choice(("none", "none", "in-place", "augmented", "after", "view", "between-calls"))
+            self.feature("program-fixed-values-write-" + written)
+            if written == "in-place":
+                write.append("        self.padding_total.add_(0)")
+            elif written == "augmented":
+                buffers.append(kept("step", "0"))
+                write.append("        self.step += 1")
+                after.append("        if self.step % 2 == 0:\n            padded = padded * 2.0")
+            elif written == "after":
+                after.append("        self.padding_total.copy_((self.padding_total + 1) % 3)")
+            elif written == "view":
+                after.append("        self.padding_total.view(1)[0] = (self.padding_total + 1) % 3")
+            self.padder_written = written
+            (kernel, stride), (other_kernel, other_stride) = rng.sample(((4, 2), (3, 1), (4, 1), (5, 2), (2, 2)), 2)
+            mode = rng.choice(("reflect", "constant"))
+            text = PADDER.format(
+                buffers="\n".join(buffers), write=_lines(write), test=condition, after=_lines(after),
+                kernel=kernel, stride=stride, mode=mode,
+            )
+            # Two modules sharing the code with other values.
+            self.padder_two = rng.random() < 0.4
+            if self.padder_two:
+                self.feature("program-fixed-values-two-modules")
+                text += f'PADDER_OTHER = Padder({other_kernel}, {other_stride}, "{mode}")\n'
+            self.defined["padder"] = text
+        call = f"PADDER({name})"
+        if self.padder_two:
+            call = f"PADDER_OTHER({call})"
+        lines = [f"{target} = {call}"]
+        if self.padder_written == "between-calls":
+            lines.append(f"PADDER.padding_total.fill_({rng.choice((0, 1, 2))})")
+        return lines
+
+    def _written_back(self, name, target, names):
+        rng = self.module_tensor_rng
+        if "encoder" not in self.defined:
+            holder = rng.choice(("buffer", "registered", "persistent", "attribute", "parameter"))
+            self.feature("program-written-back-" + holder)
+            # Kept in float64, a conversion to the input's dtype makes a new tensor on the
+            # first call only (W219 there, decided after).
+            wide = holder != "parameter" and rng.random() < 0.3
+            values = "torch.linspace(-1.0, 1.0, width" + (", dtype=torch.float64)" if wide else ")")
+            if wide:
+                self.feature("program-written-back-float64")
+            attribute = {
+                "buffer": f"        self.pos = torch.nn.Buffer({values}, persistent=False)",
+                "registered": f'        self.register_buffer("pos", {values}, persistent=False)',
+                "persistent": f'        self.register_buffer("pos", {values})',
+                "attribute": f"        self.pos = {values}",
+                "parameter": f"        self.pos = torch.nn.Parameter({values})",
+            }[holder]
+            if holder == "parameter":
+                self.parameters.append("ENCODER.pos")
+            # The conversion: to the input's device or dtype (nothing changes), or to a
+            # dtype that changes it (not for a Parameter, which only a Parameter replaces).
+            choices = ["t.device", "device=t.device, dtype=t.dtype", "t.dtype", "device"]
+            if holder != "parameter":
+                choices.append("dtype")
+            arguments = rng.choice(choices)
+            self.feature("program-written-back-to-" + {
+                "t.device": "input-device", "device=t.device, dtype=t.dtype": "keywords", "t.dtype": "input-dtype",
+                "device": "local-device", "dtype": "other-dtype",
+            }[arguments])
+            before, after = [], []
+            if arguments == "device":
+                before.append("        device = t.device")
+            elif arguments == "dtype":
+                before.append("        dtype = torch.float64")
+            observed = rng.choice(("none", "identity", "read-after"))
+            self.feature("program-written-back-observed-" + observed)
+            if observed == "identity":
+                before.append("        kept = self.pos")
+                after.append('        HISTORY.append(("pos kept", kept is self.pos, self.pos.dtype))')
+            elif observed == "read-after":
+                after.append('        HISTORY.append(("pos", self.pos.dtype, self.pos.sum()))')
+            # Attribute access that runs the program's code, or a pre-hook on the module.
+            access = rng.choice(("none", "none", "setattr", "getattr", "pre-hook-read", "pre-hook-write"))
+            if holder == "parameter" and access == "pre-hook-write":
+                access = "pre-hook-read"
+            self.feature("program-written-back-access-" + access)
+            methods, hooks = "", ""
+            if access == "setattr":
+                methods = (
+                    "\n    def __setattr__(self, name, value):\n"
+                    '        if name == "pos":\n'
+                    '            HISTORY.append(("set pos", value.dtype))\n'
+                    "        super().__setattr__(name, value)\n"
+                )
+            elif access == "getattr":
+                # A reader of its own that has no side effect: TorchDynamo runs a module's
+                # ``__getattr__`` for real while it traces the write, so a reader that
+                # appends to a list fails the original compiled on its own guard
+                # ("Guard failed on the same frame it was created") on every call.
+                methods = (
+                    "\n    def __getattr__(self, name):\n"
+                    '        if name == "position":\n'
+                    '            name = "pos"\n'
+                    "        return super().__getattr__(name)\n"
+                )
+            elif access == "pre-hook-read":
+                hooks = (
+                    "\n\ndef see_pos(module, inputs):\n"
+                    '    HISTORY.append(("pos seen", module.pos.dtype))\n\n\n'
+                    "ENCODER.register_forward_pre_hook(see_pos)\n"
+                )
+            elif access == "pre-hook-write":
+                hooks = (
+                    "\n\ndef renew_pos(module, inputs):\n"
+                    "    module.pos = module.pos * 1.0\n\n\n"
+                    "ENCODER.register_forward_pre_hook(renew_pos)\n"
+                )
+            # An alias of the tensor, which the write back leaves as it was where it converts.
+            alias = rng.random() < 0.3
+            read = "self.position.mean() * 0.5" if access == "getattr" else "self.pos.mean() * 0.5"
+            if alias:
+                self.feature("program-written-back-alias")
+                read = "(self.pos.mean() + self.alias.mean()) * 0.5"
+                after.append('        HISTORY.append(("alias", self.alias is self.pos))')
+            self.defined["encoder"] = ENCODER.format(
+                attribute=attribute, alias="        self.alias = self.pos\n" if alias else "", access=methods,
+                before=_lines(before), after=_lines(after), arguments=arguments, read=read, width=self.width,
+            ) + hooks
+        return [f"{target} = ENCODER({name})"]
