@@ -13,6 +13,15 @@ has none: the mended frame then compiles its first op where the original frame w
 up, and a later call that traces it again fails on fake tensors (``TorchRuntimeError``)
 where the original raised the op's own error eagerly (``t.clamp_`` of a leaf that requires grad, before a branch reading an undefined name).
 So TorchDynamo's test is made here with those calls left out.
+
+The same holds for a frame that traces no op at all. TorchDynamo skips such a frame (it
+runs eagerly, with no graph), unless the frame asked whether it is being compiled
+(``torch.compiler.is_compiling()``), whose answer eager code would not share
+(``mark_inconsistent_side_effects``). Rewritten code asks on every rewritten statement,
+and its eager path is the original statement: a frame of the program's that traced no
+op compiled an empty graph once mended, one graph more than the original (fuzz seed
+790033: a branch on a length, in a module that keeps a fixed tensor). Only the
+program's own questions count: graphmend's, asked from its runtime, mark nothing.
 """
 
 from __future__ import annotations
@@ -62,3 +71,16 @@ def _count_only_the_programs_calls(original):
 
     is_non_empty_graph._graphmend_wrapped = True
     return is_non_empty_graph
+
+
+def _runtime_questions_mark_nothing(original):
+    """TorchDynamo's ``mark_inconsistent_side_effects``, ignored where the frame that asks
+    is one of graphmend's runtime functions (applied by ``graphmend.torch_adapter``)."""
+
+    def mark_inconsistent_side_effects(self) -> None:
+        if is_runtime_file(getattr(getattr(self, "f_code", None), "co_filename", "") or ""):
+            return None
+        return original(self)
+
+    mark_inconsistent_side_effects._graphmend_wrapped = True
+    return mark_inconsistent_side_effects

@@ -121,6 +121,10 @@ def _user_stacks_begin_at_the_script(original):
     return _runtime("restored_frames")._user_stacks_begin_at_the_script(original)
 
 
+def _runtime_questions_mark_nothing(original):
+    return _runtime("resumable_states")._runtime_questions_mark_nothing(original)
+
+
 def _logging_frames_hold_no_tensor(original):
     return _runtime("output_frames")._logging_frames_hold_no_tensor(original)
 
@@ -145,6 +149,10 @@ PATCHES: tuple[Patch, ...] = (
     # Resumable states counted over the program's own calls (runtime.resumable_states).
     Patch("count_only_the_programs_calls", "torch._dynamo.symbolic_convert", "InstructionTranslatorBase",
           "is_non_empty_graph", _count_only_the_programs_calls),
+    # A frame that traces no op is skipped as its original is, although rewritten code
+    # asks whether it is being compiled (runtime.resumable_states).
+    Patch("runtime_questions_mark_nothing", "torch._dynamo.symbolic_convert", "InstructionTranslatorBase",
+          "mark_inconsistent_side_effects", _runtime_questions_mark_nothing),
     # The logging package's frames run eagerly, as the original's first log call left
     # them, whichever log calls Defer moved into graphs (runtime.output_frames).
     Patch("logging_frames_run_eagerly", "torch._dynamo.convert_frame", None, "has_tensor_in_frame",
