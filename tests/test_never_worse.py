@@ -964,3 +964,59 @@ def test_an_output_first_in_a_method_reading_no_attribute_of_its_instance_joins(
     assert _graphs_and_breaks_over_the_layers(original) == (1, 2)
     assert _graphs_and_breaks_over_the_layers(mended) == (1, 0)
     assert "G203" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+QUESTIONS_OF_COMPILING = """
+import torch
+
+ASKED = []
+
+
+class Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.level = torch.tensor(0.25)
+
+
+def only_graphmend_asks(n, total):
+    if n > 0:
+        pass
+    return total
+
+
+def the_program_asks(n, total):
+    if n > 0:
+        pass
+    if torch.compiler.is_compiling():
+        ASKED.append(n)
+    return total
+
+
+compiling = torch.compiler.is_compiling
+
+
+def the_program_asks_through_an_alias(n, total):
+    if n > 0:
+        pass
+    if compiling():
+        ASKED.append(n)
+    return total
+"""
+
+
+@pytest.mark.parametrize("name", ["only_graphmend_asks", "the_program_asks", "the_program_asks_through_an_alias"])
+def test_a_frame_with_no_op_is_skipped_unless_the_program_asks_whether_it_is_compiled(name):
+    """TorchDynamo compiles a frame that asked ``is_compiling()`` even when it traced no
+    op (its side effects replayed, its return value from a graph), and skips it
+    otherwise. Rewritten code asks on every rewritten statement (here Where's
+    fixed-values test, offered in a module keeping a tensor attribute); those questions
+    keep no frame from being skipped (fuzz seed 790033: 0 graphs had become 1), the
+    program's own still do: skipped, the frame would run eagerly and append nothing."""
+    original, mended, result = original_and_mended(QUESTIONS_OF_COMPILING)
+    assert result.changed
+    arguments = (3, torch.zeros(2))
+    counts = graphs_and_breaks(getattr(original, name), *arguments)
+    assert graphs_and_breaks(getattr(mended, name), *arguments) == counts
+    assert original.ASKED == mended.ASKED == ([] if name == "only_graphmend_asks" else [3])
+    if name == "only_graphmend_asks":
+        assert counts == (0, 0)

@@ -68,17 +68,12 @@ def _never_compiling() -> bool:
     return False
 
 
-def _is_compiling() -> bool:
-    # TorchDynamo answers ``True`` for ``torch.compiler.is_compiling()`` while tracing, so
-    # branching on it costs no graph break and keeps the eager path exact. Asked from
-    # this module, the question does not keep a frame with no op from being skipped
-    # (``resumable_states._runtime_questions_mark_nothing``): the eager path is the original.
-    return torch.compiler.is_compiling()
-
-
-# Under a torch graphmend does not support, mended code takes its original path
-# (the one ``else`` keeps) traced too: the program runs as if unmended.
-is_compiling = _is_compiling if torch_adapter.unsupported_torch() is None else _never_compiling
+# TorchDynamo treats this exact function object as a constant ``True`` while
+# tracing, so branching on it costs no graph break and keeps the eager path exact (and
+# skips its frame when called from a frame it runs eagerly, where it answers False).
+# Asked by rewritten code, the question does not keep a frame with no op from being
+# skipped (``resumable_states._runtime_questions_mark_nothing``).
+is_compiling = torch.compiler.is_compiling if torch_adapter.unsupported_torch() is None else _never_compiling
 
 __all__ = [
     "TRAP_MARKER",

@@ -21,12 +21,15 @@ runs eagerly, with no graph), unless the frame asked whether it is being compile
 and its eager path is the original statement: a frame of the program's that traced no
 op compiled an empty graph once mended, one graph more than the original (fuzz seed
 790033: a branch on a length, in a module that keeps a fixed tensor). Only the
-program's own questions count: graphmend's, asked from its runtime, mark nothing.
+program's own questions count: graphmend's (``__graphmend__.is_compiling()`` in
+rewritten code whose bytecode asks no other way, and its runtime's, inlined into the
+program's frame) mark nothing.
 """
 
 from __future__ import annotations
 
 import re
+import weakref
 
 from graphmend.runtime.trace_decisions import is_runtime_file
 
@@ -74,13 +77,44 @@ def _count_only_the_programs_calls(original):
 
 
 def _runtime_questions_mark_nothing(original):
-    """TorchDynamo's ``mark_inconsistent_side_effects``, ignored where the frame that asks
-    is one of graphmend's runtime functions (applied by ``graphmend.torch_adapter``)."""
+    """TorchDynamo's ``mark_inconsistent_side_effects``, ignored where only graphmend
+    asked: from one of its runtime functions inlined into a frame of the program's, or
+    from rewritten code whose every such question is ``__graphmend__.is_compiling()``
+    (applied by ``graphmend.torch_adapter``). A runtime function TorchDynamo traces as a
+    frame of its own (``checks.called_outside_torchdynamo``, called from a frame run
+    eagerly) and the program's own questions mark the frame as before."""
 
     def mark_inconsistent_side_effects(self) -> None:
-        if is_runtime_file(getattr(getattr(self, "f_code", None), "co_filename", "") or ""):
+        code = getattr(self, "f_code", None)
+        inlined = getattr(getattr(self, "output", None), "root_tx", self) is not self
+        if inlined and is_runtime_file(getattr(code, "co_filename", "") or ""):
+            return None
+        if code is not None and _only_graphmend_asks(code, getattr(self, "f_globals", {})):
             return None
         return original(self)
 
     mark_inconsistent_side_effects._graphmend_wrapped = True
     return mark_inconsistent_side_effects
+
+
+_ASKED_ONLY_BY_GRAPHMEND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _only_graphmend_asks(code, module_globals) -> bool:
+    from graphmend.rewrite.templates import RUNTIME_NAME
+    from graphmend.runtime.graph_inspection import is_rewritten_code
+    from graphmend.torch_adapter.tracing import asks_whether_compiling_only_through
+
+    try:
+        return _ASKED_ONLY_BY_GRAPHMEND[code]
+    except (KeyError, TypeError):
+        pass
+    try:
+        answer = is_rewritten_code(code) and asks_whether_compiling_only_through(code, module_globals, RUNTIME_NAME)
+    except Exception:  # noqa: BLE001 - cannot read the code: the program may be asking
+        answer = False
+    try:
+        _ASKED_ONLY_BY_GRAPHMEND[code] = answer
+    except TypeError:
+        pass
+    return answer

@@ -13,7 +13,9 @@ fails where it is used, as importing it from torch there would.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import dis
 import functools
 
 import torch._dynamo
@@ -161,6 +163,37 @@ def captures_data_dependent_output_sizes() -> bool:
     from torch._dynamo import config
 
     return bool(config.capture_dynamic_output_shape_ops)
+
+
+_TRACING_STATE_NAMES = frozenset({"is_compiling", "is_dynamo_compiling", "is_exporting", "_is_in_optimized_module"})
+_LOADS_OF_A_NAME = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+_LOADS_OF_AN_ATTRIBUTE = frozenset({"LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM"})
+_NOT_AN_OPERATION = frozenset({"CACHE", "EXTENDED_ARG", "NOP"})
+
+
+def asks_whether_compiling_only_through(code, module_globals: dict, runtime_name: str) -> bool:
+    """Whether every question ``code`` asks TorchDynamo about compiling
+    (``torch.compiler.is_compiling()`` and the functions it treats alike, which keep a
+    frame with no op from being skipped) is ``runtime_name.is_compiling()``: no other
+    attribute load of those names, and no global or import bound to one of them."""
+    from torch._dynamo.variables.torch import tracing_state_functions
+
+    asking = {function for function, answer in tracing_state_functions().items() if answer}
+    asking.add(torch._dynamo.eval_frame._is_in_optimized_module)
+    previous = None
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in _NOT_AN_OPERATION:
+            continue
+        name = instruction.argval
+        if instruction.opname in _LOADS_OF_A_NAME and isinstance(name, str):
+            value = module_globals.get(name, getattr(builtins, name, None))
+            if any(value is function for function in asking):
+                return False
+        elif instruction.opname in _LOADS_OF_AN_ATTRIBUTE and name in _TRACING_STATE_NAMES:
+            if not (previous is not None and previous.opname == "LOAD_GLOBAL" and previous.argval == runtime_name):
+                return False
+        previous = instruction
+    return True
 
 
 def reads_tensor_numbers(translator) -> bool:
