@@ -7,7 +7,8 @@ the image features by each image's size, the choice of a resolution grid...). Th
 families differ in what the processor hands the model:
 
 - ``patches`` (Qwen2-VL and its kin): every image flattened to its patches,
-  ``(sum of t*h*w, channels * temporal * patch * patch)``, with ``image_grid_thw``
+  ``(sum of t*h*w, channels * temporal * patch * patch)`` (PaddleOCR-VL: ``(sum of h*w,
+  channels, patch, patch)``), with ``image_grid_thw``
   (``t, h, w`` in patches, ``h`` and ``w`` multiples of the spatial merge) and
   ``mm_token_type_ids`` (1 at an image token) for the multimodal rotary positions.
 - ``tiles`` (LLaVA-NeXT, LLaVA-OneVision): ``(images, tiles, channels, size, size)``, the
@@ -35,7 +36,7 @@ TEXT_TOKENS = (4, 80)
 
 FAMILIES = {
     "qwen2_vl": "patches", "qwen2_5_vl": "patches", "qwen3_vl": "patches", "glm4v": "patches",
-    "glm_ocr": "patches",
+    "glm_ocr": "patches", "paddleocr_vl": "patches",
     "llava_next": "tiles", "llava_onevision": "tiles",
     "mistral3": "sized", "lfm2_vl": "flat",
 }
@@ -86,22 +87,31 @@ def _vision(config):
     return getattr(config, "vision_config", config)
 
 
-def _pixels(config, size, seed: int) -> dict:
+def _pixels(config, sizes, seed: int) -> dict:
+    """The pixel inputs of images of ``sizes`` (several: ``patches`` and ``sized`` only)."""
     import torch
 
     family = FAMILIES[config.model_type]
     vision = _vision(config)
     channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
     generator = torch.Generator().manual_seed(seed)
-    height, width = size
     if family == "patches":
-        patch, temporal = vision.patch_size, vision.temporal_patch_size
-        grid = torch.tensor([[1, height // patch, width // patch]])
-        rows = int(grid.prod())
-        return {
-            "pixel_values": torch.randn(rows, channels * temporal * patch * patch, generator=generator),
-            "image_grid_thw": grid,
-        }
+        patch, temporal = vision.patch_size, getattr(vision, "temporal_patch_size", None)
+        grid = torch.tensor([[1, height // patch, width // patch] for height, width in sizes])
+        rows = int(grid.prod(-1).sum())
+        # A tower without frames in a patch (PaddleOCR-VL) takes each patch as an image.
+        shape = (rows, channels * temporal * patch * patch) if temporal else (rows, channels, patch, patch)
+        return {"pixel_values": torch.randn(*shape, generator=generator), "image_grid_thw": grid}
+    if family == "sized":
+        # Padded to the largest, as the processor does; each image's size says what is its.
+        highest, widest = max(height for height, _ in sizes), max(width for _, width in sizes)
+        pixels = torch.zeros(len(sizes), channels, highest, widest)
+        for image, (height, width) in enumerate(sizes):
+            pixels[image, :, :height, :width] = torch.randn(channels, height, width, generator=generator)
+        return {"pixel_values": pixels, "image_sizes": torch.tensor(sizes)}
+    if len(sizes) != 1:
+        raise ValueError(f"one image at a time for a {family} model")
+    height, width = sizes[0]
     if family == "flat":
         patch = vision.patch_size
         shape = torch.tensor([[height // patch, width // patch]])
@@ -111,21 +121,18 @@ def _pixels(config, size, seed: int) -> dict:
             "spatial_shapes": shape,
             "pixel_attention_mask": torch.ones(1, rows, dtype=torch.bool),
         }
-    sizes = torch.tensor([[height, width]])
-    if family == "tiles":
-        from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+    from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
-        tile = vision.image_size
-        tiles = image_size_to_num_patches((height, width), config.image_grid_pinpoints, tile)
-        return {
-            "pixel_values": torch.randn(1, tiles, channels, tile, tile, generator=generator),
-            "image_sizes": sizes,
-        }
-    return {"pixel_values": torch.randn(1, channels, height, width, generator=generator), "image_sizes": sizes}
+    tile = vision.image_size
+    tiles = image_size_to_num_patches((height, width), config.image_grid_pinpoints, tile)
+    return {
+        "pixel_values": torch.randn(1, tiles, channels, tile, tile, generator=generator),
+        "image_sizes": torch.tensor([[height, width]]),
+    }
 
 
-def _feature_count(model, config, pixels: dict) -> int:
-    """How many image tokens the model's own vision path fills."""
+def _feature_counts(model, config, pixels: dict, images: int) -> list[int]:
+    """How many image tokens the model's own vision path fills, an image at a time."""
     import torch
 
     inner = model if hasattr(model, "get_image_features") else model.model
@@ -138,7 +145,12 @@ def _feature_count(model, config, pixels: dict) -> int:
             # Older releases give each image's tiles apart; the forward then packs them
             # (unpadded, a newline a row), as the image tokens count them.
             features = _packed(inner, config, list(features), pixels["image_sizes"])
-    return sum(piece.reshape(-1, piece.shape[-1]).shape[0] for piece in features)
+    counts = [piece.reshape(-1, piece.shape[-1]).shape[0] for piece in features]
+    if len(counts) == images:
+        return counts
+    if images == 1:
+        return [sum(counts)]
+    raise ValueError(f"{images} images gave {len(counts)} pieces of features")
 
 
 def _packed(inner, config, features, image_sizes):
@@ -155,19 +167,22 @@ def _packed(inner, config, features, image_sizes):
 
 
 def image_inputs(model, config, size=IMAGE_SIZES[0], seed: int = 0, text: int = 6) -> dict:
-    """The keyword arguments of one image of ``size`` pixels between ``text`` text tokens
-    (half before, half after), seeded."""
+    """The keyword arguments of one image of ``size`` pixels (or of several: a tuple of
+    sizes) between ``text`` text tokens (around each image), seeded."""
     import torch
 
-    pixels = _pixels(config, size, seed)
-    images = _feature_count(model, config, pixels)
+    sizes = [tuple(size)] if isinstance(size[0], int) else [tuple(one) for one in size]
+    pixels = _pixels(config, sizes, seed)
+    counts = _feature_counts(model, config, pixels, len(sizes))
     generator = torch.Generator().manual_seed(seed + 1)
-    before = torch.randint(*TEXT_TOKENS, (text // 2,), generator=generator)
-    after = torch.randint(*TEXT_TOKENS, (text - text // 2,), generator=generator)
     marked = FAMILIES[config.model_type] == "patches"
-    start = torch.tensor([START_TOKEN] if marked else [], dtype=torch.long)
-    end = torch.tensor([END_TOKEN] if marked else [], dtype=torch.long)
-    ids = torch.cat([before, start, torch.full((images,), IMAGE_TOKEN), end, after]).unsqueeze(0)
+    pieces = [torch.randint(*TEXT_TOKENS, (text // 2,), generator=generator)]
+    for count in counts:
+        start = torch.tensor([START_TOKEN] if marked else [], dtype=torch.long)
+        end = torch.tensor([END_TOKEN] if marked else [], dtype=torch.long)
+        after = torch.randint(*TEXT_TOKENS, (text - text // 2,), generator=generator)
+        pieces += [start, torch.full((count,), IMAGE_TOKEN), end, after]
+    ids = torch.cat(pieces).unsqueeze(0)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **pixels}
     if marked:
         inputs["mm_token_type_ids"] = (ids == IMAGE_TOKEN).int()
