@@ -496,3 +496,50 @@ def test_a_series_of_counted_channels_has_a_channel_axis() -> None:
     model = _Forward("past_values")
     config = _config(prediction_length=4, context_length=32, num_input_channels=1)
     assert tuple(make_inputs(model, config, "time-series")["past_values"].shape) == (2, 32, 1)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "llava_next", "mistral3"])
+def test_a_multimodal_model_is_fed_an_image_with_as_many_image_tokens_as_features(model_type) -> None:
+    """The vision path runs: the image set comes first, and the model takes it (its own
+    check that image tokens and features agree raises otherwise)."""
+    import torch
+    transformers = pytest.importorskip("transformers")
+    from tools.census.models import Entry, build_transformers_model, input_candidates, make_inputs
+    from tools.census.vision_inputs import IMAGE_TOKEN
+
+    mapping = transformers.models.auto.modeling_auto.MODEL_MAPPING_NAMES
+    if model_type not in mapping:
+        pytest.skip(f"{model_type} is not in this transformers")
+    if model_type == "qwen2_vl" and int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("before transformers 5 its config names no rotary sections: text alone fails too")
+    entry = Entry(model_type, "transformers", model_type, mapping[model_type])
+    model, config = build_transformers_model(entry)
+    assert input_candidates(model, config)[0] == "images-in-text"
+    inputs = make_inputs(model, config, "images-in-text")
+    assert set(inputs) >= {"input_ids", "pixel_values"}
+    assert int((inputs["input_ids"] == IMAGE_TOKEN).sum()) > 0
+    with torch.no_grad():
+        output = model.eval()(**inputs)
+    assert output.last_hidden_state.shape[1] == inputs["input_ids"].shape[1]
+    again = make_inputs(model, config, "images-in-text")
+    assert all(torch.equal(inputs[name], again[name]) for name in inputs)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "mistral3"])
+def test_several_images_of_different_sizes_each_get_their_own_image_tokens(model_type) -> None:
+    """Two images in one text: the vision path splits the features by each image's size."""
+    import torch
+    transformers = pytest.importorskip("transformers")
+    from tools.census.models import Entry, build_transformers_model
+    from tools.census.vision_inputs import IMAGE_TOKEN, image_inputs
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("before transformers 5 the image features come back unsplit")
+    mapping = transformers.models.auto.modeling_auto.MODEL_MAPPING_NAMES
+    model, config = build_transformers_model(Entry(model_type, "transformers", model_type, mapping[model_type]))
+    one, other = (image_inputs(model, config, size) for size in ((16, 32), (32, 32)))
+    both = image_inputs(model, config, ((16, 32), (32, 32)))
+    tokens = [int((inputs["input_ids"] == IMAGE_TOKEN).sum()) for inputs in (one, other, both)]
+    assert tokens[2] == tokens[0] + tokens[1] and tokens[0] != tokens[1]
+    with torch.no_grad():
+        model.eval()(**both)

@@ -7,6 +7,7 @@ its auto mappings, without importing any modeling file), a model file defining
 Building a transformers class: its Config with the sizes below put over the defaults
 (and over every nested sub-config), the model constructed after ``torch.manual_seed``,
 then inputs made from the names ``forward`` takes, with the benchmark suite's makers.
+A multimodal model gets an image in its text first (``tools/census/vision_inputs.py``).
 """
 
 from __future__ import annotations
@@ -408,8 +409,12 @@ def build_transformers_model(entry: Entry, max_parameters: int | None = None):
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    from tools.census.vision_inputs import FAMILIES, vision_config
+
     model_class = getattr(transformers, entry.class_name)
     config = tiny_config(CONFIG_MAPPING[entry.model_type])
+    if entry.model_type in FAMILIES:
+        vision_config(config)
     if max_parameters is not None:
         parameters = _meta_parameters(model_class, config)
         if parameters is not None and parameters > max_parameters:
@@ -568,6 +573,8 @@ SET_MAKERS = {
 # then all it takes together. Audio comes in several shapes under one name
 # (``input_values``; ``input_features`` bins first or frames first): each is a set of its own.
 INPUT_SETS = (
+    # A multimodal model's vision path (tools/census/vision_inputs.py): one image in text.
+    ("images-in-text", ("input_ids", "pixel_values")),
     ("text", ("input_ids", "attention_mask", "decoder_input_ids")),
     ("image", ("pixel_values",)),
     ("speech-features", ("input_features", "decoder_input_ids")),
@@ -601,7 +608,11 @@ def input_candidates(model, config) -> list[str]:
         and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     }
     candidates = []
+    from tools.census.vision_inputs import FAMILIES
+
     for set_name, names in INPUT_SETS:
+        if set_name == "images-in-text" and getattr(config, "model_type", None) not in FAMILIES:
+            continue
         needs = SET_NEEDS.get(set_name)
         if needs and _find(config, *((needs,) if isinstance(needs, str) else needs)) is None:
             continue
@@ -616,6 +627,10 @@ def make_inputs(model, config, set_name: str) -> dict:
     """The input set ``set_name`` for ``model``, seeded: the same tensors in every process."""
     import torch
 
+    if set_name == "images-in-text":
+        from tools.census.vision_inputs import census_image_size, image_inputs
+
+        return image_inputs(model, config, census_image_size(config))
     parameters = inspect.signature(model.forward).parameters
     makers = {**_input_makers(), **SET_MAKERS.get(set_name, {})}
     torch.manual_seed(1)
