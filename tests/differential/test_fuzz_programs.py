@@ -259,7 +259,7 @@ def test_the_drawn_range_construct_is_generated_and_rewritten_by_graphmend() -> 
 # attribute. A helper that traces no op but that test compiled an empty graph once
 # mended, which the original never did: TorchDynamo compiles any frame that asked
 # ``is_compiling()``, and rewritten code asks (seed 790033: 0 graphs became 1). Asked
-# from graphmend's runtime, the question no longer keeps such a frame from being skipped.
+# by rewritten code only, the question no longer keeps such a frame from being skipped.
 DATA_DEPENDENT_LENGTH_TEST = """
 import torch
 
@@ -296,9 +296,12 @@ def test_a_test_of_a_data_dependent_length_compiles_no_graph_more() -> None:
 # A counter the module keeps as a fixed tensor and writes every call (``self.step += 1``,
 # a break of TorchDynamo's before the test): the resume function's first trace decides
 # ``self.step % 2 == 0`` and guards on its value; the next call's value fails the guard,
-# and the trace again declined (W218) and kept the break. Under ``aot_eager``, one graph
-# more than the original (3 graphs and 5 breaks became 4 and 3; seed 408). W218 now
-# declines a fixed tensor written in place since it was made (its version counter).
+# and the trace again declines (W218) and keeps the break. Under ``aot_eager``, one graph
+# more than the original (3 graphs and 5 breaks became 4 and 3; seed 408): the limit the
+# README states, a frame meeting another value of a fixed tensor compiles once more.
+# Declining every tensor written in place since it was made (its version counter) fixed
+# it, but also declined the buffers transformers 5 initialises in place (Mimi lost all
+# 32 of its removed breaks).
 COUNTER_WRITTEN_EVERY_CALL = """
 import torch
 import torch.nn.functional as F
@@ -342,6 +345,7 @@ def f(x, y, box, items, table):
 """
 
 
+@pytest.mark.xfail(strict=True, reason="fixed values: a counter written every call is decided once, then declined (a stated limit)")
 def test_a_fixed_counter_written_every_call_compiles_no_graph_more() -> None:
     program = Program(seed=408, source=COUNTER_WRITTEN_EVERY_CALL, shape=(4,))
     report = compare(program, modes=("compiled:aot_eager",), counts=True, tracebacks=True)

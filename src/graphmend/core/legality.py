@@ -261,8 +261,7 @@ _CONDITIONS = (
     (_W, WHILE_TRACING, "W217", "computed_by_pure_operators", "graphmend.runtime.fixed_values:why_not_computed_again",
      "every operator between those tensors and the value is arithmetic, a comparison, a rounding or a conversion"),
     (_W, WHILE_TRACING, "W218", "fixed_tensors_not_written", "graphmend.runtime.fixed_values:why_written_or_changed",
-     "no fixed tensor has been written in place since it was made, nor in the trace (through a view too), "
-     "changed value since an earlier "
+     "no fixed tensor is written in place in the trace (through a view too), changed value since an earlier "
      "trace read it, or meets a frame traced again with a value no earlier trace read at the statement"),
     (_W, WHILE_TRACING, "W219", "conversion_returns_the_tensor",
      "graphmend.runtime.written_back:conversion_returns_the_tensor",

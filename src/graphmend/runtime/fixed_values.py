@@ -27,8 +27,8 @@ Decided only when (each registered in ``graphmend.core.legality``):
 - ``W217 computed_by_pure_operators``: every operator between those tensors and the value
   is arithmetic, a comparison, a rounding or a conversion that writes nothing and draws
   no random number, so computing it again gives the graph's value.
-- ``W218 fixed_tensors_not_written``: no fixed tensor has been written in place since it
-  was made (its version counter is 0), nor in the trace so far, through a view of it or a tensor it is a view of too, and none has changed value
+- ``W218 fixed_tensors_not_written``: no fixed tensor was written in place in the trace so
+  far, through a view of it or a tensor it is a view of too, and none has changed value
   since an earlier trace of this program read it, nor holds a value no earlier trace
   of the same frame read at the same statement (a tensor the program updates between
   calls, or modules with different values passed to one function, would make every
@@ -266,11 +266,6 @@ def why_written_or_changed(node, owner, found, translator) -> str | None:
     (two convolutions with different strides, one code), or by different frames (an
     encoder's and a decoder's, compiled apart) are not told apart."""
     module, name, _is_buffer = owner
-    if found[1]._version != 0:
-        # Written in place since it was made (``self.step += 1`` in an earlier frame of
-        # the same call, a ``fill_`` after ``__init__``): the program changes it, and a
-        # guard on its value would trace again when it next does (fuzz seed 408).
-        return failed("W218", f"fixed_tensors_not_written: `{name}` has been written in place since it was made")
     value = found[1].item()
     seen = store.fixed_values_read.setdefault(module, {})
     if seen.setdefault(name, value) != value:
