@@ -141,6 +141,18 @@ def guarded_global_names(output) -> set[str]:
     return {source.global_name for _guard, source in _global_value_guards(output)}
 
 
+def _resume_function_locals(output) -> dict | None:
+    """The locals a resume function of TorchDynamo's was called with, where the trace is
+    of one; else None."""
+    from graphmend.torch_adapter.tracing import resume_function_line
+
+    root = getattr(output, "root_tx", None)
+    code = getattr(root, "f_code", None)
+    if code is None or resume_function_line(code) is None:
+        return None
+    return getattr(root, "f_locals", {}) or {}
+
+
 def guarded_resumed_numbers(output) -> list[str]:
     """Where the trace is of one of TorchDynamo's resume functions: the names of its guards
     on the value of a local that holds a Python number (not a bool), which the frame it
@@ -148,13 +160,9 @@ def guarded_resumed_numbers(output) -> list[str]:
     differ on every call."""
     from torch._dynamo.source import LocalSource
 
-    from graphmend.torch_adapter.tracing import resume_function_line
-
-    root = getattr(output, "root_tx", None)
-    code = getattr(root, "f_code", None)
-    if code is None or resume_function_line(code) is None:
+    values = _resume_function_locals(output)
+    if values is None:
         return []
-    values = getattr(root, "f_locals", {}) or {}
     found = set()
     for guard, source in _value_guards(output):
         if not isinstance(source, LocalSource):
@@ -173,13 +181,9 @@ def guarded_resumed_lists(output) -> list[str]:
     every call (a loop over it is unrolled, and guarded, item by item)."""
     from torch._dynamo.source import GetItemSource, ListGetItemSource, LocalSource
 
-    from graphmend.torch_adapter.tracing import resume_function_line
-
-    root = getattr(output, "root_tx", None)
-    code = getattr(root, "f_code", None)
-    if code is None or resume_function_line(code) is None:
+    values = _resume_function_locals(output)
+    if values is None:
         return []
-    values = getattr(root, "f_locals", {}) or {}
     found = set()
     for guard, source in _value_guards(output):
         # An item's guard names the list it was read from as its base.

@@ -50,7 +50,7 @@ from graphmend.core.legality import failed
 from graphmend.rewrite.findings import TENSOR_ITEM
 from graphmend.rewrite.templates import RUNTIME_NAME, compiled_or_original, place, statements
 from graphmend.rules.base import FunctionContext, first_failure, rewrite_statements
-from graphmend.rules.trap.items import assigns_one_local, reads_reached
+from graphmend.rules.trap.items import assigned_method_call, assigns_one_local, reads_reached
 
 RULE = "Capture"
 WHEN_DECIDED = "if the tensor holds a static count of integers [C210 values_are_integers_of_a_static_count]"
@@ -64,17 +64,7 @@ _READING_BUILTINS = frozenset({
 
 def tolist_call_of(statement: ast.stmt) -> ast.Call | None:
     """The ``EXPR.tolist()`` call of ``NAME = EXPR.tolist()``, the shape this pass handles."""
-    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
-        return None
-    if not isinstance(statement.targets[0], ast.Name):
-        return None
-    call = statement.value
-    if (
-        isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "tolist"
-        and not call.args and not call.keywords
-    ):
-        return call
-    return None
+    return assigned_method_call(statement, "tolist")
 
 
 def assigned_tolist_calls(function: ast.AST) -> set[int]:

@@ -56,8 +56,8 @@ RULE = "Trap"
 _SIZE_METHODS = frozenset({"size", "numel", "dim", "ndimension", "nelement"})
 
 
-def item_of(statement: ast.stmt) -> ast.Call | None:
-    """The ``EXPR.item()`` call of ``NAME = EXPR.item()``, the shape this rule handles."""
+def assigned_method_call(statement: ast.stmt, method: str) -> ast.Call | None:
+    """The ``EXPR.method()`` call (no arguments) of ``NAME = EXPR.method()``."""
     if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
         return None
     if not isinstance(statement.targets[0], ast.Name):
@@ -66,12 +66,17 @@ def item_of(statement: ast.stmt) -> ast.Call | None:
     if (
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Attribute)
-        and call.func.attr == "item"
+        and call.func.attr == method
         and not call.args
         and not call.keywords
     ):
         return call
     return None
+
+
+def item_of(statement: ast.stmt) -> ast.Call | None:
+    """The ``EXPR.item()`` call of ``NAME = EXPR.item()``, the shape this rule handles."""
+    return assigned_method_call(statement, "item")
 
 
 def assigns_one_local(context: FunctionContext, name: str) -> str | None:
