@@ -150,6 +150,8 @@ def joined_graph_records_no_autograd(output) -> str | None:
 # a decided comparison only chooses which code is traced, as the original's test did;
 # a tensor's integers read into a list are no value autograd reaches).
 _JOINS_UNDER_GRAD = frozenset({OUTPUT, GUARD, ITEM, DECIDED, VALUES})
+# Claims whose trace made data-dependent sizes: positions, and a tensor's integers.
+_CAPTURE_KINDS = frozenset({CAPTURE, VALUES})
 
 
 def joins_under_grad(output, claim) -> bool:
@@ -827,7 +829,7 @@ _GLOBAL_WRITTEN_REASON = failed(
 def refused_capture_reason(claims) -> str | None:
     """Why the first capture claim of a trace was refused since it was made, if one was."""
     for claim in claims.values():
-        if claim.kind in (CAPTURE, VALUES) and refused_reason(claim.site):
+        if claim.kind in _CAPTURE_KINDS and refused_reason(claim.site):
             return refused_reason(claim.site)
     return None
 
@@ -895,7 +897,7 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
         return [(site, ALWAYS, reason) for site in stopped]
     decided = captured_sizes_decide_no_break(output, translator, claims, graph_break)
     if decided is not None:
-        return [(claim.site, ALWAYS, decided) for claim in claims.values() if claim.kind in (CAPTURE, VALUES)]
+        return [(claim.site, ALWAYS, decided) for claim in claims.values() if claim.kind in _CAPTURE_KINDS]
     with_guard = outputs_share_no_graph_with_a_lowered_guard(output, claims) or (
         outputs_share_no_graph_with_an_input_written_in_place(output, claims)
     )
