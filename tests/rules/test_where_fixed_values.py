@@ -147,7 +147,7 @@ def test_differential_plain_attribute():
     assert_equivalent(original.main, mended.main, X, backends=("eager", "aot_eager"))
 
 
-def _calls(function, inputs, between=None):
+def _calls(function, inputs, between=None, dynamic=None):
     """(graphs, breaks, outputs) over calls of ``function`` compiled once; ``between``
     (index, action) runs ``action`` before that call."""
     from torch._dynamo.testing import CompileCounter
@@ -156,7 +156,7 @@ def _calls(function, inputs, between=None):
     torch._dynamo.reset()
     counters.clear()
     backend = CompileCounter()
-    compiled = torch.compile(function, backend=backend)
+    compiled = torch.compile(function, backend=backend, dynamic=dynamic)
     outputs = []
     for index, x in enumerate(inputs):
         if between is not None and index == between[0]:
@@ -528,3 +528,103 @@ def test_a_fixed_tensor_viewing_another_tensor_unwritten_is_decided():
     for got, expected in zip(after[2], before[2]):
         assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
     assert _declined() == {}
+
+
+def _over_modules(module, calls, dynamic):
+    """(graphs, breaks, outputs) of ``main`` compiled once, called with each (index of
+    a module, width of the input)."""
+    from torch._dynamo.testing import CompileCounter
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    backend = CompileCounter()
+    compiled = torch.compile(module.main, backend=backend, dynamic=dynamic)
+    outputs = [compiled(torch.ones(1, 2, width), module.PADS[index]) for index, width in calls]
+    return backend.frame_count, sum(counters["graph_break"].values()), outputs
+
+
+# Each module meets inputs of its own width, as the layers of a convolutional encoder do.
+WIDTHS_OF_THEIR_OWN = [(0, 9), (3, 7), (5, 5)] * 3
+
+
+def test_modules_with_different_values_met_with_inputs_of_other_sizes_are_decided():
+    """W218 accepts a value no earlier trace read at the statement where every earlier
+    trace that read another value there had a graph input of other static sizes: that
+    trace's size guard fails the call, and the original traces again for it too."""
+    original, mended, _ = original_and_mended(PASSED_MODULES)
+    before = _over_modules(original, WIDTHS_OF_THEIR_OWN, dynamic=False)
+    after = _over_modules(mended, WIDTHS_OF_THEIR_OWN, dynamic=False)
+    assert (before[:2], after[:2]) == ((8, 3), (3, 0))
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got, expected)
+    assert _declined() == {}
+
+
+def test_a_module_of_another_value_met_with_an_earlier_size_keeps_the_break():
+    """W218: the third module meets the first one's input size, which the first trace's
+    guards accept but for the value: the original's first trace serves the call, and the
+    statement is decided no more."""
+    calls = [(0, 9), (3, 7), (5, 9), (5, 9)]
+    original, mended, _ = original_and_mended(PASSED_MODULES)
+    before = _over_modules(original, calls, dynamic=False)
+    after = _over_modules(mended, calls, dynamic=False)
+    assert after[0] <= before[0] and after[1] <= before[1]
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got, expected)
+    assert "W218" in _declined().values()
+
+
+def test_modules_with_different_values_and_sizes_traced_dynamic_keep_the_break():
+    """W218: with sizes made dynamic after a call of another size, one trace of the
+    original serves every later width; the sizes do not tell the traces apart. The
+    stated limit: the first trace decided, and the frames after the kept break compile
+    first with static sizes, then once more each as sizes turn dynamic (two graphs more
+    than the original, one break fewer)."""
+    original, mended, _ = original_and_mended(PASSED_MODULES)
+    before = _over_modules(original, WIDTHS_OF_THEIR_OWN, dynamic=None)
+    after = _over_modules(mended, WIDTHS_OF_THEIR_OWN, dynamic=None)
+    assert (before[:2], after[:2]) == ((6, 2), (8, 1))
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got, expected)
+    assert "W218" in _declined().values()
+
+
+# An encoder whose loop over its layers TorchDynamo gives up (a layer it cannot trace),
+# so that each layer's forward is compiled as a frame of its own.
+GIVEN_UP_LOOP = PASSED_MODULES.replace(
+    "PADS = [Pad(left) for left in range(12)]",
+    '''class Opaque(nn.Module):
+    def forward(self, x):
+        torch._dynamo.graph_break()
+        return x + 1
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Pad(1), Opaque(), Pad(3)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+ENCODER = Encoder()
+PADS = []''',
+).replace("def main(x, pad):\n    return pad(x) + 1\n", "def main(x):\n    return ENCODER(x)\n")
+
+
+def test_a_frame_given_up_refuses_its_claims_in_that_frame_only():
+    """G302 ``frame_was_not_given_up_while_tracing``: the encoder's frame, traced with
+    the first layer's test decided, is given up at the layer it cannot trace; traced
+    again, the test keeps its break there, as in the original. The frame ran eagerly,
+    and each layer's forward, compiled as a frame of its own, is not given up: its test
+    is decided there."""
+    original, mended, _ = original_and_mended(GIVEN_UP_LOOP)
+    before = _calls(original.main, [X] * 3, dynamic=False)
+    after = _calls(mended.main, [X] * 3, dynamic=False)
+    assert (before[:2], after[:2]) == ((5, 2), (3, 2))
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got, expected)

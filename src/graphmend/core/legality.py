@@ -262,7 +262,8 @@ _CONDITIONS = (
      "every operator between those tensors and the value is arithmetic, a comparison, a rounding or a conversion"),
     (_W, WHILE_TRACING, "W218", "fixed_tensors_not_written", "graphmend.runtime.fixed_values:why_written_or_changed",
      "no fixed tensor is written in place in the trace (through a view too), changed value since an earlier "
-     "trace read it, or meets a frame traced again with a value no earlier trace read at the statement"),
+     "trace read it, or meets a frame traced again with a value no earlier trace read at the statement "
+     "(unless each such trace had inputs of other static sizes, which trace again in the original too)"),
     (_W, WHILE_TRACING, "W219", "conversion_returns_the_tensor",
      "graphmend.runtime.written_back:conversion_returns_the_tensor",
      "the attribute holds a plain tensor that `to(...)` returns itself (its device and dtype, no copy), "
@@ -430,7 +431,7 @@ _CONDITIONS = (
      "no op after the statement fails while TorchDynamo traces it"),
     (_G, WHOLE_TRACE, "G302", "frame_was_not_given_up_while_tracing",
      "graphmend.runtime.whole_trace_conditions:frame_was_not_given_up_while_tracing",
-     "TorchDynamo does not give up on the frame after the statement"),
+     "TorchDynamo does not give up on the frame after the statement (refused in that frame's code only)"),
     (_G, WHOLE_TRACE, "G303", "joined_graph_records_no_autograd", "graphmend.runtime.whole_trace_conditions:joined_graph_records_no_autograd",
      "a joined graph with a capture, or a selection that records autograd itself, records no autograd"),
     (_G, WHOLE_TRACE, "G304", "joined_graph_enters_no_inference_mode",

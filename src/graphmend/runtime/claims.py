@@ -29,6 +29,7 @@ from graphmend.runtime.store import store
 from graphmend.runtime.trace_decisions import user_site, user_translator
 from graphmend.runtime.trace_restarts import restart
 from graphmend.torch_adapter import ops
+from graphmend.torch_adapter.tracing import frame_code_of
 
 # The claims of a trace, on its output graph (``claims_in_trace``).
 CLAIMS_ATTRIBUTE = "_graphmend_claims"
@@ -135,22 +136,23 @@ def claims_in_trace(translator) -> dict[tuple[str, int], Claim]:
     return claims
 
 
-def refused_reason(site: tuple[str, int]) -> str | None:
-    """Why an earlier trace refused this site's claim, where that still holds."""
+def refused_reason(site: tuple[str, int], code=None) -> str | None:
+    """Why an earlier trace refused this site's claim, where that still holds (in the
+    frame of ``code``, where given)."""
     kinds = store.refused.get(site)
-    if not kinds:
-        return None
-    if ALWAYS in kinds or (UNDER_GRAD in kinds and torch.is_grad_enabled()):
+    if (kinds and (ALWAYS in kinds or (UNDER_GRAD in kinds and torch.is_grad_enabled()))) or (
+        code is not None and code in store.refused_in_frames.get(site, ())
+    ):
         return store.trace_time_declines.get(site, "an earlier trace kept its break")
     return None
 
 
-def refused_between(filename: str, first: int, last: int) -> str | None:
+def refused_between(filename: str, first: int, last: int, code=None) -> str | None:
     """Why an earlier trace refused a claim at some line ``first..last`` of ``filename``,
-    where that still holds."""
-    for site in list(store.refused):
+    where that still holds (in the frame of ``code``, where given)."""
+    for site in [*store.refused, *store.refused_in_frames]:
         if site[0] == filename and first <= site[1] <= last:
-            reason = refused_reason(site)
+            reason = refused_reason(site, code)
             if reason is not None:
                 return f"line {site[1]}: {reason}"
     return None
@@ -505,7 +507,7 @@ def _claimable_user_site(translator):
     if translator is None:
         return None
     site = (translator.f_code.co_filename, translator.lineno)
-    if refused_reason(site) is not None:
+    if refused_reason(site, frame_code_of(translator)) is not None:
         return None
     unavailable = trace_checks_unavailable() or not_inside_inference_mode(translator)
     if unavailable is not None:
@@ -631,9 +633,17 @@ def refuse(site, kind: str, reason: str) -> None:
     store.trace_time_declines[site] = reason
 
 
-def refused_for_good_as(site: tuple[str, int], reason_start: str) -> str | None:
-    """The reason ``site`` was refused for good, where it begins with ``reason_start``."""
-    if ALWAYS in store.refused.get(site, ()):
+def refuse_in_frame(site, code, reason: str) -> None:
+    """The statement at ``site`` keeps its break in later traces of the frame of
+    ``code``; ``reason`` is what ``explain`` shows."""
+    store.refused_in_frames.setdefault(site, set()).add(code)
+    store.trace_time_declines[site] = reason
+
+
+def refused_for_good_as(site: tuple[str, int], reason_start: str, code=None) -> str | None:
+    """The reason ``site`` was refused for good (or in the frame of ``code``, where
+    given), where it begins with ``reason_start``."""
+    if ALWAYS in store.refused.get(site, ()) or (code is not None and code in store.refused_in_frames.get(site, ())):
         reason = store.trace_time_declines.get(site, "")
         if reason.startswith(reason_start):
             return reason

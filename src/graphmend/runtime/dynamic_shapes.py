@@ -37,6 +37,7 @@ from graphmend.torch_adapter import ops
 from graphmend.torch_adapter.tracing import (
     captures_data_dependent_output_sizes,
     comptime,
+    frame_code_of,
     realized,
     translator_of,
 )
@@ -209,7 +210,7 @@ def body_keeps_its_captures(translator, body_lines) -> str | None:
         return unavailable
     if body_lines:
         first, last = body_lines
-        return claims.refused_between(user.f_code.co_filename, first, last)
+        return claims.refused_between(user.f_code.co_filename, first, last, frame_code_of(user))
     return None
 
 

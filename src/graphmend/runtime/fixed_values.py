@@ -32,7 +32,10 @@ Decided only when (each registered in ``graphmend.core.legality``):
   since an earlier trace of this program read it, nor holds a value no earlier trace
   of the same frame read at the same statement (a tensor the program updates between
   calls, or modules with different values passed to one function, would make every
-  call trace again; such a statement is decided no more, in any frame).
+  call trace again; such a statement is decided no more, in any frame), unless every
+  earlier trace that read another value there had a graph input of other static sizes
+  (the layers of an encoder, each compiled as a frame of its own): that trace's size
+  guard fails the call, so the original traces again for it too.
 
 And, once the trace is complete (``graphmend.runtime.whole_trace_conditions``):
 
@@ -56,6 +59,7 @@ from graphmend.torch_adapter.tracing import (
     comptime,
     graph_input_of,
     realized,
+    static_input_sizes,
     tensor_attribute_owner,
 )
 
@@ -295,7 +299,11 @@ def _read_before_at_site(translator, value) -> bool:
         setattr(output, _TRACE_NUMBER, trace)
     code = frame_code_of(translator)
     known = store.fixed_values_read_at.setdefault(site, {}).setdefault(code, {})
-    if value not in known and any(reader != trace for reader in known.values()):
+    sizes = store.fixed_values_trace_sizes.setdefault(trace, static_input_sizes(translator.output.graph))
+    if value not in known and any(
+        reader != trace and not _sizes_differ(store.fixed_values_trace_sizes.get(reader, {}), sizes)
+        for reader in known.values()
+    ):
         # The other statements this frame decided read the same modules: in the frames
         # that resume after this break, they would meet the other values for the first
         # time, and trace once more each.
@@ -304,6 +312,12 @@ def _read_before_at_site(translator, value) -> bool:
     known.setdefault(value, trace)
     store.fixed_values_sites_read_in.setdefault(code, set()).add(site)
     return True
+
+
+def _sizes_differ(earlier: dict[str, tuple[int, ...]], current: dict[str, tuple[int, ...]]) -> bool:
+    """Whether a graph input both traces read has other static sizes in each: the earlier
+    trace's size guard fails the current call, so the original traces again for it too."""
+    return any(name in current and current[name] != shape for name, shape in earlier.items())
 
 
 _WRITING_OPERATORS = (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv)

@@ -42,6 +42,9 @@ class RuntimeStore:
         # Sites refused for good (``claims.ALWAYS``) or only while grad mode is on
         # (``claims.UNDER_GRAD``).
         self.refused: dict[tuple[str, int], set[str]] = {}
+        # Sites refused only in the frames whose code is listed (a frame TorchDynamo gave
+        # up on: other frames that reach the statement are not given up for it).
+        self.refused_in_frames: dict[tuple[str, int], set] = {}
         # (file, first line, function name) -> TorchDynamo's error, for each rewritten
         # frame run eagerly because TorchDynamo failed to convert it (``conversion_failures``).
         self.frames_run_eagerly: dict[tuple[str, int, str], str] = {}
@@ -54,12 +57,14 @@ class RuntimeStore:
         # What the decisions from fixed tensors read (``fixed_values``, W218): each
         # module's fixed tensors' values, by attribute name; by (file, line) of a
         # decided statement and the code of the frame traced, each value with the
-        # number of the first trace that read it; the statements decided no more; and,
-        # by the code of a frame traced, the statements it decided.
+        # number of the first trace that read it; the statements decided no more; by
+        # the code of a frame traced, the statements it decided; and, by the number of a
+        # trace, the static sizes of its graph inputs when it first decided.
         self.fixed_values_read: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.fixed_values_read_at: dict[tuple[str, int], dict] = {}
         self.fixed_values_varying_sites: set[tuple[str, int]] = set()
         self.fixed_values_sites_read_in: dict[object, set[tuple[str, int]]] = {}
+        self.fixed_values_trace_sizes: dict[int, dict[str, tuple[int, ...]]] = {}
 
         # --- kept by ``reset()`` ---------------------------------------------------------
 
@@ -122,6 +127,7 @@ class RuntimeStore:
         TorchDynamo's installed hooks still use. The tables are emptied in place."""
         self.trace_time_declines.clear()
         self.refused.clear()
+        self.refused_in_frames.clear()
         self.frames_run_eagerly.clear()
         self.break_counts_at_compile_start.clear()
         self.forward_analyses.clear()
@@ -129,6 +135,7 @@ class RuntimeStore:
         self.fixed_values_read_at.clear()
         self.fixed_values_varying_sites.clear()
         self.fixed_values_sites_read_in.clear()
+        self.fixed_values_trace_sizes.clear()
 
 
 store = RuntimeStore()

@@ -49,6 +49,7 @@ from graphmend.runtime.claims import (
     error_headline,
     refuse,
     refuse_for_good,
+    refuse_in_frame,
 )
 from graphmend.runtime.graph_inspection import (
     computed_nodes,
@@ -314,7 +315,7 @@ def _restart_given_up_frame_without_claims(run):
                 f"{GIVEN_UP_REASON} ({error_headline(error)}); the original break keeps the part before it compiled",
             )
             for site in claims:
-                refuse(site, ALWAYS, reason)
+                refuse_in_frame(site, self.f_code, reason)
             raise restart(self.output, reason) from error
 
     wrapped._graphmend_wrapped = True

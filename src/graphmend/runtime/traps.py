@@ -44,7 +44,7 @@ from graphmend.runtime.whole_trace_conditions import (
     no_later_op_failed_while_tracing,
 )
 from graphmend.torch_adapter import ops
-from graphmend.torch_adapter.tracing import comptime, translator_of
+from graphmend.torch_adapter.tracing import comptime, frame_code_of, translator_of
 
 TRAP_MARKER = "[graphmend-trap "
 _FIELD_SEPARATOR = "|"
@@ -550,8 +550,8 @@ def _lowerable(translator, exception_class, line: int, function_name: str) -> bo
     reason = (
         raised_class_is_exception(exception_class)
         or no_later_op_failed_while_tracing(site)
-        or frame_was_not_given_up_while_tracing(site)
-        or claims.refused_reason(site)
+        or frame_was_not_given_up_while_tracing(site, frame_code_of(translator))
+        or claims.refused_reason(site, frame_code_of(translator))
         or claims.trace_checks_unavailable()
         or claims.not_inside_inference_mode(translator)
         or no_handler_in_traced_frames(translator)

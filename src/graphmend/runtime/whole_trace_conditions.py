@@ -107,7 +107,7 @@ def no_later_op_failed_while_tracing(site: tuple[str, int]) -> str | None:
 FAILED_OP_REASON = "an op after it fails while TorchDynamo traces it"
 
 
-def frame_was_not_given_up_while_tracing(site: tuple[str, int]) -> str | None:
+def frame_was_not_given_up_while_tracing(site: tuple[str, int], code) -> str | None:
     """TorchDynamo gives up on a frame whose trace fails as a whole (an exception the
     code raises escapes the frame while traced, a construct it cannot resume after) and
     runs that frame eagerly from then on. The original statement was a graph break: the
@@ -115,8 +115,11 @@ def frame_was_not_given_up_while_tracing(site: tuple[str, int]) -> str | None:
     later calls reach from every path through the frame (an op that fails on a later call ran eagerly and raised its own error, where
     the mended frame, its capture refused only then, traced the op afresh and raised
     TorchDynamo's). A claim made in a trace given up so is refused when TorchDynamo
-    traces the frame again (``trace_hooks._restart_given_up_frame_without_claims``)."""
-    return refused_for_good_as(site, GIVEN_UP_REASON)
+    traces the frame again (``trace_hooks._restart_given_up_frame_without_claims``). The
+    refusal holds in that frame's code only: the statement's other frames (a module's
+    forward compiled on its own, the frame given up having run eagerly) were not given
+    up for it."""
+    return refused_for_good_as(site, GIVEN_UP_REASON, code)
 
 
 GIVEN_UP_REASON = "TorchDynamo gave up on the frame after it"

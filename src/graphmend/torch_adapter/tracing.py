@@ -122,6 +122,19 @@ def graph_input_of(node):
     return (argument.source, example) if isinstance(example, torch.Tensor) else None
 
 
+def static_input_sizes(graph) -> dict[str, tuple[int, ...]]:
+    """The static sizes of ``graph``'s tensor inputs so far, by the name of their source."""
+    from graphmend.torch_adapter.guards import source_name
+
+    sizes = {}
+    for node in graph.nodes:
+        found = graph_input_of(node)
+        fake = node.meta.get("example_value") if found is not None else None
+        if isinstance(fake, torch.Tensor) and all(type(size) is int for size in fake.shape):
+            sizes[source_name(node.meta["grapharg"])] = tuple(fake.shape)
+    return sizes
+
+
 def tensor_attribute_owner(translator, source):
     """(module, attribute name, whether it is a registered buffer) where ``source`` names
     a buffer or a plain attribute of an ``nn.Module`` the frame reads
