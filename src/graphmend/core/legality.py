@@ -483,6 +483,10 @@ _CONDITIONS = (
      "where the rest of the original frame ran eagerly (a break in a loop), the mended frame, a resume "
      "function, guards on no list of numbers its frame computed before the break (`.tolist()` of the "
      "experts hit: else it compiles again for each new list, where the original's ran eagerly with no graph)"),
+    (_G, WHOLE_TRACE, "G319", "values_join_where_the_graph_runs_as_written",
+     "graphmend.runtime.whole_trace_conditions:values_join_where_the_graph_runs_as_written",
+     "under autograd, a graph that reads a tensor's integers as sizes (`.tolist()`) is joined only where the "
+     "backend runs the graph as written"),
 )
 
 
