@@ -628,3 +628,17 @@ def test_a_frame_given_up_refuses_its_claims_in_that_frame_only():
     assert (before[:2], after[:2]) == ((5, 2), (3, 2))
     for got, expected in zip(after[2], before[2]):
         assert torch.equal(got, expected)
+
+
+def test_a_value_met_before_with_other_sizes_keeps_the_break_at_an_earlier_traces_sizes():
+    """W218: the second module's value was decided at its own width; met at the first
+    module's width, the first trace's guards accept the call but for the value, so the
+    original reuses that graph: the statement is decided no more."""
+    calls = [(0, 9), (3, 7), (3, 9), (3, 9), (0, 9), (3, 7)]
+    original, mended, _ = original_and_mended(PASSED_MODULES)
+    before = _over_modules(original, calls, dynamic=False)
+    after = _over_modules(mended, calls, dynamic=False)
+    assert (before[:2], after[:2]) == ((8, 2), (7, 1))
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got, expected)
+    assert "W218" in _declined().values()

@@ -284,10 +284,13 @@ def why_written_or_changed(node, owner, found, translator) -> str | None:
 
 
 def _read_before_at_site(translator, value) -> bool:
-    """Whether ``value`` may be read at the user's statement being traced: no earlier
-    trace of this frame's code read a value there, or one read this one, and no frame
-    traced again met another value there. The value is noted for this trace."""
-    from graphmend.torch_adapter.tracing import frame_code_of
+    """Whether ``value`` may be read at the user's statement being traced: an earlier
+    trace of this frame's code read it there with the same static sizes, or every
+    earlier trace that read another value there had a graph input of other static sizes
+    (its guards fail this call in the original too, which would otherwise reuse its
+    graph); and no frame traced again met another value there. The value is noted for
+    this trace."""
+    from graphmend.torch_adapter.tracing import frame_code_of, frame_conversion_key
 
     site = trace_decisions.user_site(translator)
     if site in store.fixed_values_varying_sites:
@@ -295,21 +298,26 @@ def _read_before_at_site(translator, value) -> bool:
     output = translator.output
     trace = getattr(output, _TRACE_NUMBER, None)
     if trace is None:
-        trace = next(_trace_numbers)
+        # The restarts of one frame conversion are one trace: values the first attempt
+        # read are no other trace's.
+        trace = frame_conversion_key() or next(_trace_numbers)
         setattr(output, _TRACE_NUMBER, trace)
     code = frame_code_of(translator)
     known = store.fixed_values_read_at.setdefault(site, {}).setdefault(code, {})
     sizes = store.fixed_values_trace_sizes.setdefault(trace, static_input_sizes(translator.output.graph))
-    if value not in known and any(
-        reader != trace and not _sizes_differ(store.fixed_values_trace_sizes.get(reader, {}), sizes)
-        for reader in known.values()
+    def same_sizes(reader) -> bool:
+        return not _sizes_differ(store.fixed_values_trace_sizes.get(reader, {}), sizes)
+
+    read_at_these_sizes = any(same_sizes(reader) for reader in known.get(value, ()))
+    if not read_at_these_sizes and any(
+        reader != trace and same_sizes(reader) for other, readers in known.items() if other != value for reader in readers
     ):
         # The other statements this frame decided read the same modules: in the frames
         # that resume after this break, they would meet the other values for the first
         # time, and trace once more each.
         store.fixed_values_varying_sites.update(store.fixed_values_sites_read_in.get(code, ()), (site,))
         return False
-    known.setdefault(value, trace)
+    known.setdefault(value, set()).add(trace)
     store.fixed_values_sites_read_in.setdefault(code, set()).add(site)
     return True
 

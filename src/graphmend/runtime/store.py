@@ -57,14 +57,14 @@ class RuntimeStore:
         # What the decisions from fixed tensors read (``fixed_values``, W218): each
         # module's fixed tensors' values, by attribute name; by (file, line) of a
         # decided statement and the code of the frame traced, each value with the
-        # number of the first trace that read it; the statements decided no more; by
+        # numbers of the traces that read it; the statements decided no more; by
         # the code of a frame traced, the statements it decided; and, by the number of a
         # trace, the static sizes of its graph inputs when it first decided.
         self.fixed_values_read: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.fixed_values_read_at: dict[tuple[str, int], dict] = {}
         self.fixed_values_varying_sites: set[tuple[str, int]] = set()
         self.fixed_values_sites_read_in: dict[object, set[tuple[str, int]]] = {}
-        self.fixed_values_trace_sizes: dict[int, dict[str, tuple[int, ...]]] = {}
+        self.fixed_values_trace_sizes: dict[object, dict[str, tuple[int, ...]]] = {}
 
         # --- kept by ``reset()`` ---------------------------------------------------------
 
