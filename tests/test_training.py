@@ -574,7 +574,16 @@ TINY_BART_STEPS = textwrap.dedent(
 )
 
 
-def _tiny_bart_run(tmp_path, backend: str, mended: bool, steps: str = TINY_BART_STEPS):
+def _assert_same_steps(mended: dict, original: dict) -> None:
+    """The last output, each step's gradients and the parameters after, bit for bit."""
+    assert torch.equal(_bits(mended["out"]), _bits(original["out"]))
+    for mine, theirs in zip(mended["gradients"], original["gradients"]):
+        assert mine.keys() == theirs.keys()
+        assert all(torch.equal(_bits(mine[name]), _bits(theirs[name])) for name in mine)
+    assert all(torch.equal(_bits(mended["parameters"][n]), _bits(original["parameters"][n])) for n in original["parameters"])
+
+
+def _tiny_model_run(tmp_path, backend: str, mended: bool, steps: str = TINY_BART_STEPS):
     import subprocess
     import sys
 
@@ -600,14 +609,10 @@ def test_tiny_bart_trained_with_grad_enabled_loses_its_breaks(tmp_path, backend)
     bit-identical: 2 breaks -> 0 under eager; under aot_eager both kept, the
     decoder's warning because the encoder's output, which ``BartModel`` also returns,
     receives two contributions (cross-attention's keys and values) after it."""
-    original, original_counts = _tiny_bart_run(tmp_path, backend, mended=False)
-    mended, mended_counts = _tiny_bart_run(tmp_path, backend, mended=True)
+    original, original_counts = _tiny_model_run(tmp_path, backend, mended=False)
+    mended, mended_counts = _tiny_model_run(tmp_path, backend, mended=True)
     assert (original_counts, mended_counts) == ((3, 2), (1, 0) if backend == "eager" else (3, 2))
-    assert torch.equal(_bits(mended["out"]), _bits(original["out"]))
-    for mine, theirs in zip(mended["gradients"], original["gradients"]):
-        assert mine.keys() == theirs.keys()
-        assert all(torch.equal(_bits(mine[name]), _bits(theirs[name])) for name in mine)
-    assert all(torch.equal(_bits(mended["parameters"][n]), _bits(original["parameters"][n])) for n in original["parameters"])
+    _assert_same_steps(mended, original)
     assert all(map(torch.equal, map(_bits, mended["momentum"]), map(_bits, original["momentum"])))
 
 
@@ -631,14 +636,10 @@ def test_tiny_jetmoe_trained_keeps_its_gradients(tmp_path, backend):
     and parameters bit-identical. Joined under ``aot_eager`` its gradients differed in the
     last bits; there the breaks are kept (G319)."""
     assert "JetMoeModel(config)" in TINY_JETMOE_STEPS and "decoder_input_ids" not in TINY_JETMOE_STEPS
-    original, original_counts = _tiny_bart_run(tmp_path, backend, mended=False, steps=TINY_JETMOE_STEPS)
-    mended, mended_counts = _tiny_bart_run(tmp_path, backend, mended=True, steps=TINY_JETMOE_STEPS)
+    original, original_counts = _tiny_model_run(tmp_path, backend, mended=False, steps=TINY_JETMOE_STEPS)
+    mended, mended_counts = _tiny_model_run(tmp_path, backend, mended=True, steps=TINY_JETMOE_STEPS)
     assert (original_counts, mended_counts) == ((15, 14), (1, 0) if backend == "eager" else (15, 14))
-    assert torch.equal(_bits(mended["out"]), _bits(original["out"]))
-    for mine, theirs in zip(mended["gradients"], original["gradients"]):
-        assert mine.keys() == theirs.keys()
-        assert all(torch.equal(_bits(mine[name]), _bits(theirs[name])) for name in mine)
-    assert all(torch.equal(_bits(mended["parameters"][n]), _bits(original["parameters"][n])) for n in original["parameters"])
+    _assert_same_steps(mended, original)
 
 
 def test_a_statement_in_an_inlined_function_is_joined_where_no_sum_changes():

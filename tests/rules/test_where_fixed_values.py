@@ -544,6 +544,17 @@ def _over_modules(module, calls, dynamic):
     return backend.frame_count, sum(counters["graph_break"].values()), outputs
 
 
+def _counts_over_modules(calls, dynamic):
+    """((graphs, breaks) of the original, of the mended) over ``calls`` of ``main``,
+    their outputs the same."""
+    original, mended, _ = original_and_mended(PASSED_MODULES)
+    before = _over_modules(original, calls, dynamic=dynamic)
+    after = _over_modules(mended, calls, dynamic=dynamic)
+    for got, expected in zip(after[2], before[2], strict=True):
+        assert torch.equal(got, expected)
+    return before[:2], after[:2]
+
+
 # Each module meets inputs of its own width, as the layers of a convolutional encoder do.
 WIDTHS_OF_THEIR_OWN = [(0, 9), (3, 7), (5, 5)] * 3
 
@@ -552,12 +563,7 @@ def test_modules_with_different_values_met_with_inputs_of_other_sizes_are_decide
     """W218 accepts a value no earlier trace read at the statement where every earlier
     trace that read another value there had a graph input of other static sizes: that
     trace's size guard fails the call, and the original traces again for it too."""
-    original, mended, _ = original_and_mended(PASSED_MODULES)
-    before = _over_modules(original, WIDTHS_OF_THEIR_OWN, dynamic=False)
-    after = _over_modules(mended, WIDTHS_OF_THEIR_OWN, dynamic=False)
-    assert (before[:2], after[:2]) == ((8, 3), (3, 0))
-    for got, expected in zip(after[2], before[2]):
-        assert torch.equal(got, expected)
+    assert _counts_over_modules(WIDTHS_OF_THEIR_OWN, dynamic=False) == ((8, 3), (3, 0))
     assert _declined() == {}
 
 
@@ -566,12 +572,7 @@ def test_a_module_of_another_value_met_with_an_earlier_size_keeps_the_break():
     guards accept but for the value: the original's first trace serves the call, and the
     statement is decided no more."""
     calls = [(0, 9), (3, 7), (5, 9), (5, 9)]
-    original, mended, _ = original_and_mended(PASSED_MODULES)
-    before = _over_modules(original, calls, dynamic=False)
-    after = _over_modules(mended, calls, dynamic=False)
-    assert after[0] <= before[0] and after[1] <= before[1]
-    for got, expected in zip(after[2], before[2]):
-        assert torch.equal(got, expected)
+    assert _counts_over_modules(calls, dynamic=False) == ((8, 2), (5, 1))
     assert "W218" in _declined().values()
 
 
@@ -581,12 +582,7 @@ def test_modules_with_different_values_and_sizes_traced_dynamic_keep_the_break()
     stated limit: the first trace decided, and the frames after the kept break compile
     first with static sizes, then once more each as sizes turn dynamic (two graphs more
     than the original, one break fewer)."""
-    original, mended, _ = original_and_mended(PASSED_MODULES)
-    before = _over_modules(original, WIDTHS_OF_THEIR_OWN, dynamic=None)
-    after = _over_modules(mended, WIDTHS_OF_THEIR_OWN, dynamic=None)
-    assert (before[:2], after[:2]) == ((6, 2), (8, 1))
-    for got, expected in zip(after[2], before[2]):
-        assert torch.equal(got, expected)
+    assert _counts_over_modules(WIDTHS_OF_THEIR_OWN, dynamic=None) == ((6, 2), (8, 1))
     assert "W218" in _declined().values()
 
 
@@ -635,10 +631,5 @@ def test_a_value_met_before_with_other_sizes_keeps_the_break_at_an_earlier_trace
     module's width, the first trace's guards accept the call but for the value, so the
     original reuses that graph: the statement is decided no more."""
     calls = [(0, 9), (3, 7), (3, 9), (3, 9), (0, 9), (3, 7)]
-    original, mended, _ = original_and_mended(PASSED_MODULES)
-    before = _over_modules(original, calls, dynamic=False)
-    after = _over_modules(mended, calls, dynamic=False)
-    assert (before[:2], after[:2]) == ((8, 2), (7, 1))
-    for got, expected in zip(after[2], before[2]):
-        assert torch.equal(got, expected)
+    assert _counts_over_modules(calls, dynamic=False) == ((8, 2), (7, 1))
     assert "W218" in _declined().values()
