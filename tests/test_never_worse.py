@@ -970,6 +970,7 @@ QUESTIONS_OF_COMPILING = """
 import torch
 
 ASKED = []
+compiling = torch.compiler.is_compiling
 
 
 class Holder(torch.nn.Module):
@@ -977,30 +978,27 @@ class Holder(torch.nn.Module):
         super().__init__()
         self.level = torch.tensor(0.25)
 
+    @staticmethod
+    def only_graphmend_asks(n, total):
+        if n > 0:
+            pass
+        return total
 
-def only_graphmend_asks(n, total):
-    if n > 0:
-        pass
-    return total
+    @staticmethod
+    def the_program_asks(n, total):
+        if n > 0:
+            pass
+        if torch.compiler.is_compiling():
+            ASKED.append(n)
+        return total
 
-
-def the_program_asks(n, total):
-    if n > 0:
-        pass
-    if torch.compiler.is_compiling():
-        ASKED.append(n)
-    return total
-
-
-compiling = torch.compiler.is_compiling
-
-
-def the_program_asks_through_an_alias(n, total):
-    if n > 0:
-        pass
-    if compiling():
-        ASKED.append(n)
-    return total
+    @staticmethod
+    def the_program_asks_through_an_alias(n, total):
+        if n > 0:
+            pass
+        if compiling():
+            ASKED.append(n)
+        return total
 """
 
 
@@ -1009,14 +1007,14 @@ def test_a_frame_with_no_op_is_skipped_unless_the_program_asks_whether_it_is_com
     """TorchDynamo compiles a frame that asked ``is_compiling()`` even when it traced no
     op (its side effects replayed, its return value from a graph), and skips it
     otherwise. Rewritten code asks on every rewritten statement (here Where's
-    fixed-values test, offered in a module keeping a tensor attribute); those questions
+    fixed-values test, offered in a class keeping a tensor attribute); those questions
     keep no frame from being skipped (fuzz seed 790033: 0 graphs had become 1), the
     program's own still do: skipped, the frame would run eagerly and append nothing."""
     original, mended, result = original_and_mended(QUESTIONS_OF_COMPILING)
     assert result.changed
     arguments = (3, torch.zeros(2))
-    counts = graphs_and_breaks(getattr(original, name), *arguments)
-    assert graphs_and_breaks(getattr(mended, name), *arguments) == counts
+    counts = graphs_and_breaks(getattr(original.Holder, name), *arguments)
+    assert graphs_and_breaks(getattr(mended.Holder, name), *arguments) == counts
     assert original.ASKED == mended.ASKED == ([] if name == "only_graphmend_asks" else [3])
     if name == "only_graphmend_asks":
         assert counts == (0, 0)

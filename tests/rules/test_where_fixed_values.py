@@ -206,16 +206,16 @@ def test_a_value_of_the_frames_input_is_not_this_rules():
                 super().__init__()
                 self.limit = torch.nn.Buffer(torch.tensor(1), persistent=False)
 
-
-        def main(x):
-            limit = x.shape[0] - x.new_ones((), dtype=torch.int64)
-            if limit > 0:
-                return x + 1
-            return x - 1
+            @staticmethod
+            def main(x):
+                limit = x.shape[0] - x.new_ones((), dtype=torch.int64)
+                if limit > 0:
+                    return x + 1
+                return x - 1
     """
     original, mended, result = original_and_mended(textwrap.dedent(source))
     assert result.changed
-    assert counts(mended.main, X) == counts(original.main, X) == (2, 1)
+    assert counts(mended.Holder.main, X) == counts(original.Holder.main, X) == (2, 1)
     assert _declined() == {}
 
 
@@ -327,22 +327,80 @@ def test_an_if_whose_arm_raises_is_left_to_trap():
 
 
 def test_a_module_keeping_no_fixed_tensor_is_not_offered():
-    """Only a module that registers a non-persistent buffer or sets an attribute to
-    ``torch.tensor(...)`` has its tests wrapped: other files keep their tests as written."""
+    """Only the functions of a class that registers a non-persistent buffer or sets an
+    attribute to ``torch.tensor(...)``, and functions reading an attribute of such a
+    name, have their tests wrapped (``fixed_tensor_scopes``): other files, and a tensor
+    kept at module level (no module owns it: W216 would decline it), keep their tests."""
     source = """
         import torch
 
 
-        def main(x, limit):
-            if x.shape[-1] > limit:
+        def main(x, pad):
+            if x.shape[-1] > pad.limit:
                 return x * 2
             return x
     """
+    keeping = "\n\nclass Pad(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
+        "        self.limit = torch.nn.Buffer(torch.tensor(1), persistent=False)\n"
     assert "fixed_values" not in mend_source(textwrap.dedent(source), filename="<fixed_values>")
-    assert "fixed_values" in mend_source(
+    assert "fixed_values" not in mend_source(
         textwrap.dedent(source) + "\nLIMIT = torch.nn.Buffer(torch.tensor(1), persistent=False)\n",
         filename="<fixed_values>",
     )
+    assert "fixed_values" in mend_source(textwrap.dedent(source) + keeping, filename="<fixed_values>")
+
+
+# TorchDynamo's own test of a user object's truth (test_misc's
+# test_if_cond_user_defined_object), in a file that also keeps a fixed tensor elsewhere.
+USER_OBJECT_TRUTH = PLAIN_ATTRIBUTE + """
+
+class B:
+    def __init__(self, x):
+        self.x = x
+
+    def __bool__(self):
+        return self.x > 0
+
+
+class C:
+    def __init__(self, x):
+        self.x = x
+        self.__bool__ = False
+
+
+def fn(x, obj):
+    if not obj:
+        return x + 1
+    else:
+        return x - 1
+
+
+def test_case(mode, x):
+    if mode:
+        return x.clone()
+    return -x
+"""
+
+
+def test_a_test_far_from_fixed_tensors_is_not_offered():
+    """Functions that neither belong to the class keeping fixed tensors nor read an
+    attribute of its names keep their tests as written. Wrapped, ``if not obj:`` put a
+    ``not`` of a user object in the bytecode, where TorchDynamo failed internally
+    (``'SymNodeVariable' object has no attribute 'value'``), and the original traced."""
+    from torch._dynamo.testing import CompileCounter
+
+    mended_source = mend_source(USER_OBJECT_TRUTH, filename="<fixed_values>")
+    assert "if not obj:" in mended_source and "if mode:" in mended_source
+    assert "fixed_values.truth(self.left > self.right)" in mended_source
+    original, mended, _ = original_and_mended(USER_OBJECT_TRUTH)
+    for module in (original, mended):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(module.fn, backend=counter, fullgraph=True)
+        x = torch.rand(4)
+        for obj in [module.B(0.5), module.B(-0.5), module.C(0.5), module.B(-0.5)]:
+            assert torch.equal(compiled(x, obj), module.fn(x, obj))
+        assert counter.frame_count == 3
 
 
 # A stride kept as a one-element buffer, and a forward that may write it in place.

@@ -382,11 +382,14 @@ def mend_module_source(
         # Last: a test or call another rule rewrites (Capture's emptiness tests and
         # expert skips, Trap's guards) is its own; these passes take what is left.
         late_passes = [where_written_back.apply]
-        if where_fixed_values.keeps_fixed_tensors(tree):
+        fixed_scopes = where_fixed_values.fixed_tensor_scopes(tree)
+        if fixed_scopes:
             late_passes.append(where_fixed_values.apply)
         for late_pass in late_passes:
             for facts in iter_functions(tree, bindings):
-                if in_scope is None or id(facts.function) in in_scope:
+                if (in_scope is None or id(facts.function) in in_scope) and (
+                    late_pass is not where_fixed_values.apply or fixed_scopes.covers(facts.function)
+                ):
                     late_pass(FunctionContext(facts, context))
     _withdraw_deferred_items(context, items)
     context.findings.sort(key=lambda f: (f.line, f.col))

@@ -25,8 +25,9 @@ or equality comparison, or a name, attribute or subscript tested for truth, with
 string, bytes or None constant compared) but applies no tensor-value operation the
 analysis sees (``.sum()``, ``.any()``: a branch on data, Where's selection), whose arms
 raise nothing (a validation guard is Trap's), and the padding argument of
-``torch.nn.functional.pad``, in a module that registers a non-persistent buffer or sets
-an attribute to ``torch.tensor(...)`` (``keeps_fixed_tensors``). The rewrite needs
+``torch.nn.functional.pad``, in a function of a class that registers a non-persistent
+buffer or sets an attribute to ``torch.tensor(...)``, or one that reads an attribute of
+such a name (``fixed_tensor_scopes``). The rewrite needs
 no static condition: the test or argument is evaluated once, where the original
 evaluates it, and its value reaches the ``if`` or ``pad`` unchanged unless decided.
 While tracing: W216 ``value_computed_from_fixed_tensors``, W217
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import copy
+from dataclasses import dataclass
 
 from graphmend.rewrite.templates import RUNTIME_NAME, expression, place
 from graphmend.rules.base import FunctionContext, rewrite_statements
@@ -67,28 +69,77 @@ def may_read_a_tensor(test: ast.expr) -> bool:
 _TENSOR_MAKERS = frozenset({"tensor", "as_tensor", "scalar_tensor"})
 
 
-def keeps_fixed_tensors(tree: ast.Module) -> bool:
-    """Whether the module may keep numbers as tensors on its modules: it registers a
-    non-persistent buffer (``nn.Buffer(..., persistent=False)``,
+@dataclass(frozen=True)
+class FixedTensorScopes:
+    """Where a module keeps numbers as tensors: the classes that register or set them
+    on ``self``, the attribute names they use, and each function's innermost class."""
+
+    classes: frozenset[int]
+    names: frozenset[str]
+    owner_class: dict[int, ast.ClassDef]
+
+    def __bool__(self) -> bool:
+        return bool(self.classes)
+
+    def covers(self, function: ast.AST) -> bool:
+        """Whether ``function`` is offered to this pass: it belongs to a class that
+        keeps fixed tensors (a method, a staticmethod or a function nested in one), or
+        reads an attribute of one of their names."""
+        owner = self.owner_class.get(id(function))
+        if owner is not None and id(owner) in self.classes:
+            return True
+        return any(isinstance(node, ast.Attribute) and node.attr in self.names for node in ast.walk(function))
+
+
+def fixed_tensor_scopes(tree: ast.Module) -> FixedTensorScopes:
+    """Where the module may keep numbers as tensors on its modules: a class whose own
+    code registers a non-persistent buffer (``nn.Buffer(..., persistent=False)``,
     ``self.register_buffer(..., persistent=False)``) or sets an attribute to
-    ``torch.tensor(...)``. Only such a module is offered to this pass, so that files
-    with no fixed tensor keep their tests as written."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            callee = node.func
-            name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", None)
-            if name in ("Buffer", "register_buffer") and any(
-                keyword.arg == "persistent" and isinstance(keyword.value, ast.Constant) and keyword.value.value is False
-                for keyword in node.keywords
-            ):
-                return True
-        if isinstance(node, ast.Assign) and any(
-            isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) for target in node.targets
+    ``torch.tensor(...)``. Only the functions ``FixedTensorScopes.covers`` are offered
+    to this pass, so that code far from any fixed tensor (another class of the file,
+    a test function nested in a test case) keeps its tests as written."""
+    classes: set[int] = set()
+    names: set[str] = set()
+    owner_class: dict[int, ast.ClassDef] = {}
+
+    def visit(node: ast.AST, owner: ast.ClassDef | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and owner is not None:
+                owner_class[id(child)] = owner
+            name = _fixed_tensor_kept(child)
+            if name is not None and owner is not None:
+                classes.add(id(owner))
+                if name:
+                    names.add(name)
+            visit(child, child if isinstance(child, ast.ClassDef) else owner)
+
+    visit(tree, None)
+    return FixedTensorScopes(frozenset(classes), frozenset(names), owner_class)
+
+
+def _fixed_tensor_kept(node: ast.AST) -> str | None:
+    """The attribute name ``node`` keeps a fixed tensor under ("" where not told), or
+    None where it keeps none."""
+    if isinstance(node, ast.Call):
+        callee = node.func
+        name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", None)
+        if name in ("Buffer", "register_buffer") and any(
+            keyword.arg == "persistent" and isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+            for keyword in node.keywords
         ):
-            value = node.value
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _TENSOR_MAKERS:
-                return True
-    return False
+            first = node.args[0] if node.args else None
+            registered = first.value if name == "register_buffer" and isinstance(first, ast.Constant) else None
+            return registered if isinstance(registered, str) else ""
+    if isinstance(node, ast.Assign):
+        value = node.value
+        targets = [target for target in node.targets if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)]
+        if targets and isinstance(value, ast.Call):
+            callee = value.func
+            if isinstance(callee, ast.Attribute) and (
+                callee.attr in _TENSOR_MAKERS or (callee.attr == "Buffer" and _fixed_tensor_kept(value) is not None)
+            ):
+                return targets[0].attr
+    return None
 
 
 def _raises(statements: list[ast.stmt]) -> bool:
