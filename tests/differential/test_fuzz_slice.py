@@ -317,3 +317,32 @@ def test_long_run_program_behaves_the_same_and_no_worse_once_mended(seed: int) -
     assert not report.differences and not report.worse, (
         program.describe(), [d.describe() for d in report.differences], [w.describe() for w in report.worse],
     )
+
+
+# Open: programs of the long run over seeds 810000-810225 (every construct drawn) that
+# graphmend still changes, the same before and after the changes of that version. Each
+# is an expected failure until its class is fixed; the comment says what it showed.
+OPEN_PROGRAM_FINDINGS = {
+    # One graph more, one break fewer (24 graphs and 25 breaks became 25 and 24).
+    810088: ("compiled:eager",),
+    # One graph more (12 and 9 became 13 and 8; 14 and 16 became 15 and 16; 10 and 9, 11 and 9).
+    810095: ("compiled:eager",),
+    810132: ("compiled:eager",),
+    810148: ("compiled:eager",),
+    # One break more (23 graphs and 33 breaks became 23 and 34).
+    810011: ("compiled:eager",),
+    # A shape error the original compiled raised eagerly (RuntimeError) raised while traced
+    # (TorchRuntimeError), after a padding decided from fixed buffers (Where).
+    810193: ("compiled:eager",),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="open findings of the long run (docs/fuzzing.md)")
+@pytest.mark.parametrize("seed", sorted(OPEN_PROGRAM_FINDINGS))
+def test_open_long_run_program_behaves_the_same_and_no_worse_once_mended(seed: int) -> None:
+    program = generate(seed, programs=True, drawn_ranges=True)
+    report = compare(program, modes=("eager",) + OPEN_PROGRAM_FINDINGS[seed], counts=True, tracebacks=True)
+    assert not report.differences and not report.worse, (
+        program.describe(), [d.describe() for d in report.differences], [w.describe() for w in report.worse],
+    )
