@@ -312,8 +312,11 @@ PROGRAM_FINDINGS = {
 @pytest.mark.parametrize("seed", sorted(PROGRAM_FINDINGS))
 def test_long_run_program_behaves_the_same_and_no_worse_once_mended(seed: int) -> None:
     # As the long runs that found them drew them: before the module-tensor constructs.
-    program = generate(seed, programs=True, module_tensors=False)
-    report = compare(program, modes=("eager",) + PROGRAM_FINDINGS[seed], counts=True, tracebacks=True)
+    _assert_the_same_and_no_worse(generate(seed, programs=True, module_tensors=False), PROGRAM_FINDINGS[seed])
+
+
+def _assert_the_same_and_no_worse(program, modes: tuple[str, ...]) -> None:
+    report = compare(program, modes=("eager",) + modes, counts=True, tracebacks=True)
     assert not report.differences and not report.worse, (
         program.describe(), [d.describe() for d in report.differences], [w.describe() for w in report.worse],
     )
@@ -341,8 +344,4 @@ OPEN_PROGRAM_FINDINGS = {
 @pytest.mark.xfail(strict=True, reason="open findings of the long run (docs/fuzzing.md)")
 @pytest.mark.parametrize("seed", sorted(OPEN_PROGRAM_FINDINGS))
 def test_open_long_run_program_behaves_the_same_and_no_worse_once_mended(seed: int) -> None:
-    program = generate(seed, programs=True, drawn_ranges=True)
-    report = compare(program, modes=("eager",) + OPEN_PROGRAM_FINDINGS[seed], counts=True, tracebacks=True)
-    assert not report.differences and not report.worse, (
-        program.describe(), [d.describe() for d in report.differences], [w.describe() for w in report.worse],
-    )
+    _assert_the_same_and_no_worse(generate(seed, programs=True, drawn_ranges=True), OPEN_PROGRAM_FINDINGS[seed])
