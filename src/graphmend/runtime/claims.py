@@ -140,11 +140,15 @@ def refused_reason(site: tuple[str, int], code=None) -> str | None:
     """Why an earlier trace refused this site's claim, where that still holds (in the
     frame of ``code``, where given)."""
     kinds = store.refused.get(site)
-    if (kinds and (ALWAYS in kinds or (UNDER_GRAD in kinds and torch.is_grad_enabled()))) or (
-        code is not None and code in store.refused_in_frames.get(site, ())
+    if (kinds and (ALWAYS in kinds or (UNDER_GRAD in kinds and torch.is_grad_enabled()))) or _refused_in_frame(
+        site, code
     ):
         return store.trace_time_declines.get(site, "an earlier trace kept its break")
     return None
+
+
+def _refused_in_frame(site: tuple[str, int], code) -> bool:
+    return code is not None and code in store.refused_in_frames.get(site, ())
 
 
 def refused_between(filename: str, first: int, last: int, code=None) -> str | None:
@@ -643,7 +647,7 @@ def refuse_in_frame(site, code, reason: str) -> None:
 def refused_for_good_as(site: tuple[str, int], reason_start: str, code=None) -> str | None:
     """The reason ``site`` was refused for good (or in the frame of ``code``, where
     given), where it begins with ``reason_start``."""
-    if ALWAYS in store.refused.get(site, ()) or (code is not None and code in store.refused_in_frames.get(site, ())):
+    if ALWAYS in store.refused.get(site, ()) or _refused_in_frame(site, code):
         reason = store.trace_time_declines.get(site, "")
         if reason.startswith(reason_start):
             return reason

@@ -32,10 +32,11 @@ Decided only when (each registered in ``graphmend.core.legality``):
   since an earlier trace of this program read it, nor holds a value no earlier trace
   of the same frame read at the same statement (a tensor the program updates between
   calls, or modules with different values passed to one function, would make every
-  call trace again; such a statement is decided no more, in any frame), unless every
-  earlier trace that read another value there had a graph input of other static sizes
-  (the layers of an encoder, each compiled as a frame of its own): that trace's size
-  guard fails the call, so the original traces again for it too.
+  call trace again; such a statement is decided no more, in any frame), unless a trace
+  read the value there at the same static sizes, or every earlier trace that read
+  another value there had a graph input of other static sizes (the layers of an
+  encoder, each compiled as a frame of its own): that trace's size guard fails the
+  call, so the original traces again for it too.
 
 And, once the trace is complete (``graphmend.runtime.whole_trace_conditions``):
 
@@ -304,7 +305,8 @@ def _read_before_at_site(translator, value) -> bool:
         setattr(output, _TRACE_NUMBER, trace)
     code = frame_code_of(translator)
     known = store.fixed_values_read_at.setdefault(site, {}).setdefault(code, {})
-    sizes = store.fixed_values_trace_sizes.setdefault(trace, static_input_sizes(translator.output.graph))
+    sizes = store.fixed_values_trace_sizes.setdefault(trace, static_input_sizes(output.graph))
+
     def same_sizes(reader) -> bool:
         return not _sizes_differ(store.fixed_values_trace_sizes.get(reader, {}), sizes)
 

@@ -547,11 +547,12 @@ def _lowerable(translator, exception_class, line: int, function_name: str) -> bo
     # Keyed by the line of the guard's ``if``, where the original breaks (``line`` is
     # the ``raise``'s, which names the trap site).
     site = (translator.f_code.co_filename, translator.lineno)
+    code = frame_code_of(translator)
     reason = (
         raised_class_is_exception(exception_class)
         or no_later_op_failed_while_tracing(site)
-        or frame_was_not_given_up_while_tracing(site, frame_code_of(translator))
-        or claims.refused_reason(site, frame_code_of(translator))
+        or frame_was_not_given_up_while_tracing(site, code)
+        or claims.refused_reason(site, code)
         or claims.trace_checks_unavailable()
         or claims.not_inside_inference_mode(translator)
         or no_handler_in_traced_frames(translator)

@@ -425,9 +425,8 @@ _VALUES_UNDER_GRAD_REASON = (
 
 
 def values_join_where_the_graph_runs_as_written(output, claims) -> list[tuple[tuple[str, int], str]]:
-    """G319: a tensor's integers read into
-    a list in the graph (``.tolist()`` split sizes, a VALUES claim) give its operators
-    sizes that are symbols of their own. A backend that runs the graph as written
+    """G319: a tensor's integers read into a list in the graph (``.tolist()`` split
+    sizes, a VALUES claim) give its operators sizes that are symbols of their own. A backend that runs the graph as written
     records the same operators on the real tensors, one by one, as the original did;
     ``aot_eager`` traces one backward over those symbols, and on JetMoe's experts (three
     SGD steps) its gradients differ from the original's in the last bits, where the
