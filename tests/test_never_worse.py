@@ -1018,3 +1018,44 @@ def test_a_frame_with_no_op_is_skipped_unless_the_program_asks_whether_it_is_com
     assert original.ASKED == mended.ASKED == ([] if name == "only_graphmend_asks" else [3])
     if name == "only_graphmend_asks":
         assert counts == (0, 0)
+
+
+# A helper that prints, called in a loop whose frame TorchDynamo gives up at a layer it
+# cannot trace: the helper is then compiled as a frame of its own.
+PRINT_IN_A_GIVEN_UP_LOOP = """
+import torch
+
+LOG = []
+
+
+def helper(x, i):
+    y = x.sin()
+    print("step", i)
+    LOG.append(i)
+    return y.cos()
+
+
+def opaque(x):
+    torch._dynamo.graph_break()
+    return x + 1
+
+
+def main(x):
+    for i in range(3):
+        x = helper(x, i)
+        x = opaque(x)
+    return x
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_an_output_in_a_helper_of_a_given_up_loop_is_joined_in_the_helpers_own_frame(backend):
+    """G302 ``frame_was_not_given_up_while_tracing`` refuses the print in ``main``'s
+    frame, which TorchDynamo gives up; the helper, compiled on its own each iteration,
+    joins it: printed text and its order, the list, the values as the original's, and
+    fewer graphs and breaks."""
+    original, mended, _ = original_and_mended(PRINT_IN_A_GIVEN_UP_LOOP)
+    x = torch.randn(4)
+    assert_equivalent(original.main, mended.main, x, backends=(backend,))
+    assert (graphs_and_breaks(original.main, x), graphs_and_breaks(mended.main, x)) == ((7, 6), (4, 3))
+    assert "G302" in {condition_id(reason) for reason in store.trace_time_declines.values()}
