@@ -655,6 +655,19 @@ def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break():
         assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3) * sign, backends=("eager", "aot_eager"))
 
 
+def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break_after_a_test_of_none():
+    """G204 reads where a resume function resumes in TorchDynamo's copy of the code,
+    which is longer than the function's own where it tests ``x is None`` (a jump on
+    ``None`` is copied as a comparison and a jump): read by offset, the place was lost,
+    G204 never held, and the print joined on both paths (2 graphs became 3)."""
+    source = PRINT_WHERE_THE_PATHS_OF_A_BRANCH_MEET.replace(
+        "def f(x, y):\n", "def f(x, y, scale=None):\n    if scale is not None:\n        x = x * scale\n"
+    )
+    original, mended = _kept_as_the_original(source, _graphs_and_breaks_on_both_paths, (2, 3), "G204")
+    for sign in (1.0, -1.0):
+        assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3) * sign, backends=("eager", "aot_eager"))
+
+
 def test_an_output_on_one_path_of_a_branch_stays_claimed():
     """G204's must-not row: a print inside one arm, with an op after it on that path, is
     reached by that path alone; it joins the graph of that path."""
@@ -1059,3 +1072,4 @@ def test_an_output_in_a_helper_of_a_given_up_loop_is_joined_in_the_helpers_own_f
     assert_equivalent(original.main, mended.main, x, backends=(backend,))
     assert (graphs_and_breaks(original.main, x), graphs_and_breaks(mended.main, x)) == ((7, 6), (4, 3))
     assert "G302" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+

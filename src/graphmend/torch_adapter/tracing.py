@@ -374,7 +374,9 @@ def resumed_at(code) -> tuple | None:
     """(the code a resume function of TorchDynamo's resumes, the offset in it where it
     resumes), or None for other code, a resume function of a resume function, or a
     layout this torch does not make. The resume function is a copy of the code it
-    resumes, after a prologue that ends in the one jump to the place resumed at."""
+    resumes, after a prologue that ends in the one jump to the place resumed at; the
+    copy is read alongside the original instruction by instruction (``_copied_length``:
+    a function that tests ``x is None`` has a longer copy)."""
     import dis
 
     if resume_function_line(code) is None:
@@ -390,14 +392,29 @@ def resumed_at(code) -> tuple | None:
     prologue_end = next((index for index, i in enumerate(copy) if "JUMP" in i.opname and "_IF_" not in i.opname), None)
     if prologue_end is None or prologue_end + 1 >= len(copy):
         return None
-    at_copy = next((i for i in copy if i.offset == copy[prologue_end].argval), None)
-    if at_copy is None:
-        return None
-    offset = at_copy.offset - copy[prologue_end + 1].offset
-    original = next((i for i in dis.get_instructions(resumed) if i.offset == offset), None)
-    if original is None or original.opname != at_copy.opname:
-        return None
-    return resumed, offset
+    target = copy[prologue_end].argval
+    copied = [i for i in copy[prologue_end + 1:] if i.opname != "EXTENDED_ARG"]
+    position = 0
+    for original in dis.get_instructions(resumed):
+        if original.opname == "EXTENDED_ARG":
+            continue
+        if position >= len(copied):
+            return None
+        if copied[position].offset == target:
+            return (resumed, original.offset) if copied[position].opname == original.opname else None
+        position += _copied_length(original.opname)
+    return None
+
+
+def _copied_length(opname: str) -> int:
+    """How many instructions TorchDynamo's copy of a code object has for one of the
+    original's: a jump on ``None`` becomes a comparison and a jump (``LOAD_CONST None``,
+    ``IS_OP``, ``POP_JUMP_IF_TRUE``), a slice operation and a fused load or store two."""
+    if "JUMP" in opname and "_NONE" in opname:
+        return 3
+    if opname in ("BINARY_SLICE", "STORE_SLICE", "LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST"):
+        return 2
+    return 1
 
 
 def backends_named(names) -> tuple:
