@@ -1073,3 +1073,58 @@ def test_an_output_in_a_helper_of_a_given_up_loop_is_joined_in_the_helpers_own_f
     assert (graphs_and_breaks(original.main, x), graphs_and_breaks(mended.main, x)) == ((7, 6), (4, 3))
     assert "G302" in {condition_id(reason) for reason in store.trace_time_declines.values()}
 
+
+PRINT_OF_A_LIST_READ_FROM_A_TENSOR = """
+import torch
+
+def as_list(values):
+    return values.tolist()
+
+def f(x, more):
+    y = x * 2
+    print("values", as_list(y.long()))
+    if more:
+        return y + 1
+    return None
+"""
+
+
+def _graphs_and_breaks_over_new_values(module, more: bool) -> tuple[int, int]:
+    values = ([1.0, 2.0], [3.0, 4.0], [5.0, 6.0])
+    return _graphs_and_breaks_over(module, [(torch.tensor(value), more) for value in values], dynamic=False)
+
+
+@pytest.mark.parametrize("more", [False, True], ids=["print-last", "op-after"])
+def test_listed_values_read_before_the_call__a_list_from_tolist_keeps_its_break(more):
+    """D209's must-not row: ``.tolist()`` breaks, so its list reaches the print's resume
+    function as an input whose elements the frame never reads. The original's print
+    breaks guarded on the list's length; printed in the graph, or merely compared with
+    ``is ()`` by the runtime and unpacked with ``*`` at the handed-back call, each element
+    was guarded on its value and the frame compiled again for each new list (with the
+    print last: 3 breaks became 5; with an op after it: 2 graphs became 3)."""
+    reset()
+    original, mended, _ = original_and_mended(PRINT_OF_A_LIST_READ_FROM_A_TENSOR)
+    before = _graphs_and_breaks_over_new_values(original, more)
+    assert _graphs_and_breaks_over_new_values(mended, more) == before == ((2, 3) if more else (1, 3))
+    if more:
+        assert "D209" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    for value in ([1.0, 2.0], [3.0, 4.0]):
+        assert_equivalent(original.f, mended.f, torch.tensor(value), more, backends=("eager", "aot_eager"))
+
+
+def test_listed_values_read_before_the_call__a_list_the_frame_builds_is_printed_in_the_graph():
+    """D209's must-rewrite row: a list the frame builds of sizes it reads is printed in
+    the graph; its break is gone."""
+    reset()
+    source = """
+    import torch
+
+    def f(x):
+        y = x * 2
+        print("sizes", [y.shape[0], y.dim()])
+        return y + 1
+    """
+    original, mended, _ = original_and_mended(source)
+    x = torch.ones(3)
+    assert (graphs_and_breaks(original.f, x), graphs_and_breaks(mended.f, x)) == ((2, 1), (1, 0))
+    assert_equivalent(original.f, mended.f, x, backends=("eager", "aot_eager"))

@@ -520,6 +520,16 @@ def _claimable_user_site(translator):
     return translator, site
 
 
+def refused_at_user_site(translator) -> bool:
+    """Whether an earlier trace refused the claim of the user's statement being traced,
+    in this frame or for good."""
+    translator = user_translator(translator)
+    if translator is None:
+        return False
+    site = (translator.f_code.co_filename, translator.lineno)
+    return refused_reason(site, frame_code_of(translator)) is not None
+
+
 def decline_at_user_site(translator, reason: str) -> None:
     """Record why the user's statement keeps its break in this trace (``explain``)."""
     translator = user_translator(translator)

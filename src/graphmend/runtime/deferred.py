@@ -46,7 +46,11 @@ import sys
 import torch
 
 from graphmend.core.runtime_names import LOGGER_METHOD_LEVELS  # noqa: F401 - read by fixed_calls
-from graphmend.runtime.output_decisions import register, text_fixed_at_the_call
+from graphmend.runtime.output_decisions import (
+    refused_where_traced,
+    register,
+    text_fixed_at_the_call,
+)
 from graphmend.runtime.output_effects import LOG_METHOD, LOG_RECORD, PRINT, WARNING, perform
 from graphmend.runtime.output_guards import (
     drop_held_guards,
@@ -61,13 +65,20 @@ from graphmend.runtime.output_operands import split_arguments
 from graphmend.runtime.trace_decisions import decide_in_trace
 from graphmend.torch_adapter.tracing import comptime, run_outside_dynamo
 
-_IN_GRAPH = ()
+# What an output call that went into the graph hands back; otherwise the arguments, a
+# pair. Told apart with ``is None``: TorchDynamo compares a pair with ``is ()`` by its
+# contents, and reading a number a list argument holds guards on its value (a print of
+# ``.tolist()`` that kept its break compiled its frame again for each new value, where
+# the original's guarded on the list's length).
+_IN_GRAPH = None
 
 
 def _record(kind: str, target, detail: tuple, args: tuple, kwargs: dict, item_reads: tuple = ()):
-    """Put the effect into the graph: ``()``; or hand it back, ``(args, kwargs)``, for
+    """Put the effect into the graph: ``None``; or hand it back, ``(args, kwargs)``, for
     the rewritten code to make the original call itself (TorchDynamo then breaks the
     graph there, as it did at the original call)."""
+    if refused_where_traced():
+        return args, kwargs
     split = split_arguments(args, kwargs, item_reads)
     if split is not None and not text_fixed_at_the_call(split[0], kwargs):
         split = None
@@ -127,7 +138,7 @@ def _settle_held_guards(recorded):
 
 
 def print_in_graph(args: tuple, kwargs: dict, item_reads: tuple = ()):
-    """``print(*args, **kwargs)`` inside the graph: ``()``, or ``(args, kwargs)`` to call
+    """``print(*args, **kwargs)`` inside the graph: ``None``, or ``(args, kwargs)`` to call
     ``print`` with eagerly (or, with ``item_reads``, to make the original call again)."""
     printed = dict(kwargs)
     target = printed.pop("file", None)
@@ -143,7 +154,7 @@ def print_in_graph(args: tuple, kwargs: dict, item_reads: tuple = ()):
 
 
 def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, kwargs: dict, item_reads: tuple = ()):
-    """A logger call inside the graph: ``()``, or ``(args, kwargs)`` to call the method
+    """A logger call inside the graph: ``None``, or ``(args, kwargs)`` to call the method
     with eagerly.
 
     ``level`` is the numeric level for the standard methods (the record is built at
@@ -161,7 +172,7 @@ def log_in_graph(logger, method_name: str, level, location: tuple, args: tuple, 
 
 
 def warn_in_graph(location: tuple, args: tuple, kwargs: dict):
-    """``warnings.warn`` at ``location`` inside the graph: ``()``, or ``(args, kwargs)``
+    """``warnings.warn`` at ``location`` inside the graph: ``None``, or ``(args, kwargs)``
     to call it with eagerly."""
     hold_guards_until_decided()
     if not warning_display_guarded():

@@ -1,5 +1,5 @@
 """Whether an output call can happen inside the graph exactly as it would eagerly,
-decided while tracing, on the real objects (Defer's conditions ``D201``..``D208``).
+decided while tracing, on the real objects (Defer's conditions ``D201``..``D209``).
 
 An effect is registered (``register``) only where its text is fixed at the call
 (``text_fixed_at_the_call``), the call would not fail (``why_the_call_fails``), the
@@ -153,6 +153,21 @@ def _registered_key(translator, kind, target_id, detail, template, slots, kwargs
     # A standard stream named at the call is kept by its name, and found when the
     # effect is performed: the stream ``sys`` holds then, as the original call read it.
     return register_effect(kind, target_id if isinstance(target_id, str) else target, detail, template, slots, kwargs)
+
+
+def refused_where_traced() -> bool:
+    """While traced: whether an earlier trace refused the output call's claim here, so
+    that it keeps its break without its arguments read first. Reading a number a list
+    holds guards on its value, and a call that keeps its break must guard on nothing
+    the original's did not (a print of ``.tolist()`` in a resume function: the frame
+    compiled again for every new position, where the original's guarded on the length)."""
+    refused = False
+    comptime(_decide_refused_where_traced)
+    return refused
+
+
+def _decide_refused_where_traced(context) -> None:
+    decide_in_trace(context, "refused", (), claims.refused_at_user_site)
 
 
 def _resolve_target(kind: str, target_id):

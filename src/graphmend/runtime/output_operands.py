@@ -12,7 +12,17 @@ from __future__ import annotations
 
 import torch
 
+from graphmend.core.legality import failed
 from graphmend.runtime import output_call_arguments as arguments
+from graphmend.runtime.claims import decline_at_user_site
+from graphmend.runtime.trace_decisions import decide_in_trace
+from graphmend.torch_adapter.tracing import comptime, holds_unread_items
+
+_ELEMENTS_UNREAD_REASON = failed(
+    "D209",
+    "a list or tuple argument holds a value the frame has not read:"
+    " the graph would guard on it, the original's break did not"
+)
 
 # Values whose text cannot change after the call: printing them later in the graph,
 # or from a registry snapshot, shows what printing them at the call would show.
@@ -107,6 +117,28 @@ def item_text(value, conversion: str, spec: str) -> str:
     return format(value, spec)
 
 
+def elements_unread(value) -> bool:
+    """While traced: whether the list or tuple holds an element the frame has not read.
+    The original's output call breaks the graph without reading them (a print of a list
+    from ``.tolist()``, made before the break, is guarded on the list's length); printed
+    in the graph, each would be guarded on its value, and the frame compiled again for
+    each new value. Such a call keeps its break."""
+    unread = False
+    comptime(_decide_elements_unread)
+    return unread
+
+
+def _decide_elements_unread(context) -> None:
+    decide_in_trace(context, "unread", ("value",), _unread_and_declined, read=lambda variable: variable)
+
+
+def _unread_and_declined(translator, variable) -> bool:
+    if not holds_unread_items(variable):
+        return False
+    decline_at_user_site(translator, _ELEMENTS_UNREAD_REASON)
+    return True
+
+
 def _split_sequence(value, tensors: list, integers: list):
     """The elements of a list or tuple as slots (one level deep), or None."""
     elements = []
@@ -165,6 +197,8 @@ def split_arguments(args: tuple, kwargs: dict, item_reads: tuple = ()):
         elif type(value) is list or type(value) is tuple:
             # Its elements as they are at the call (TorchDynamo follows the list's
             # contents while tracing); a tensor in it is an operand like any other.
+            if elements_unread(value):
+                return None
             elements = _split_sequence(value, tensors, integers)
             if elements is None:
                 return None

@@ -83,6 +83,13 @@ def realized(variable):
     return realize() if realize is not None else variable
 
 
+def holds_unread_items(variable) -> bool:
+    """Whether a list or tuple TorchDynamo traces holds an element whose value the trace
+    has not read yet (still lazy: reading it installs a guard on its value)."""
+    items = getattr(realized(variable), "items", None) or ()
+    return any(not getattr(item, "is_realized", lambda: True)() for item in items)
+
+
 def frame_code_of(translator):
     """The code of the frame TorchDynamo is tracing (the outermost, where ``translator``
     traces an inlined call): a trace of it again is a recompile of that code."""

@@ -6,8 +6,8 @@ becomes
         print(a, b, sep=s)
     else:
         _gm_eager_1 = __graphmend__.print_in_graph((a, b), {"sep": s})
-        if _gm_eager_1:
-            print(*_gm_eager_1[0], **_gm_eager_1[1])
+        if _gm_eager_1 is not None:
+            print(_gm_eager_1[0][0], _gm_eager_1[0][1], sep=_gm_eager_1[1]["sep"])
 
 While tracing, ``print_in_graph`` puts an ordered effect operator into the graph where
 the call was; it prints when the graph runs, with tensors as they are at that point
@@ -126,15 +126,13 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
     eager = f"_gm_eager_{context.module.fresh_suffix()}"
     arguments, items = _arguments_and_item_reads(call)
     if items is None:
-        fallback = statements(
-            f"if {eager}:\n    CALLEE(*{eager}[0], **{eager}[1])", CALLEE=copy.deepcopy(call.func)
-        )
+        fallback = statements(f"if {eager} is not None:\n    CALL", CALL=_call_with_handed_back_arguments(call, eager))
     else:
         # Handed back, the original call is made again (``item_reads_made_again_unchanged``).
         again = ast.Expr(value=copy.deepcopy(call))
         for node in ast.walk(again):
             setattr(node, ORIGINAL_MARK, f"{RULE}: the original call, made again")
-        fallback = statements(f"if {eager}:\n    AGAIN", AGAIN=[place([again], call)[0]])
+        fallback = statements(f"if {eager} is not None:\n    AGAIN", AGAIN=[place([again], call)[0]])
     keywords = _dict_of(call.keywords)
     if kind == "print":
         return statements(
@@ -166,6 +164,38 @@ def _recording_call(context: FunctionContext, call: ast.Call, kind: str) -> list
         KWARGS=keywords,
         ITEMS=items,
     ) + fallback
+
+
+def _call_with_handed_back_arguments(call: ast.Call, eager: str) -> ast.Call:
+    """The original callee called with the arguments the runtime handed back, each taken
+    out of the pair by its position or name (``EAGER[0][1]``, ``sep=EAGER[1]["sep"]``),
+    not unpacked with ``*``: TorchDynamo keeps a list argument on the stack at the
+    call's break by where it came from, where an unpacked tuple it builds again from
+    its values, and reading a number the list holds guards on its value (a print of
+    ``.tolist()`` compiled its frame again for every new value, where the original's
+    guarded on the list's length). A call that unpacks arguments itself is made as
+    the runtime received them."""
+    callee = copy.deepcopy(call.func)
+    if any(isinstance(argument, ast.Starred) for argument in call.args) or any(
+        keyword.arg is None for keyword in call.keywords
+    ):
+        return ast.Call(
+            func=callee,
+            args=[ast.Starred(value=_handed_back(eager, 0), ctx=ast.Load())],
+            keywords=[ast.keyword(arg=None, value=_handed_back(eager, 1))],
+        )
+    return ast.Call(
+        func=callee,
+        args=[_handed_back(eager, 0, position) for position in range(len(call.args))],
+        keywords=[ast.keyword(arg=keyword.arg, value=_handed_back(eager, 1, keyword.arg)) for keyword in call.keywords],
+    )
+
+
+def _handed_back(eager: str, *keys) -> ast.expr:
+    node: ast.expr = ast.Name(id=eager, ctx=ast.Load())
+    for key in keys:
+        node = ast.Subscript(value=node, slice=ast.Constant(key), ctx=ast.Load())
+    return node
 
 
 def _arguments_and_item_reads(call: ast.Call) -> tuple[ast.Tuple, ast.expr | None]:
