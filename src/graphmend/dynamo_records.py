@@ -166,10 +166,20 @@ class DynamoRecords:
         in the attempt that finds it, then restarts to compile up to it; so the key is the
         frame's compilation, not the attempt.)"""
         kept = [record for record in self.breaks if self._attempts.get(id(record)) != attempt]
-        for record in self.breaks:
-            if self._attempts.get(id(record)) == attempt:
-                del self._attempts[id(record)]
+        dropped = [record for record in self.breaks if self._attempts.get(id(record)) == attempt]
+        for record in dropped:
+            del self._attempts[id(record)]
         self.breaks[:] = kept
+        if dropped and self.listener is not None:
+            self.listener(ForgottenBreaks(dropped))
+
+
+@dataclass
+class ForgottenBreaks:
+    """Told to a listener when breaks it was told of are dropped again: those of a trace
+    attempt graphmend abandoned (``DynamoRecords._forget_attempt``)."""
+
+    breaks: list[GraphBreakRecord]
 
 
 # --- where the records come from ----------------------------------------------------------
@@ -177,7 +187,7 @@ class DynamoRecords:
 # Dynamo's type for a break in a loop, which makes it skip the whole frame.
 LOOP_BREAK_TYPE = "graph break in loop"
 
-Listener = Callable[["GraphBreakRecord | Recompilation"], None]
+Listener = Callable[["GraphBreakRecord | Recompilation | ForgottenBreaks"], None]
 
 _ACTIVE: list[DynamoRecords] = []
 _RESTORE: list[Callable[[], None]] = []
@@ -239,22 +249,7 @@ def _install() -> None:
 
     _RESTORE.append(dynamo.wrap_break_logging(recording))
 
-    # Only mended code's runtime abandons traces; recording an unmended program must
-    # not import it (importing it patches TorchDynamo: ``graphmend.torch_adapter``).
-    import sys
-
-    runtime_store = sys.modules.get("graphmend.runtime.store")
-
-    def forget_attempt(output) -> None:
-        compile_key = _current_compile()
-        if compile_key is not None:
-            for records in _ACTIVE:
-                records._forget_attempt(compile_key)
-
-    if runtime_store is not None:
-        listeners = runtime_store.store.abandoned_trace_listeners
-        listeners.append(forget_attempt)
-        _RESTORE.append(lambda: listeners.remove(forget_attempt))
+    _listen_for_abandoned_traces()
 
     trace_log = dynamo.structured_trace_log()
     handler = _TraceHandler()
@@ -269,6 +264,30 @@ def _install() -> None:
     _RESTORE.append(remove_handler)
 
 
+def _forget_abandoned_attempt(output) -> None:
+    compile_key = _current_compile()
+    if compile_key is not None:
+        for records in _ACTIVE:
+            records._forget_attempt(compile_key)
+
+
+def _listen_for_abandoned_traces() -> None:
+    """Be told of the trace attempts graphmend's runtime abandons, once it is loaded.
+    Only mended code's runtime abandons traces, and recording an unmended program must
+    not import it (importing it patches TorchDynamo: ``graphmend.torch_adapter``); a
+    recording started before the runtime loaded (``graphmend explain``'s child, which
+    starts recording before the script imports anything) listens from its first break."""
+    import sys
+
+    runtime_store = sys.modules.get("graphmend.runtime.store")
+    if runtime_store is None or not _ACTIVE:
+        return
+    listeners = runtime_store.store.abandoned_trace_listeners
+    if _forget_abandoned_attempt not in listeners:
+        listeners.append(_forget_abandoned_attempt)
+        _RESTORE.append(lambda: listeners.remove(_forget_abandoned_attempt))
+
+
 def _current_compile() -> tuple | None:
     """TorchDynamo's (frame, compilation of that frame) being traced, the same over its
     restarted attempts."""
@@ -279,6 +298,8 @@ def _current_compile() -> tuple | None:
 
 def _record_break(code_options, exc, attempt: tuple | None = None) -> None:
     from graphmend.torch_adapter.records import traced_user_stack
+
+    _listen_for_abandoned_traces()
 
     stack = getattr(exc, "real_stack", None) or traced_user_stack()
     frames = [

@@ -234,3 +234,65 @@ def test_a_recompilation_with_no_file_is_shown_without_failing(tmp_path):
     recompilation = Recompilation(function="", file="", first_line=0, compile_id="7/8", reasons=["7/7: guard"])
     lines = explain_breaks([], [], StaticView(Settings(), str(script)), recompilations={"original": [recompilation]})
     assert "  <unknown file>:0:  (compilation 7/8)" in lines
+
+
+def test_breaks_of_an_abandoned_trace_attempt_are_forgotten_in_the_log(tmp_path):
+    """The child streams each break to the log as TorchDynamo records it; a trace attempt
+    graphmend abandons (a claim refused when the trace is complete) recorded breaks the
+    next attempt records again, and the log says which were dropped."""
+    from graphmend.cli.explain import _RecordFile, read_records
+    from graphmend.dynamo_records import ForgottenBreaks, GraphBreakRecord, UserFrame
+
+    def at(line: int) -> GraphBreakRecord:
+        return GraphBreakRecord(gb_type="Failed to trace builtin operator", frames=[UserFrame("s.py", line, "f")])
+
+    path = str(tmp_path / "records.jsonl")
+    log = _RecordFile(path)
+    for record in (at(3), at(5)):
+        log(record)
+    log(ForgottenBreaks([at(5)]))
+    log(at(5))
+    log.file.close()
+    breaks, _, _ = read_records(path)
+    assert [graph_break.line for graph_break in breaks] == [3, 5]
+
+
+PRINT_REFUSED_AFTER_ITS_TRACE = """\
+import torch
+
+HISTORY = []
+
+
+class Probe(torch.nn.Module):
+    def forward(self, t):
+        return t
+
+
+PROBE = Probe()
+PROBE.register_forward_pre_hook(lambda module, inputs: HISTORY.append(len(HISTORY)))
+
+
+def f(x):
+    y = x * 2
+    print("y", y.shape)
+    y = PROBE(y)
+    torch._dynamo.graph_break()
+    return y
+
+
+compiled = torch.compile(f, backend="eager")
+for _ in range(3):
+    compiled(torch.ones(3))
+"""
+
+
+@pytest.mark.slow  # runs a script in two fresh interpreters
+def test_a_claim_refused_when_its_trace_is_complete_counts_its_break_once(cli, write):
+    """G320 refuses the print when the trace reaches the explicit break, and TorchDynamo
+    traces the frame again: the break the abandoned attempt recorded there is not
+    counted twice."""
+    write("script.py", PRINT_REFUSED_AFTER_ITS_TRACE)
+    result = cli("explain", "script.py")
+    assert result.code == 0, result.err
+    assert "G320" in result.out
+    assert result.out.splitlines()[-1] == "breaks: 4 -> 4"

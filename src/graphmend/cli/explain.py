@@ -44,6 +44,7 @@ from graphmend.cli.config import (
 )
 from graphmend.core.legality import Reason, condition_id, declined, label_of
 from graphmend.dynamo_records import (
+    ForgottenBreaks,
     GraphBreakRecord,
     Recompilation,
     category_for,
@@ -79,10 +80,14 @@ class _RecordFile:
     def __init__(self, path: str) -> None:
         self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
 
-    def __call__(self, record: GraphBreakRecord | Recompilation) -> None:
-        kind = "break" if isinstance(record, GraphBreakRecord) else "recompilation"
+    def __call__(self, record: GraphBreakRecord | Recompilation | ForgottenBreaks) -> None:
         try:
-            self.file.write(json.dumps({kind: record.to_json()}) + "\n")
+            if isinstance(record, ForgottenBreaks):
+                for forgotten in record.breaks:
+                    self.file.write(json.dumps({"forgotten": forgotten.to_json()}) + "\n")
+            else:
+                kind = "break" if isinstance(record, GraphBreakRecord) else "recompilation"
+                self.file.write(json.dumps({kind: record.to_json()}) + "\n")
             self.file.flush()
         except Exception:  # noqa: BLE001 - recording must never break the user's script
             pass
@@ -202,6 +207,13 @@ def read_records(path: str) -> tuple[list[GraphBreak], list[Recompilation], dict
                     if "break" in item:
                         record = GraphBreakRecord.from_json(item["break"])
                         breaks.append(GraphBreak.from_record(record))
+                    elif "forgotten" in item:
+                        # a break of a trace attempt graphmend abandoned: the latest of its kind goes
+                        forgotten = GraphBreak.from_record(GraphBreakRecord.from_json(item["forgotten"]))
+                        for index in range(len(breaks) - 1, -1, -1):
+                            if breaks[index] == forgotten:
+                                del breaks[index]
+                                break
                     elif "recompilation" in item:
                         recompilations.append(Recompilation.from_json(item["recompilation"]))
                     elif "declined" in item:
