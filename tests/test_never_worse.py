@@ -1128,3 +1128,48 @@ def test_listed_values_read_before_the_call__a_list_the_frame_builds_is_printed_
     x = torch.ones(3)
     assert (graphs_and_breaks(original.f, x), graphs_and_breaks(mended.f, x)) == ((2, 1), (1, 0))
     assert_equivalent(original.f, mended.f, x, backends=("eager", "aot_eager"))
+
+
+PRINT_BEFORE_A_HOOK_THAT_COUNTS_ITS_CALLS = """
+import torch
+
+HISTORY = []
+
+class Probe(torch.nn.Module):
+    def forward(self, t):
+        return t
+
+PROBE = Probe()
+PROBE.register_forward_pre_hook(lambda module, inputs: HISTORY.append(len(HISTORY)))
+
+def f(x):
+    y = x * 2
+    print("y", y)
+    return PROBE(y)
+"""
+
+
+def _graphs_and_breaks_over_three_calls(module) -> tuple[int, int]:
+    return _graphs_and_breaks_over(module, [(torch.ones(3),)] * 3, dynamic=False)
+
+
+def test_claims_precede_no_guard_on_a_global_the_trace_writes__nothing_computed_after_keeps_its_break():
+    """G320's must-not row: the hook's list is guarded on and written, so the frame
+    compiles again on every call. The original's print broke after ``x * 2``, which
+    compiled once, and its resume function computed nothing; joined, ``x * 2`` was
+    compiled again on every call (1 graph became 3)."""
+    original, mended = _kept_as_the_original(
+        PRINT_BEFORE_A_HOOK_THAT_COUNTS_ITS_CALLS, _graphs_and_breaks_over_three_calls, (1, 1), "G320"
+    )
+    assert_equivalent(original.f, mended.f, torch.ones(3), backends=("eager", "aot_eager"))
+
+
+def test_claims_precede_no_guard_on_a_global_the_trace_writes__an_op_after_joins():
+    """G320's must-rewrite row: with an op after the print, the original's resume function
+    made a graph on every call too; joined, the frame makes one graph a call, one fewer."""
+    reset()
+    source = PRINT_BEFORE_A_HOOK_THAT_COUNTS_ITS_CALLS.replace("return PROBE(y)", "return PROBE(y) + 1")
+    original, mended, _ = original_and_mended(source)
+    counts = (_graphs_and_breaks_over_three_calls(original), _graphs_and_breaks_over_three_calls(mended))
+    assert counts == ((4, 1), (3, 0))
+    assert_equivalent(original.f, mended.f, torch.ones(3), backends=("eager", "aot_eager"))

@@ -476,6 +476,10 @@ _CONDITIONS = (
      "graphmend.runtime.whole_trace_conditions:inlined_claims_guard_no_global_the_trace_writes",
      "a statement inside an inlined call joins where the trace guards on no module global it also writes "
      "(else the caller compiles again on every call)"),
+    (_G, WHOLE_TRACE, "G320", "claims_precede_no_guard_on_a_global_the_trace_writes",
+     "graphmend.runtime.whole_trace_conditions:claims_precede_no_guard_on_a_global_the_trace_writes",
+     "a statement with ops before it and none after joins where the trace guards on no module global it "
+     "also writes, first guarded after the statement (else those ops compile again on every call)"),
     (_G, WHOLE_TRACE, "G317", "break_resumes_in_the_order_of_an_earlier_resume_function",
      "graphmend.runtime.whole_trace_conditions:break_resumes_in_the_order_of_an_earlier_resume_function",
      "a trace with claims that breaks where TorchDynamo made a resume function already takes the frame's "

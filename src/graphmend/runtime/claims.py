@@ -92,6 +92,10 @@ class Claim:
     # The translators of the inlined calls the statement is in, innermost first: the
     # original broke the graph at each call and after it returned as well.
     inlined_calls: tuple = ()
+    # How many of the program's ops the graph held when the statement was traced, and
+    # the module globals whose value or length the trace guarded on by then.
+    ops_before: int = 0
+    globals_guarded_before: frozenset = frozenset()
 
 
 def original_break_keeps_frame_compiled(translator) -> str | None:
@@ -196,10 +200,13 @@ def record_claim(
     translator, site: tuple[str, int], rest_ran_eagerly: str | None, kind: str = SELECTION, checks: tuple = ()
 ) -> None:
     """Record the claim on the break of the statement at ``site`` in the trace of ``translator``."""
+    from graphmend.torch_adapter.guards import guarded_global_names
+
     position = len(translator.output.graph.nodes)
     claims_in_trace(translator)[site] = Claim(
         site, position, rest_ran_eagerly, kind, tuple(checks), autograd_sequence_now(),
-        tuple(_inlined_calls(translator)),
+        tuple(_inlined_calls(translator)), program_op_count(translator.output),
+        frozenset(guarded_global_names(translator.output)),
     )
     setattr(translator.output, LATEST_CLAIM_ATTRIBUTE, (*_ops_and_guarded_globals(translator.output), site))
 
@@ -245,10 +252,10 @@ def _ops_and_guarded_globals(output) -> tuple[int, frozenset]:
         | frozenset(guarded_resumed_numbers(output))
         | frozenset(guarded_input_attributes(output))
     )
-    return _program_op_count(output), guarded
+    return program_op_count(output), guarded
 
 
-def _program_op_count(output) -> int:
+def program_op_count(output) -> int:
     """How many of the program's ops (not graphmend's runtime's) the trace's graph holds."""
     from graphmend.runtime.resumable_states import made_by_the_runtime
 
@@ -376,7 +383,7 @@ def no_other_path_reaches_it_before_the_first_op(translator) -> str | None:
     output = translator.output
     if translator is not getattr(output, "root_tx", None):
         return None
-    if _program_op_count(output):
+    if program_op_count(output):
         return None
     if not paths_meet_at(translator.f_code, translator.lineno):
         return None
@@ -406,7 +413,7 @@ def no_earlier_compile_of_the_frame_before_the_first_op(translator) -> str | Non
     if root is None:
         return None
     ops_before = getattr(output, LATEST_CLAIM_ATTRIBUTE, (0, frozenset(), None))[0]
-    if _program_op_count(output) > ops_before:
+    if program_op_count(output) > ops_before:
         return None
     try:
         versions = compiled_versions(root.f_code)

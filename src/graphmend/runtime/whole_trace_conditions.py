@@ -73,6 +73,7 @@ from graphmend.runtime.claims import (
     UNDER_GRAD,
     VALUES,
     fixed_reads_in_trace,
+    program_op_count,
     refused_for_good_as,
     refused_reason,
     selected_without_grad,
@@ -845,6 +846,36 @@ def inlined_claims_guard_no_global_the_trace_writes(output, claims) -> list[tupl
     return inlined
 
 
+def claims_precede_no_guard_on_a_global_the_trace_writes(output, claims) -> list[tuple[str, int]]:
+    """Where the trace writes a module global whose value or length it guards on (a
+    forward pre-hook appending to a list), the guard fails on the next call and the frame
+    compiles again, every call. The original broke at the statement, and where that guard
+    came after the break it belonged to the resume function alone: the ops before the
+    break compiled once, and the resume function, compiled again on every call, made a
+    graph each time only where ops follow the statement. Joined, with no op of the
+    program after the statement, the ops before it are compiled again on every call into
+    graphs the original did not make (fuzz seed 810088: a print after an op, then a
+    module whose hook appends to a list and whose forward computes nothing; 1 graph
+    became 4 over four calls). With ops after it, the joined frame makes no more graphs
+    than the resume function did, and joins. Returns the sites that keep their breaks."""
+    from graphmend.torch_adapter.guards import globals_written, guarded_global_names
+
+    written = globals_written(output) & guarded_global_names(output)
+    if not written:
+        return []
+    ops = program_op_count(output)
+    return [
+        claim.site for claim in claims.values()
+        if not claim.inlined_calls and 0 < claim.ops_before == ops and written - claim.globals_guarded_before
+    ]
+
+
+_GLOBAL_GUARDED_AFTER_REASON = failed(
+    "G320", "ops come before it and none after, and the trace later guards on a module global it also writes: "
+    "they would compile again on every call, where the original compiled them once, before its break"
+)
+
+
 _GLOBAL_WRITTEN_REASON = failed(
     "G316", "it lies in an inlined call, and the trace guards on a module global it also writes: "
     "the caller would compile again on every call, where the original compiled only the callee again"
@@ -913,6 +944,9 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
     written = inlined_claims_guard_no_global_the_trace_writes(output, claims)
     if written:
         return [(site, ALWAYS, _GLOBAL_WRITTEN_REASON) for site in written]
+    guarded_after = claims_precede_no_guard_on_a_global_the_trace_writes(output, claims)
+    if guarded_after:
+        return [(site, ALWAYS, _GLOBAL_GUARDED_AFTER_REASON) for site in guarded_after]
     reordered = break_resumes_in_the_order_of_an_earlier_resume_function(output, translator, claims, graph_break)
     if reordered is not None:
         return [(site, ALWAYS, reordered) for site in claims]
