@@ -317,3 +317,42 @@ def test_comments_inside_a_rewritten_statement_move_above_it(cli, write):
     module = load_module(text)
     ones = torch.ones(2)
     assert torch.equal(module.step(ones), ones + 1)
+
+
+FIXED_TENSOR_PADDER = """\
+import torch
+
+
+class Padder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("padding", torch.tensor(3), persistent=False)
+
+    def forward(self, x):
+        if self.padding > 0:  # pad only when there is padding
+            x = torch.nn.functional.pad(x, (0,
+                                             int(self.padding)))
+        return x * 2
+
+
+padder = torch.compile(Padder(), backend="eager")
+"""
+
+
+def test_a_test_and_a_padding_read_from_fixed_tensors_are_listed_and_written(cli, write):
+    """Where's fixed-values pass wrote its rewrite into the tree alone: ``check`` listed
+    nothing and ``fix`` refused the file (the text would differ from the plan). Each is
+    now a finding, and ``fix`` writes two insertions around the original text: the
+    padding spread over two lines keeps its lines and the comment stays."""
+    path = write("padder.py", FIXED_TENSOR_PADDER)
+    listed = cli("check", "padder.py")
+    assert [line.split(" ", 2)[:2] for line in listed.out.splitlines()[:2]] == [["padder.py:10:12:", "DC"], ["padder.py:11:44:", "DO"]]
+    assert cli("fix", "--write", "padder.py").code == 0
+    written = path.read_text(encoding="utf-8")
+    assert "  # pad only when there is padding\n" in written
+    assert "                                             int(self.padding)))" in written
+    original = load_module(FIXED_TENSOR_PADDER, "original", str(path))
+    fixed = load_module(written, "fixed", str(path))
+    x = torch.arange(4.0)
+    assert torch.equal(fixed.padder(x), original.Padder()(x))
+    assert cli("fix", "--diff", "padder.py").code == 0

@@ -156,7 +156,8 @@ def rewrite_text(source: SourceFile, result: MendResult) -> str:
     original_tree = ast.parse(source.text, filename=source.path)
     planned = ast.parse(result.source)
 
-    for callee_edit in result.callee_edits:
+    # Right to left within a line, so that each edit's columns are still the original's.
+    for callee_edit in sorted(result.callee_edits, key=lambda edit: (edit.line, edit.start), reverse=True):
         lines[callee_edit.line - 1] = _splice(lines[callee_edit.line - 1], callee_edit)
 
     replaced_until = len(lines) + 1

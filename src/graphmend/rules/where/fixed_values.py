@@ -40,10 +40,15 @@ import ast
 import copy
 from dataclasses import dataclass
 
+from graphmend.core.legality import CONDITIONS
+from graphmend.rewrite.edits import CalleeEdit
+from graphmend.rewrite.findings import DATA_DEPENDENT_CONTROL_FLOW, DATA_DEPENDENT_OPERATOR
 from graphmend.rewrite.templates import RUNTIME_NAME, expression, place
 from graphmend.rules.base import FunctionContext, rewrite_statements
 
 RULE = "Where"
+WHEN_DECIDED = f"if its value is computed from fixed tensors while tracing [{CONDITIONS['W216'].label}]"
+_PADDING = "padding that may hold a module's fixed tensors"
 PAD_FUNCTIONS = frozenset({"torch.nn.functional.pad", "torch._C._nn.pad"})
 _EQUALITY_AND_ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
 _TESTED_FORMS = (ast.Name, ast.Attribute, ast.Subscript)
@@ -153,12 +158,25 @@ def _mentions_runtime(node: ast.AST) -> bool:
     )
 
 
-def _decided_or_original(function: str, original: ast.expr) -> ast.expr:
+def _decided_or_original(context: FunctionContext, function: str, original: ast.expr, category: str, what: str):
+    """The expression decided while tracing, and the original one otherwise; or None
+    where a ``# graphmend: ignore`` comment keeps it. Reported for ``check`` and
+    ``explain``; ``graphmend fix`` writes it as two insertions around the original text
+    (the copy traced is written as ``ast.unparse`` gives it: the same tree)."""
+    finding = context.module.report(context.facts, original, category, what, RULE, None, while_tracing=WHEN_DECIDED)
+    if not finding.fixed:
+        return None
+    decided_text = f"({RUNTIME_NAME}.fixed_values.{function}({ast.unparse(original)}) if {RUNTIME_NAME}.is_compiling() else "
+    context.module.callee_edits.extend([
+        CalleeEdit(original.lineno, original.col_offset, original.col_offset, before=decided_text),
+        CalleeEdit(original.end_lineno, original.end_col_offset, original.end_col_offset, after=")"),
+    ])
     decided = expression(
         f"({RUNTIME_NAME}.fixed_values.{function}(VALUE) if {RUNTIME_NAME}.is_compiling() else ORIGINAL)",
         VALUE=copy.deepcopy(original), ORIGINAL=original,
     )
     place(decided, original)
+    context.module.uses_runtime = True
     return decided
 
 
@@ -187,20 +205,26 @@ def apply(context: FunctionContext) -> None:
             if facts.qualified_name_of(call.func) not in PAD_FUNCTIONS or _mentions_runtime(call):
                 continue
             if len(call.args) >= 2 and not any(isinstance(argument, ast.Starred) for argument in call.args[:2]):
-                call.args[1] = _decided_or_original("numbers", call.args[1])
-                context.module.uses_runtime = True
+                decided = _decided_or_original(context, "numbers", call.args[1], DATA_DEPENDENT_OPERATOR, _PADDING)
+                if decided is not None:
+                    call.args[1] = decided
             else:
                 for keyword in call.keywords:
                     if keyword.arg == "pad":
-                        keyword.value = _decided_or_original("numbers", keyword.value)
-                        context.module.uses_runtime = True
+                        decided = _decided_or_original(context, "numbers", keyword.value, DATA_DEPENDENT_OPERATOR, _PADDING)
+                        if decided is not None:
+                            keyword.value = decided
         if (
             isinstance(statement, ast.If) and may_read_a_tensor(statement.test)
             and not _mentions_runtime(statement.test) and not _raises(statement.body) and not _raises(statement.orelse)
             and not context.data.is_data_dependent(statement.test, facts.node_for(statement))
         ):
-            statement.test = _decided_or_original("truth", statement.test)
-            context.module.uses_runtime = True
+            decided = _decided_or_original(
+                context, "truth", statement.test, DATA_DEPENDENT_CONTROL_FLOW,
+                f"branch on `{ast.unparse(statement.test)}`, which may read a module's fixed tensors",
+            )
+            if decided is not None:
+                statement.test = decided
         return None
 
     rewrite_statements(facts.function, rewrite)
