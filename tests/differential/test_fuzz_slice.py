@@ -346,9 +346,12 @@ def test_drawn_program_behaves_the_same_and_no_worse_once_mended(seed: int) -> N
 OPEN_PROGRAM_FINDINGS = {
     # One graph more, one break fewer (24 graphs and 25 breaks became 25 and 24).
     810088: ("compiled:eager",),
-    # One graph more (12 and 9 became 13 and 8; 14 and 16 became 15 and 16; 10 and 9, 11 and 9).
+    # One graph more (12 and 9 became 13 and 8; 14 and 16 became 15 and 16).
     810095: ("compiled:eager",),
     810132: ("compiled:eager",),
+    # One graph more (10 and 9 became 11 and 9): the stated limit of fixed values, a
+    # fixed tensor the program writes on every call (``self.step += 1``); without that
+    # write the program is no worse.
     810148: ("compiled:eager",),
 }
 
