@@ -331,6 +331,12 @@ DRAWN_PROGRAM_FINDINGS = {
     # ``*``, each number of the list was guarded on and the frame compiled again for
     # each new list (23 graphs and 33 breaks became 23 and 34).
     810011: ("compiled:eager",),
+    # The harness's (12 graphs and 9 breaks became 13 and 8): its check helper, traced,
+    # raised torch's error where eager raises the program's own, which the program
+    # catches, and the other module's caller caught and printed it; counted against the
+    # original with its checks made eagerly only once the caller's catches are compared
+    # too, and then no worse.
+    810095: ("compiled:eager",),
 }
 
 
@@ -347,8 +353,7 @@ OPEN_PROGRAM_FINDINGS = {
     # One graph more, one break fewer (24 graphs and 25 breaks became 25 and 24): the
     # stated limit of fixed values, as 810148 below; without the write it is no worse.
     810088: ("compiled:eager",),
-    # One graph more (12 and 9 became 13 and 8; 14 and 16 became 15 and 16).
-    810095: ("compiled:eager",),
+    # One graph more (14 and 16 became 15 and 16).
     810132: ("compiled:eager",),
     # One graph more (10 and 9 became 11 and 9): the stated limit of fixed values, a
     # fixed tensor the program writes on every call (``self.step += 1``); without that

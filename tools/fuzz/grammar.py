@@ -295,6 +295,10 @@ class Program:
         )
 
 
+# What the other module's ``caller`` prints first for an error it caught.
+CAUGHT_BY_THE_CALLER = "caught in caller"
+
+
 def other_module_source(library: str, caller_catches: bool = False, dynamic: bool = False) -> str:
     """The module that compiles the program's ``f`` from elsewhere (``compile_site="other-module"``);
     with ``caller_catches``, also a compiled ``caller`` that calls ``f`` after a break
@@ -313,7 +317,7 @@ def other_module_source(library: str, caller_catches: bool = False, dynamic: boo
             "        torch._dynamo.graph_break()\n"
             "        return library.f(x, y, box, items, table)\n"
             "    except Exception as error:\n"
-            '        print("caught in caller", type(error).__name__, error)\n'
+            f'        print("{CAUGHT_BY_THE_CALLER}", type(error).__name__, error)\n'
             "        return x * 0.0\n\n\n"
             f"compiled_caller = torch.compile(caller, backend=BACKEND, dynamic={dynamic})\n"
         )
