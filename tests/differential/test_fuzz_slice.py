@@ -353,7 +353,11 @@ OPEN_PROGRAM_FINDINGS = {
     # One graph more, one break fewer (24 graphs and 25 breaks became 25 and 24): the
     # stated limit of fixed values, as 810148 below; without the write it is no worse.
     810088: ("compiled:eager",),
-    # One graph more (14 and 16 became 15 and 16).
+    # One graph more (14 and 16 became 15 and 16): a print of a ``.tolist()`` list joined
+    # where the list was empty (a constant), on the frame's first compilation, and kept
+    # its break on a later one (D209); the code after it compiled again in a resume
+    # function of its own, where the original's later compilation ran the one its first
+    # had made. No trace can tell that a later one will keep the break.
     810132: ("compiled:eager",),
     # One graph more (10 and 9 became 11 and 9): the stated limit of fixed values, a
     # fixed tensor the program writes on every call (``self.step += 1``); without that
