@@ -12,7 +12,7 @@ import torch
 from graphmend.rewrite.pipeline import mend_module_source
 from tools.fuzz.grammar import Program, generate
 from tools.fuzz.observe import compare, frame_function, traceback_frames, worse_counts
-from tools.fuzz.program_constructs import ALL_KINDS, MODULE_TENSOR_KINDS
+from tools.fuzz.program_constructs import ALL_KINDS, LATER_KINDS, MODULE_TENSOR_KINDS
 
 # The functions of each construct that graphmend must rewrite in some program.
 REWRITTEN = {
@@ -27,6 +27,8 @@ REWRITTEN = {
     "nested-guard": ("innermost_check",),
     "fixed-values": ("Padder.forward",),
     "written-back": ("Encoder.forward",),
+    "given-up-loop": ("loop_helper",),
+    "two-sizes": ("SizedPadder.forward",),
 }
 
 
@@ -46,7 +48,7 @@ def test_every_program_construct_is_generated_and_rewritten_by_graphmend() -> No
     assert set(REWRITTEN) == set(ALL_KINDS)
     rewritten: set[str] = set()
     for seed in range(80):
-        program = generate(seed, programs=True)
+        program = generate(seed, programs=True, later_kinds=True)
         kinds = [kind for kind in ALL_KINDS if program.features.get("program-" + kind)]
         if not kinds or set(kinds) <= rewritten:
             continue
@@ -350,3 +352,55 @@ def test_a_fixed_counter_written_every_call_compiles_no_graph_more() -> None:
     program = Program(seed=408, source=COUNTER_WRITTEN_EVERY_CALL, shape=(4,))
     report = compare(program, modes=("compiled:aot_eager",), counts=True, tracebacks=True)
     assert not report.differences and not report.worse, [w.describe() for w in report.worse]
+
+
+def _later_features(program: Program) -> set[str]:
+    return {f for f in program.features if f.startswith(tuple("program-" + kind for kind in LATER_KINDS))}
+
+
+def test_the_later_constructs_leave_the_other_constructs_of_a_seed_as_they_were() -> None:
+    """Drawn from a third stream: with them or without, a seed has the same other
+    constructs, and the seeds of earlier runs keep their programs."""
+    with_them = 0
+    for seed in range(60):
+        program, before = generate(seed, programs=True, later_kinds=True), generate(seed, programs=True)
+        assert not _later_features(before)
+        assert {f: n for f, n in program.features.items() if f not in _later_features(program)} == before.features
+        if not _later_features(program):
+            assert program.source == before.source
+            continue
+        with_them += 1
+        assert set(program.source.splitlines()) >= {line for line in before.source.splitlines() if line.startswith("    ")}
+    assert with_them >= 10
+
+
+LATER_VARIANTS = {
+    "program-given-up-loop-" + variant for variant in ("print", "log", "state", "item", "branch")
+} | {"program-two-sizes-cut-1", "program-two-sizes-cut-2"}
+
+
+def test_every_variant_of_the_later_constructs_is_generated() -> None:
+    seen: set[str] = set()
+    for seed in range(200):
+        seen |= _later_features(generate(seed, programs=True, later_kinds=True))
+    assert seen >= LATER_VARIANTS, sorted(LATER_VARIANTS - seen)
+
+
+# Seeds whose programs hold the later constructs: under the harness they behave as the
+# original and compile no more graphs or breaks.
+LATER_SEEDS = {
+    830009: "a print in a helper of a loop given up for an `.item()` in its body",
+    830010: "a module of fixed values met at two static sizes",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", sorted(LATER_SEEDS))
+def test_later_construct_programs_run_under_the_harness(seed: int) -> None:
+    program = generate(seed, programs=True, drawn_ranges=True, later_kinds=True)
+    kind = "given-up-loop" if "loop" in LATER_SEEDS[seed] else "two-sizes"
+    assert program.features.get("program-" + kind)
+    report = compare(program, modes=("eager", "compiled:eager"), counts=True, tracebacks=True)
+    assert not report.differences and not report.worse, (
+        program.describe(), [d.describe() for d in report.differences], [w.describe() for w in report.worse],
+    )

@@ -331,10 +331,12 @@ class _Generator:
                  grad_modes: bool = True, attribute_code: bool = True, tracked_inputs: bool = False,
                  global_rebinds: bool = True, transposed_inputs: bool = True, dynamic_compiles: bool = True,
                  helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True,
-                 programs: bool = False, drawn_ranges: bool = False, module_tensors: bool = True):
+                 programs: bool = False, drawn_ranges: bool = False, module_tensors: bool = True,
+                 later_kinds: bool = False):
         self.seed = seed
         self.programs_enabled = programs
         self.module_tensors_enabled = module_tensors
+        self.later_kinds_enabled = later_kinds
         self.rng = random.Random(seed)
         self.features: Counter = Counter()
         self.helpers: list[str] = []
@@ -1529,7 +1531,9 @@ class _Generator:
         boundaries.append((len(body), list(names)))
         constructs = None
         if self.programs_enabled:
-            constructs = ProgramConstructs(self.seed, shape, self.feature, self.module_tensors_enabled)
+            constructs = ProgramConstructs(
+                self.seed, shape, self.feature, self.module_tensors_enabled, self.later_kinds_enabled
+            )
             body = self.with_program_constructs(constructs, body, boundaries)
         body += self.ending(names)
         if self.globals_written or any("COUNT" in line and "+=" in line for line in body):
@@ -1641,7 +1645,8 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
              tracked_inputs: bool = False, global_rebinds: bool = True,
              transposed_inputs: bool = True, dynamic_compiles: bool = True,
              helper_branches: bool = True, failing_outputs: bool = True, between_calls: bool = True,
-             programs: bool = False, drawn_ranges: bool = False, module_tensors: bool = True) -> Program:
+             programs: bool = False, drawn_ranges: bool = False, module_tensors: bool = True,
+             later_kinds: bool = False) -> Program:
     """The program of ``seed``; ``positions=False``: as the grammar drew it before the
     positions construct existed (the seeds of earlier long runs; it implies the four
     below False); ``item_checks=False``: before checks of ``.item()`` counts;
@@ -1675,6 +1680,9 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
     ``drawn_ranges=True``: with branches on a comparison of ``torch.rand`` that the
     draw's range may decide (LayerDrop), off by default for the same reason (the long
     run turns them on with the program constructs);
+    ``later_kinds=True``: with the program constructs added after the run over seeds
+    810000-810225 (``program_constructs.LATER_KINDS``: loops whose frame TorchDynamo
+    gives up, a module met at two static sizes), off by default for the same reason;
     ``tracked_inputs=True``: with arguments of a tensor subclass that logs its
     operations, off by default: under torch 2.13 most differences such programs show
     are torch's own failures with ``__torch_function__`` subclasses, which the original
@@ -1690,5 +1698,5 @@ def generate(seed: int, positions: bool = True, item_checks: bool = True, finall
         attribute_code and positions, tracked_inputs and positions, global_rebinds and positions,
         transposed_inputs and positions, dynamic_compiles and positions, helper_branches and positions,
         failing_outputs and positions, between_calls and positions, programs,
-        drawn_ranges=drawn_ranges and positions, module_tensors=module_tensors,
+        drawn_ranges=drawn_ranges and positions, module_tensors=module_tensors, later_kinds=later_kinds,
     ).program()

@@ -159,6 +159,7 @@ def run_programs(options, seeds, tally: Tally, stop_asked: list) -> bool:
             programs=not options.without_programs,
             drawn_ranges=not options.without_programs,
             module_tensors=not options.without_module_tensors,
+            later_kinds=not options.without_programs and not options.without_later_kinds,
         )
         modes = ["eager"] + ([] if options.no_compiled_eager else ["compiled:eager"])
         if not options.no_aot_eager:
@@ -439,6 +440,11 @@ def main(argv=None) -> int:
         "--without-module-tensors", action="store_true",
         help="draw the program constructs as the grammar did before modules keeping fixed values as tensors "
         "and attributes written back as their own conversion (the seeds of runs before them)",
+    )
+    parser.add_argument(
+        "--without-later-kinds", action="store_true",
+        help="draw the program constructs as the grammar did before given-up loops and modules met at two "
+        "sizes (the seeds of runs up to 810225)",
     )
     parser.add_argument(
         "--no-counts", action="store_true",

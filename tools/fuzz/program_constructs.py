@@ -41,7 +41,12 @@ KINDS = (
 )
 # Drawn apart from ``KINDS``, each by a draw of its own from a stream of its own.
 MODULE_TENSOR_KINDS = ("fixed-values", "written-back")
-ALL_KINDS = KINDS + MODULE_TENSOR_KINDS
+# Drawn apart again, from a third stream, where asked (``generate(later_kinds=True)``):
+# a loop that breaks, so that TorchDynamo gives up its frame and compiles each helper it
+# calls as a frame of its own (EnCodec's layers), and one module met at two static
+# sizes (EnCodec's convolutions, each padded for its own length).
+LATER_KINDS = ("given-up-loop", "two-sizes")
+ALL_KINDS = KINDS + MODULE_TENSOR_KINDS + LATER_KINDS
 
 SCALER = '''\
 class Scaler(torch.nn.Module):
@@ -254,6 +259,39 @@ ENCODER = Encoder({width})
 '''
 
 
+# A helper called in a loop whose body breaks: the loop's frame is given up, and the
+# helper is compiled as a frame of its own on each call, its output with it.
+LOOP_HELPER = '''\
+def loop_helper(t, step):
+{output}
+    return t * 0.5 + step
+'''
+
+# Fixed values kept as tensors, for a module met at two static sizes: each call's test
+# and paddings are decided for its own length.
+SIZED_PADDER = '''\
+class SizedPadder(torch.nn.Module):
+    def __init__(self, kernel, stride):
+        super().__init__()
+        self.register_buffer("stride", torch.tensor(stride), persistent=False)
+        self.register_buffer("kernel_size", torch.tensor(kernel), persistent=False)
+        self.register_buffer("padding_total", torch.tensor(kernel - stride), persistent=False)
+
+    def forward(self, t):
+        length = t.shape[-1]
+        n_frames = (length - self.kernel_size + self.padding_total) / self.stride + 1
+        n_frames = torch.ceil(n_frames).to(torch.int64) - 1
+        extra = n_frames * self.stride + self.kernel_size - self.padding_total - length
+        if length <= self.padding_total:
+            t = F.pad(t, (0, 1))
+        padded = F.pad(t, (self.padding_total, extra))
+        return padded[..., :length] * 0.5
+
+
+SIZED_PADDER = SizedPadder({kernel}, {stride})
+'''
+
+
 def _lines(lines: list[str]) -> str:
     """Lines for a hole in a template, each ended: nothing where there are none."""
     return "".join(line + "\n" for line in lines)
@@ -263,11 +301,14 @@ class ProgramConstructs:
     """The program constructs of one seed; ``statement`` gives f's lines, ``definitions``
     the module's."""
 
-    def __init__(self, seed: int, shape: tuple, feature, module_tensors: bool = True) -> None:
+    def __init__(self, seed: int, shape: tuple, feature, module_tensors: bool = True, later_kinds: bool = False) -> None:
         self.rng = random.Random(f"program-constructs-{seed}")
         # ``MODULE_TENSOR_KINDS``: whether and how, from a stream of their own.
         self.module_tensor_rng = random.Random(f"program-constructs-module-tensors-{seed}")
         self.module_tensors = module_tensors
+        # ``LATER_KINDS``: the same, from a third stream.
+        self.later_rng = random.Random(f"program-constructs-later-{seed}")
+        self.later_kinds = later_kinds
         self.width = shape[-1]
         self.feature = feature
         self.defined: dict[str, str] = {}
@@ -286,10 +327,14 @@ class ProgramConstructs:
             chosen = self.rng.sample(KINDS, self.rng.choice((1, 1, 2, 3)))
         if self.module_tensors:
             chosen += [kind for kind in MODULE_TENSOR_KINDS if self.module_tensor_rng.random() < 0.2]
+        if self.later_kinds:
+            chosen += [kind for kind in LATER_KINDS if self.later_rng.random() < 0.2]
         return chosen
 
     def rng_for(self, kind: str) -> random.Random:
         """The stream a construct draws from: the newer kinds leave ``rng`` as it was."""
+        if kind in LATER_KINDS:
+            return self.later_rng
         return self.module_tensor_rng if kind in MODULE_TENSOR_KINDS else self.rng
 
     def statement(self, kind: str, names: list[str], rebindable: list[str]) -> list[str]:
@@ -621,3 +666,41 @@ class ProgramConstructs:
                 before=_lines(before), after=_lines(after), arguments=arguments, read=read, width=self.width,
             ) + hooks
         return [f"{target} = ENCODER({name})"]
+
+    def _given_up_loop(self, name, target, names):
+        rng = self.later_rng
+        if "loop-helper" not in self.defined:
+            output = rng.choice((
+                '    print("loop step", step, t.sum())',
+                '    logger.warning("loop step %s %s", step, t.sum())',
+                '    HISTORY.append(("loop step", step))',
+            ))
+            self.feature("program-given-up-loop-" + ("print" if "print" in output else "log" if "logger" in output else "state"))
+            self.defined["loop-helper"] = LOOP_HELPER.format(output=output)
+        # What breaks in the loop's body: a Python number read from a tensor (no rule
+        # removes it, so the frame is given up), or a branch on data (Where may remove it).
+        breaker = rng.choice(("item", "branch"))
+        self.feature("program-given-up-loop-" + breaker)
+        test = f"{target}.sum().item() > 100.0" if breaker == "item" else f"({target} > 100.0).any()"
+        return [
+            f"{target} = {name}",
+            f"for step in range({rng.choice((2, 3))}):",
+            f"    {target} = loop_helper({target}, step)",
+            f"    if {test}:",
+            f"        {target} = {target} - 1.0",
+        ]
+
+    def _two_sizes(self, name, target, names):
+        rng = self.later_rng
+        if self.width < 3:
+            return [f"{target} = {name} * 1.0"]
+        if "sized-padder" not in self.defined:
+            kernel, stride = rng.choice(((4, 2), (3, 1), (4, 1), (5, 2)))
+            self.defined["sized-padder"] = SIZED_PADDER.format(kernel=kernel, stride=stride)
+        # The same module on the input and on a shorter slice of it, put back to the
+        # input's shape.
+        cut = rng.choice((1, 2)) if self.width > 3 else 1
+        self.feature(f"program-two-sizes-cut-{cut}")
+        return [
+            f"{target} = SIZED_PADDER({name}) + F.pad(SIZED_PADDER({name}[..., {cut}:]), ({cut}, 0))",
+        ]
