@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from graphmend.core.legality import failed
-from graphmend.runtime.graph_inspection import unbacked_symbols
+from graphmend.runtime.graph_inspection import nodes_in_trace_order, unbacked_symbols
 from graphmend.runtime.store import store
 from graphmend.runtime.trace_decisions import user_site, user_translator
 from graphmend.runtime.trace_restarts import restart
@@ -73,7 +73,8 @@ class Claim:
     """A user statement that lost its break in this trace."""
 
     site: tuple[str, int]
-    # How many nodes TorchDynamo's graph had when the statement was traced.
+    # How many nodes TorchDynamo's graph had when the statement was traced, its inputs
+    # aside (``graph_inspection.nodes_in_trace_order``).
     position: int
     # Why the rest of the original frame ran (or may later run) eagerly, where it did:
     # the mended frame must then compile to its end in one graph.
@@ -202,7 +203,7 @@ def record_claim(
     """Record the claim on the break of the statement at ``site`` in the trace of ``translator``."""
     from graphmend.torch_adapter.guards import guarded_global_names
 
-    position = len(translator.output.graph.nodes)
+    position = len(nodes_in_trace_order(translator.output))
     claims_in_trace(translator)[site] = Claim(
         site, position, rest_ran_eagerly, kind, tuple(checks), autograd_sequence_now(),
         tuple(_inlined_calls(translator)), program_op_count(translator.output),

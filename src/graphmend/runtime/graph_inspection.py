@@ -111,11 +111,19 @@ def draws_random_numbers(node, output=None) -> bool:
     return True
 
 
+def nodes_in_trace_order(output) -> list:
+    """The trace's graph nodes but its inputs, in the order the trace made them. TorchDynamo
+    makes an input when the trace first reads it and puts it before every other node,
+    so a position among all nodes moves as the trace goes on; among these it does not
+    (a claim's ``position``)."""
+    return [node for node in output.graph.nodes if node.op != "placeholder"]
+
+
 def draw_positions(output) -> list[int]:
-    """The positions, in the trace's graph, of the nodes that draw random numbers."""
+    """The positions (``nodes_in_trace_order``) of the nodes that draw random numbers."""
     return [
         position
-        for position, node in enumerate(output.graph.nodes)
+        for position, node in enumerate(nodes_in_trace_order(output))
         if node.op in ("call_function", "call_method", "call_module") and draws_random_numbers(node, output)
     ]
 

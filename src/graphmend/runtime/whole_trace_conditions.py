@@ -85,6 +85,7 @@ from graphmend.runtime.graph_inspection import (
     inputs_written_in_place,
     is_graphmend_operator,
     known_contiguous,
+    nodes_in_trace_order,
     records_autograd,
     tensors_requiring_grad,
     unbacked_symbols,
@@ -488,7 +489,7 @@ def _draws_in_reduced_precision(output, positions) -> bool:
     """Whether a draw of the trace reads or makes a float16 or bfloat16 tensor (or one
     whose dtype the trace does not show): ``aot_eager``'s dropout backward rounds such
     tensors otherwise than eager's."""
-    nodes = list(output.graph.nodes)
+    nodes = nodes_in_trace_order(output)
     for position in positions:
         node = nodes[position]
         if node.target is getattr(torch.ops.higher_order, "cond", None):
@@ -810,7 +811,7 @@ def _stretches_that_compute(output, claims) -> int:
     branch's test) is of the stretch before it: the original computed it before its break."""
     cuts = sorted((claim.position, claim.site) for claim in claims.values())
     computing = set()
-    for index, node in enumerate(output.graph.nodes):
+    for index, node in enumerate(nodes_in_trace_order(output)):
         if node.op not in ("call_function", "call_method", "call_module") or is_graphmend_operator(node) or made_by_the_runtime(node):
             continue
         sites = _user_sites(node)
