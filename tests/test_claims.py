@@ -1135,3 +1135,51 @@ def test_rest_of_eager_frame_guards_no_resumed_list__a_loop_of_a_fixed_length_jo
     assert _graphs_breaks_and_outcomes_over_the_choices(mended.f) == ((1, 1), outcomes)
     assert outcomes == _eager_outcomes(original.f)
     assert "G318" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
+def test_joined_graph_records_no_autograd_on_an_inference_tensor__the_print_keeps_its_break():
+    """``t`` comes from ``torch.inference_mode()``, and the layer's weight requires grad:
+    outside the mode ``F.linear`` cannot save ``t`` for backward and fails. In the
+    original the print broke first, and TorchDynamo had appended to ``HISTORY`` when the
+    linear failed in the next graph; joined, the one graph failed with the append lost
+    (fuzz seed 830026). The print keeps its break (G321); called inside the mode, where
+    no autograd is recorded, it joins."""
+    source = """
+        import torch
+        HISTORY = []
+        LAYER = torch.nn.Linear(3, 3)
+
+        def f(t):
+            weight = LAYER.weight * 0.5
+            HISTORY.append(1)
+            print("layer input", t.shape)
+            return torch.nn.functional.linear(t, weight, LAYER.bias)
+        """
+
+    def arguments():
+        with torch.inference_mode():
+            return (torch.ones(2, 3),)
+
+    def outcome(module, backend, inference_mode=False):
+        module.HISTORY.clear()
+        torch._dynamo.reset()
+        try:
+            with torch.inference_mode() if inference_mode else contextlib.nullcontext(), contextlib.redirect_stdout(
+                io.StringIO()
+            ):
+                value = torch.compile(module.f, backend=backend, dynamic=False)(*arguments())
+            result = ("value", value.tolist())
+        except RuntimeError as error:
+            result = ("error", str(error).splitlines()[0])
+        return result, list(module.HISTORY)
+
+    original, mended = _pair(source)
+    for backend in ("eager", "aot_eager"):
+        expected = outcome(original, backend)
+        assert expected[1] == [1] and "Inference tensors" in expected[0][1]
+        assert outcome(mended, backend) == expected, backend
+    assert "G321" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    reset()
+    with torch.inference_mode():
+        assert breaks(original.f, *arguments()) == 1
+        assert breaks(mended.f, *arguments()) == 0

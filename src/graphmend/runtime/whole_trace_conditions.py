@@ -681,6 +681,32 @@ def joined_graph_writes_no_inference_tensor_in_place(output) -> str | None:
     return None
 
 
+def joined_graph_records_no_autograd_on_an_inference_tensor(output) -> str | None:
+    """An inference tensor given to the joined graph and read by an op that records
+    autograd (``F.linear`` of it with a weight that requires grad) fails at run time
+    outside the mode: autograd cannot save it for backward. The original broke before
+    that op, and TorchDynamo applied the side effects of the graph before the break
+    (a forward's ``HISTORY.append``) before the op failed in the next one; the joined
+    graph fails with those side effects not yet applied (fuzz seed 830026: a module's
+    replaced forward that records its call, prints, then applies the linear layer to a
+    tensor made inside ``torch.inference_mode()``). A call made inside the mode (serving
+    code) computes no autograd at all."""
+    if getattr(store.conversion, "inference_mode", None):
+        return None
+    for node in output.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        try:
+            given = node.meta["grapharg"].example
+        except Exception:  # noqa: BLE001 - no real tensor recorded: nothing known of it
+            continue
+        if isinstance(given, torch.Tensor) and given.is_inference() and any(records_autograd(user) for user in node.users):
+            return failed(
+                "G321", f"the joined graph records autograd on its input `{node.name}`, an inference tensor, which fails"
+            )
+    return None
+
+
 def joined_graph_writes_through_no_out_keyword(output) -> str | None:
     """torch 2.13's functionalization gives a tensor written through ``out=`` the layout of
     the op's result, not its own: read later in the same graph (``torch.tanh(y,
@@ -971,6 +997,7 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
         or batch_norms_read_contiguous_tensors(output)
         or joined_graph_enters_no_inference_mode(output)
         or joined_graph_writes_no_inference_tensor_in_place(output)
+        or joined_graph_records_no_autograd_on_an_inference_tensor(output)
         or joined_graph_writes_through_no_out_keyword(output)
     )
     if for_all is not None:
