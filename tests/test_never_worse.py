@@ -668,6 +668,41 @@ def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break_after_a_test
         assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3) * sign, backends=("eager", "aot_eager"))
 
 
+PRINT_WHERE_THE_PATHS_MEET_AFTER_SUPER = """
+import torch
+
+class Base(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+class Child(Base):
+    def forward(self, x, y):
+        x = super().forward(x)
+        if y.mean() < 0:
+            z = x
+        else:
+            z = y
+        print("chosen", z is x)
+        return (z * 2).sin()
+
+CHILD = Child()
+
+def f(x, y):
+    return CHILD(x, y)
+"""
+
+
+def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break_after_a_zero_argument_super():
+    """TorchDynamo copies ``super()`` with no arguments as ``super(__class__, self)``
+    (before Python 3.12), two instructions more: read past, G204 held again (2 graphs
+    had become 3)."""
+    original, mended = _kept_as_the_original(
+        PRINT_WHERE_THE_PATHS_MEET_AFTER_SUPER, _graphs_and_breaks_on_both_paths, (2, 4), "G204"
+    )
+    for sign in (1.0, -1.0):
+        assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3) * sign, backends=("eager", "aot_eager"))
+
+
 def test_an_output_on_one_path_of_a_branch_stays_claimed():
     """G204's must-not row: a print inside one arm, with an op after it on that path, is
     reached by that path alone; it joins the graph of that path."""

@@ -401,25 +401,41 @@ def resumed_at(code) -> tuple | None:
         return None
     target = copy[prologue_end].argval
     copied = [i for i in copy[prologue_end + 1:] if i.opname != "EXTENDED_ARG"]
+    originals = [i for i in dis.get_instructions(resumed) if i.opname != "EXTENDED_ARG"]
     position = 0
-    for original in dis.get_instructions(resumed):
-        if original.opname == "EXTENDED_ARG":
-            continue
+    for index, original in enumerate(originals):
         if position >= len(copied):
             return None
+        length = _copied_length(resumed, originals, index)
+        if length == 1 and copied[position].opname != original.opname:
+            return None  # a layout this reading does not know
         if copied[position].offset == target:
             return (resumed, original.offset) if copied[position].opname == original.opname else None
-        position += _copied_length(original.opname)
+        position += length
     return None
 
 
-def _copied_length(opname: str) -> int:
-    """How many instructions TorchDynamo's copy of a code object has for one of the
-    original's: a jump on ``None`` becomes a comparison and a jump (``LOAD_CONST None``,
-    ``IS_OP``, ``POP_JUMP_IF_TRUE``), a slice operation and a fused load or store two."""
+def _copied_length(code, instructions: list, index: int) -> int:
+    """How many instructions TorchDynamo's copy of ``code`` has for its instruction at
+    ``index`` (``bytecode_transformation.cleaned_instructions``): a jump on ``None`` is
+    copied as a comparison and a jump (``LOAD_CONST None``, ``IS_OP``,
+    ``POP_JUMP_IF_TRUE``), a zero-argument ``super()`` before Python 3.12 with its class
+    and first argument loaded after it, a slice operation and a fused load or store as two."""
+    import sys
+
+    instruction = instructions[index]
+    opname = instruction.opname
     if "JUMP" in opname and "_NONE" in opname:
         return 3
-    if opname in ("BINARY_SLICE", "STORE_SLICE", "LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST"):
+    if (
+        sys.version_info < (3, 12) and opname == "LOAD_GLOBAL" and instruction.argval == "super"
+        and code.co_varnames and index + 1 < len(instructions)
+        and instructions[index + 1].opname in ("PRECALL", "CALL_FUNCTION") and instructions[index + 1].arg == 0
+    ):
+        return 3
+    if sys.version_info >= (3, 12) and opname in ("BINARY_SLICE", "STORE_SLICE"):
+        return 2
+    if sys.version_info >= (3, 13) and opname in ("LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST"):
         return 2
     return 1
 
