@@ -951,6 +951,32 @@ def test_joined_graph_writes_through_no_out_keyword__a_read_after_the_write_keep
     assert graphs == 1 and outcome == _graphs_and_outcome_under_aot_eager(original.f, arguments())[1]
 
 
+def _outcome_and_history(module, backend: str, arguments, inference_mode: bool = False) -> tuple:
+    """A fresh compiled call's value, or the first line of the RuntimeError it raised,
+    and ``HISTORY`` after it (printed text silenced), made inside ``torch.inference_mode()``
+    where asked."""
+    module.HISTORY.clear()
+    torch._dynamo.reset()
+    try:
+        with torch.inference_mode() if inference_mode else contextlib.nullcontext(), contextlib.redirect_stdout(
+            io.StringIO()
+        ):
+            value = torch.compile(module.f, backend=backend, dynamic=False)(*arguments())
+        result = ("value", value.tolist())
+    except RuntimeError as error:
+        result = ("error", str(error).splitlines()[0])
+    return result, list(module.HISTORY)
+
+
+def _assert_failing_after_the_same_side_effects(original, mended, arguments, message: str) -> None:
+    """Under ``eager`` and ``aot_eager``, the original fails with ``message`` after
+    appending to ``HISTORY``, and the mended program does the same."""
+    for backend in ("eager", "aot_eager"):
+        expected = _outcome_and_history(original, backend, arguments)
+        assert expected[1] == [1] and message in expected[0][1]
+        assert _outcome_and_history(mended, backend, arguments) == expected, backend
+
+
 def test_joined_graph_writes_no_inference_tensor_in_place__the_graph_before_returns_first():
     """``h`` comes from ``torch.inference_mode()`` and is written in place outside it: the
     write fails. In the original it fails in the graph after the branch, once the graph
@@ -977,28 +1003,16 @@ def test_joined_graph_writes_no_inference_tensor_in_place__the_graph_before_retu
             h = torch.ones(3)
         return h, torch.arange(3.0)
 
-    def outcome(module, backend, inference_mode=False):
-        module.HISTORY.clear()
-        torch._dynamo.reset()
-        try:
-            with torch.inference_mode() if inference_mode else contextlib.nullcontext():
-                value = torch.compile(module.f, backend=backend, dynamic=False)(*arguments())
-            result = ("value", value.tolist())
-        except RuntimeError as error:
-            result = ("error", str(error).splitlines()[0])
-        return result, list(module.HISTORY)
-
     original, mended = _pair(source)
-    for backend in ("eager", "aot_eager"):
-        expected = outcome(original, backend)
-        assert expected[1] == [1] and "inference tensor" in expected[0][1]
-        assert outcome(mended, backend) == expected, backend
+    _assert_failing_after_the_same_side_effects(original, mended, arguments, "inference tensor")
     assert any("inference tensor" in reason for reason in store.trace_time_declines.values())
     reset()
     with torch.inference_mode():
         assert breaks(original.f, *arguments()) == 1
         assert breaks(mended.f, *arguments()) == 0
-    assert outcome(mended, "aot_eager", inference_mode=True) == outcome(original, "aot_eager", inference_mode=True)
+    assert _outcome_and_history(mended, "aot_eager", arguments, inference_mode=True) == _outcome_and_history(
+        original, "aot_eager", arguments, inference_mode=True
+    )
 
 
 FALLBACK_RANDOM_BY_FUNCTION = """
@@ -1160,24 +1174,8 @@ def test_joined_graph_records_no_autograd_on_an_inference_tensor__the_print_keep
         with torch.inference_mode():
             return (torch.ones(2, 3),)
 
-    def outcome(module, backend, inference_mode=False):
-        module.HISTORY.clear()
-        torch._dynamo.reset()
-        try:
-            with torch.inference_mode() if inference_mode else contextlib.nullcontext(), contextlib.redirect_stdout(
-                io.StringIO()
-            ):
-                value = torch.compile(module.f, backend=backend, dynamic=False)(*arguments())
-            result = ("value", value.tolist())
-        except RuntimeError as error:
-            result = ("error", str(error).splitlines()[0])
-        return result, list(module.HISTORY)
-
     original, mended = _pair(source)
-    for backend in ("eager", "aot_eager"):
-        expected = outcome(original, backend)
-        assert expected[1] == [1] and "Inference tensors" in expected[0][1]
-        assert outcome(mended, backend) == expected, backend
+    _assert_failing_after_the_same_side_effects(original, mended, arguments, "Inference tensors")
     assert "G321" in {condition_id(reason) for reason in store.trace_time_declines.values()}
     reset()
     with torch.inference_mode():

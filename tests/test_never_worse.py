@@ -649,10 +649,16 @@ def f(x, y):
 """
 
 
-def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break():
-    original, mended = _kept_as_the_original(PRINT_WHERE_THE_PATHS_OF_A_BRANCH_MEET, _graphs_and_breaks_on_both_paths, (2, 3), "G204")
+def _assert_kept_where_the_paths_meet(source: str, counts: tuple[int, int]) -> None:
+    """G204 keeps the print's break: on both paths the mended program compiles and breaks
+    as the original (``counts``) and behaves as it does."""
+    original, mended = _kept_as_the_original(source, _graphs_and_breaks_on_both_paths, counts, "G204")
     for sign in (1.0, -1.0):
         assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3) * sign, backends=("eager", "aot_eager"))
+
+
+def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break():
+    _assert_kept_where_the_paths_meet(PRINT_WHERE_THE_PATHS_OF_A_BRANCH_MEET, (2, 3))
 
 
 def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break_after_a_test_of_none():
@@ -663,9 +669,7 @@ def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break_after_a_test
     source = PRINT_WHERE_THE_PATHS_OF_A_BRANCH_MEET.replace(
         "def f(x, y):\n", "def f(x, y, scale=None):\n    if scale is not None:\n        x = x * scale\n"
     )
-    original, mended = _kept_as_the_original(source, _graphs_and_breaks_on_both_paths, (2, 3), "G204")
-    for sign in (1.0, -1.0):
-        assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3) * sign, backends=("eager", "aot_eager"))
+    _assert_kept_where_the_paths_meet(source, (2, 3))
 
 
 PRINT_WHERE_THE_PATHS_MEET_AFTER_SUPER = """
@@ -696,11 +700,7 @@ def test_an_output_where_the_paths_of_a_branch_meet_keeps_its_break_after_a_zero
     """TorchDynamo copies ``super()`` with no arguments as ``super(__class__, self)``
     (before Python 3.12), two instructions more: read past, G204 held again (2 graphs
     had become 3)."""
-    original, mended = _kept_as_the_original(
-        PRINT_WHERE_THE_PATHS_MEET_AFTER_SUPER, _graphs_and_breaks_on_both_paths, (2, 4), "G204"
-    )
-    for sign in (1.0, -1.0):
-        assert_equivalent(original.f, mended.f, torch.ones(3), torch.ones(3) * sign, backends=("eager", "aot_eager"))
+    _assert_kept_where_the_paths_meet(PRINT_WHERE_THE_PATHS_MEET_AFTER_SUPER, (2, 4))
 
 
 def test_an_output_on_one_path_of_a_branch_stays_claimed():

@@ -9,6 +9,7 @@ import pytest
 from graphmend.cli.config import Settings
 from graphmend.cli.explain import GraphBreak, StaticView, explain_breaks, split_script_arguments
 from graphmend.core.legality import failed
+from tests.test_never_worse import PRINT_BEFORE_A_HOOK_THAT_COUNTS_ITS_CALLS
 
 
 @pytest.mark.parametrize(
@@ -257,28 +258,10 @@ def test_breaks_of_an_abandoned_trace_attempt_are_forgotten_in_the_log(tmp_path)
     assert [graph_break.line for graph_break in breaks] == [3, 5]
 
 
-PRINT_REFUSED_AFTER_ITS_TRACE = """\
-import torch
-
-HISTORY = []
-
-
-class Probe(torch.nn.Module):
-    def forward(self, t):
-        return t
-
-
-PROBE = Probe()
-PROBE.register_forward_pre_hook(lambda module, inputs: HISTORY.append(len(HISTORY)))
-
-
-def f(x):
-    y = x * 2
-    print("y", y.shape)
-    y = PROBE(y)
-    torch._dynamo.graph_break()
-    return y
-
+# G320's program, with an explicit break after the hooked module, compiled and called.
+PRINT_REFUSED_AFTER_ITS_TRACE = PRINT_BEFORE_A_HOOK_THAT_COUNTS_ITS_CALLS.replace(
+    "    return PROBE(y)\n", "    y = PROBE(y)\n    torch._dynamo.graph_break()\n    return y\n"
+) + """
 
 compiled = torch.compile(f, backend="eager")
 for _ in range(3):
