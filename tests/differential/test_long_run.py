@@ -151,7 +151,7 @@ def test_a_chunk_stops_at_its_first_harness_crash(monkeypatch) -> None:
                 "without_threads", "without_handlers", "without_grad_modes", "without_attribute_code",
                 "with_tracked_inputs", "without_global_rebinds", "without_transposed_inputs",
                 "without_dynamic_compiles", "without_helper_branches", "without_failing_outputs",
-                "without_between_calls", "without_programs", "without_module_tensors",
+                "without_between_calls", "without_programs", "without_module_tensors", "without_later_kinds",
             ),
             False,
         ),
