@@ -1208,3 +1208,22 @@ def test_claims_precede_no_guard_on_a_global_the_trace_writes__an_op_after_joins
     counts = (_graphs_and_breaks_over_three_calls(original), _graphs_and_breaks_over_three_calls(mended))
     assert counts == ((4, 1), (3, 0))
     assert_equivalent(original.f, mended.f, torch.ones(3), backends=("eager", "aot_eager"))
+
+
+def test_listed_values_read_before_the_call__a_list_of_tensors_is_printed_in_the_graph():
+    """D209's other must-rewrite row: elements the frame never read that are tensors are
+    guarded on their shape and kind, not their values, as the graph's other inputs are;
+    a list of them is printed in the graph."""
+    reset()
+    source = """
+    import torch
+
+    def f(x, items):
+        y = x * 2
+        print("items", items)
+        return y + 1
+    """
+    original, mended, _ = original_and_mended(source)
+    arguments = (torch.ones(3), [torch.arange(2.0), torch.zeros(2)])
+    assert (graphs_and_breaks(original.f, *arguments), graphs_and_breaks(mended.f, *arguments)) == ((2, 1), (1, 0))
+    assert_equivalent(original.f, mended.f, *arguments, backends=("eager", "aot_eager"))

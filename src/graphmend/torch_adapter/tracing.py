@@ -84,10 +84,17 @@ def realized(variable):
 
 
 def holds_unread_items(variable) -> bool:
-    """Whether a list or tuple TorchDynamo traces holds an element whose value the trace
-    has not read yet (still lazy: reading it installs a guard on its value)."""
-    items = getattr(realized(variable), "items", None) or ()
-    return any(not getattr(item, "is_realized", lambda: True)() for item in items)
+    """Whether a list or tuple TorchDynamo traces holds an element the trace has not read
+    yet (still lazy) that is not a tensor: reading a number or a string installs a guard
+    on its value (a tensor's guard is on its shape and kind)."""
+    for item in getattr(realized(variable), "items", None) or ():
+        if getattr(item, "is_realized", lambda: True)():
+            continue
+        peek_type = getattr(item, "peek_type", None)
+        kind = peek_type() if peek_type is not None else None
+        if not (isinstance(kind, type) and issubclass(kind, torch.Tensor)):
+            return True
+    return False
 
 
 def frame_code_of(translator):
