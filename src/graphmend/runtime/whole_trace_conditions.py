@@ -19,7 +19,9 @@ graph (by the hooks of ``graphmend.runtime.trace_hooks``):
   (``random_draws_stay_on_their_side``);
 - the joined graph holds a batch norm of a tensor that is not contiguous, which torch
   traces with the wrong strides (``batch_norms_read_contiguous_tensors``);
-- the joined graph enters ``torch.inference_mode()`` (``joined_graph_enters_no_inference_mode``);
+- the joined graph enters ``torch.inference_mode()`` (``joined_graph_enters_no_inference_mode``),
+  or runs autograd on an inference tensor it is given
+  (``joined_graph_records_no_autograd_on_an_inference_tensor``);
 - the graph breaks on a size a capture made, or tracing needs that size on the host
   anywhere, an inlined function too (``captured_sizes_decide_no_break``,
   ``trace_hooks._refuse_captures_whose_sizes_are_needed``);
@@ -36,7 +38,9 @@ graph (by the hooks of ``graphmend.runtime.trace_hooks``):
 - the graph holds an op of the program's own, not only graphmend's
   (``graph_holds_an_op_of_the_program``);
 - a claim in an inlined call, where the trace guards on a module global it also writes
-  (``inlined_claims_guard_no_global_the_trace_writes``);
+  (``inlined_claims_guard_no_global_the_trace_writes``), or a claim with ops before it
+  and none after, where that guard came after it
+  (``claims_precede_no_guard_on_a_global_the_trace_writes``);
 - a test or padding decided from fixed tensors, where the graph writes one of them
   after the decision (``fixed_tensors_not_written_later``).
 
