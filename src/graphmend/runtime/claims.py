@@ -516,11 +516,9 @@ def _claimable_user_site(translator):
     its break in this trace (an earlier trace refused it, the whole-trace checks are
     unavailable, inside ``torch.inference_mode()``)."""
     translator = user_translator(translator)
-    if translator is None:
+    if translator is None or refused_at_user_site(translator):
         return None
     site = (translator.f_code.co_filename, translator.lineno)
-    if refused_reason(site, frame_code_of(translator)) is not None:
-        return None
     unavailable = trace_checks_unavailable() or not_inside_inference_mode(translator)
     if unavailable is not None:
         store.trace_time_declines[site] = unavailable

@@ -291,7 +291,8 @@ def _read_before_at_site(translator, value) -> bool:
     (its guards fail this call in the original too, which would otherwise reuse its
     graph); and no frame traced again met another value there. The value is noted for
     this trace."""
-    from graphmend.torch_adapter.tracing import frame_code_of, frame_conversion_key
+    from graphmend.torch_adapter import current_compile_key
+    from graphmend.torch_adapter.tracing import frame_code_of
 
     site = trace_decisions.user_site(translator)
     if site in store.fixed_values_varying_sites:
@@ -301,7 +302,7 @@ def _read_before_at_site(translator, value) -> bool:
     if trace is None:
         # The restarts of one frame conversion are one trace: values the first attempt
         # read are no other trace's.
-        trace = frame_conversion_key() or next(_trace_numbers)
+        trace = current_compile_key() or next(_trace_numbers)
         setattr(output, _TRACE_NUMBER, trace)
     code = frame_code_of(translator)
     known = store.fixed_values_read_at.setdefault(site, {}).setdefault(code, {})

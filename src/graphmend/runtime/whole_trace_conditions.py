@@ -662,6 +662,14 @@ def batch_norms_read_contiguous_tensors(output) -> str | None:
     return None
 
 
+def _given_example(node):
+    """The real value TorchDynamo recorded for a graph input, or None where none is."""
+    try:
+        return node.meta["grapharg"].example
+    except Exception:  # noqa: BLE001 - no real value recorded
+        return None
+
+
 def joined_graph_writes_no_inference_tensor_in_place(output) -> str | None:
     """An inference tensor (made inside ``torch.inference_mode()``, in an earlier graph or
     eagerly) given to the joined graph and written in place there fails at run time
@@ -676,10 +684,7 @@ def joined_graph_writes_no_inference_tensor_in_place(output) -> str | None:
     if getattr(store.conversion, "inference_mode", None):
         return None
     for node in inputs_written_in_place(output):
-        try:
-            given = node.meta["grapharg"].example
-        except Exception:  # noqa: BLE001 - no real tensor recorded: not known to be ordinary
-            given = None
+        given = _given_example(node)
         if not isinstance(given, torch.Tensor) or given.is_inference():
             return failed("G305", f"the joined graph writes its input `{node.name}` in place, an inference tensor, which fails")
     return None
@@ -700,10 +705,7 @@ def joined_graph_records_no_autograd_on_an_inference_tensor(output) -> str | Non
     for node in output.graph.nodes:
         if node.op != "placeholder":
             continue
-        try:
-            given = node.meta["grapharg"].example
-        except Exception:  # noqa: BLE001 - no real tensor recorded: nothing known of it
-            continue
+        given = _given_example(node)
         if isinstance(given, torch.Tensor) and given.is_inference() and any(records_autograd(user) for user in node.users):
             return failed(
                 "G321", f"the joined graph records autograd on its input `{node.name}`, an inference tensor, which fails"

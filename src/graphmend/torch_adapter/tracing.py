@@ -136,16 +136,6 @@ def graph_input_of(node):
     return (argument.source, example) if isinstance(example, torch.Tensor) else None
 
 
-def frame_conversion_key():
-    """What names the frame conversion TorchDynamo is tracing, the same across the
-    restarts of its trace (a graph break taken, a speculation undone): (frame id,
-    compile number of that frame); None outside one."""
-    from torch._guards import CompileContext
-
-    compile_id = CompileContext.current_compile_id()
-    return None if compile_id is None else (compile_id.frame_id, compile_id.frame_compile_id)
-
-
 def static_input_sizes(graph) -> dict[str, tuple[int, ...]]:
     """The static sizes of ``graph``'s tensor inputs so far, by the name of their source."""
     from graphmend.torch_adapter.guards import source_name
