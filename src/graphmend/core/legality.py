@@ -263,7 +263,8 @@ _CONDITIONS = (
     (_W, WHILE_TRACING, "W218", "fixed_tensors_not_written", "graphmend.runtime.fixed_values:why_written_or_changed",
      "no fixed tensor is written in place in the trace (through a view too), changed value since an earlier "
      "trace read it, or meets a frame traced again with a value no earlier trace read at the statement "
-     "(unless each such trace had inputs of other static sizes, which trace again in the original too)"),
+     "(unless each such trace had inputs of other static sizes, which trace again in the original too), "
+     "and no other live module of the class, which the frame may be called with, holds another value"),
     (_W, WHILE_TRACING, "W219", "conversion_returns_the_tensor",
      "graphmend.runtime.written_back:conversion_returns_the_tensor",
      "the attribute holds a plain tensor that `to(...)` returns itself (its device and dtype, no copy), "

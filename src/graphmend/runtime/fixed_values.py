@@ -36,7 +36,11 @@ Decided only when (each registered in ``graphmend.core.legality``):
   read the value there at the same static sizes, or every earlier trace that read
   another value there had a graph input of other static sizes (the layers of an
   encoder, each compiled as a frame of its own): that trace's size guard fails the
-  call, so the original traces again for it too.
+  call, so the original traces again for it too. Where the module is the frame's own
+  argument (a ``forward`` compiled as a frame of its own), no other live module of its
+  class with the same parameters and buffers holds another value: the original's one
+  trace would serve it, which the first trace cannot tell from a later one at other
+  sizes.
 
 And, once the trace is complete (``graphmend.runtime.whole_trace_conditions``):
 
@@ -59,6 +63,7 @@ from graphmend.runtime.store import store
 from graphmend.torch_adapter.tracing import (
     comptime,
     graph_input_of,
+    modules_the_trace_may_serve,
     realized,
     static_input_sizes,
     tensor_attribute_owner,
@@ -279,9 +284,26 @@ def why_written_or_changed(node, owner, found, translator) -> str | None:
         return failed(
             "W218", f"fixed_tensors_not_written: `{name}` holds a value no earlier trace read at this statement"
         )
+    if _another_module_holds_another(translator, found[0], name, value):
+        return failed(
+            "W218", f"fixed_tensors_not_written: another `{type(module).__name__}` the frame may be called with "
+            f"holds another `{name}`"
+        )
     if graph_writes_memory_of(node.graph, found[1]):
         return failed("W218", f"fixed_tensors_not_written: `{name}` is written in place in this trace")
     return None
+
+
+def _another_module_holds_another(translator, source, name: str, value) -> bool:
+    """Whether a module the frame's one trace would serve in the original, in place of
+    the one traced, holds another value in ``name``: each would trace again, where the
+    original traces once for both (two padders of one class, each ``forward`` compiled
+    as a frame of its own from a loop TorchDynamo gives up)."""
+    for other in modules_the_trace_may_serve(translator, source):
+        held = getattr(other, name, None)
+        if not isinstance(held, torch.Tensor) or held.numel() != 1 or held.item() != value:
+            return True
+    return False
 
 
 def _read_before_at_site(translator, value) -> bool:

@@ -153,6 +153,16 @@ def tensor_attribute_owner(translator, source):
     """(module, attribute name, whether it is a registered buffer) where ``source`` names
     a buffer or a plain attribute of an ``nn.Module`` the frame reads
     (``L['self']._buffers['stride']``, ``L['self'].padding``); else None."""
+    found = _attribute_of_a_module(source)
+    if found is None:
+        return None
+    owner_source, name, is_buffer = found
+    owner = _value_of_source(translator, owner_source.name)
+    return (owner, name, is_buffer) if isinstance(owner, torch.nn.Module) else None
+
+
+def _attribute_of_a_module(source):
+    """(the owner's source, attribute name, whether a registered buffer) or None."""
     from torch._dynamo.source import (
         AttrSource,
         DictGetItemSource,
@@ -163,17 +173,85 @@ def tensor_attribute_owner(translator, source):
     if isinstance(source, DictGetItemSource) and isinstance(source.base, UnspecializedParamBufferSource):
         if source.base.member != "_buffers" or not isinstance(source.index, str):
             return None
-        owner_source, name, is_buffer = source.base.base, source.index, True
-    elif type(source) is AttrSource and isinstance(source.base, NNModuleSource):
-        owner_source, name, is_buffer = source.base, source.member, False
-    else:
-        return None
+        return source.base.base, source.index, True
+    if type(source) is AttrSource and isinstance(source.base, NNModuleSource):
+        return source.base.base, source.member, False
+    return None
+
+
+_NOT_FOUND = object()
+
+
+def _value_of_source(translator, name: str, argument_values: dict | None = None):
+    """The value a source's own name reads in the root frame (``L`` its locals, with
+    ``argument_values`` in place of some), or ``_NOT_FOUND``."""
     root = translator.output.root_tx
+    local_values = {**root.f_locals, **(argument_values or {})}
     try:
-        owner = eval(owner_source.name, {"L": root.f_locals, "G": root.f_globals})  # noqa: S307 - a source's own name
+        return eval(name, {"L": local_values, "G": root.f_globals})  # noqa: S307 - a source's own name
     except Exception:  # noqa: BLE001 - a source this lookup cannot evaluate
-        return None
-    return (owner, name, is_buffer) if isinstance(owner, torch.nn.Module) else None
+        return _NOT_FOUND
+
+
+def modules_the_trace_may_serve(translator, source) -> list:
+    """Other live modules of the class of the module whose attribute ``source`` names,
+    where that module is an argument of the frame being compiled (``L['self']``, a
+    module's own ``forward`` compiled as a frame of its own): one compiled for it serves
+    another called there in its place, as far as the tensors the trace read from the
+    module so far, and all its parameters and buffers, have the same sizes in the other.
+    Empty where the module is reached otherwise (a global, an attribute of an argument)."""
+    import gc
+
+    from torch._dynamo.source import LocalSource, NNModuleSource
+
+    found = _attribute_of_a_module(source)
+    owner_source = found[0] if found is not None else None
+    while isinstance(owner_source, NNModuleSource):
+        owner_source = owner_source.base
+    if type(owner_source) is not LocalSource:
+        return []
+    owner = _value_of_source(translator, owner_source.name)
+    if not isinstance(owner, torch.nn.Module):
+        return []
+    classes, pending = set(), [type(owner)]
+    while pending:
+        current = pending.pop()
+        if current not in classes:
+            classes.add(current)
+            pending.extend(current.__subclasses__())
+    others = [
+        other for other in gc.get_referrers(*classes) if type(other) in classes and other is not owner
+    ]
+    read_from_owner = []
+    prefix = owner_source.name
+    for node in translator.output.graph.nodes:
+        found_input = graph_input_of(node)
+        if found_input is not None and found_input[0].name.startswith(prefix) and found_input[0].name != prefix:
+            read_from_owner.append(found_input)
+    layout = _tensor_layout(owner)
+    served = []
+    for other in others:
+        values = {owner_source.local_name: other}
+        if _tensor_layout(other) == layout and all(
+            isinstance(value := _value_of_source(translator, read_source.name, values), torch.Tensor)
+            and _layout_of(value) == _layout_of(tensor)
+            for read_source, tensor in read_from_owner
+        ):
+            served.append(other)
+    return served
+
+
+def _layout_of(tensor) -> tuple:
+    return tuple(tensor.shape), tensor.dtype, tensor.device
+
+
+def _tensor_layout(module) -> dict:
+    """The sizes, dtype and device of each of a module's parameters and buffers: where a
+    module differs from another in one, the code after the break is compiled for each
+    in the original too (its weights are read there)."""
+    layout = {("parameter", name): _layout_of(value) for name, value in module.named_parameters()}
+    layout.update((("buffer", name), _layout_of(value)) for name, value in module.named_buffers())
+    return layout
 
 
 def graph_breaks_nest() -> bool:
