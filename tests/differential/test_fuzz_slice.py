@@ -342,6 +342,12 @@ DRAWN_PROGRAM_FINDINGS = {
     # met at one size; decided for the first, the second traced again with its break,
     # where the original's two graphs served both (W218 now looks for such modules).
     820203: ("compiled:eager",),
+    # 3 graphs and 7 breaks became 8 and 10 under aot_eager (the same class as 820041's
+    # first part): a check of an ``.item()`` count, kept, under ``dynamic=True``. Its
+    # condition, bound in a statement of its own before the helper's break that
+    # TorchDynamo cannot resume from, gave it a point to compile up to after the
+    # condition: a graph more, guarded on the input's sizes, compiled again per size.
+    820025: ("compiled:eager", "compiled:aot_eager"),
 }
 
 
@@ -368,11 +374,8 @@ OPEN_PROGRAM_FINDINGS = {
     # fixed tensor the program writes on every call (``self.step += 1``); without that
     # write the program is no worse.
     810148: ("compiled:eager",),
-    # Seeds 820000-820218 (the same constructs), the same on the code before this run's:
-    # 3 graphs and 7 breaks became 8 and 10 under aot_eager (4 and 6 under eager): a check
-    # of an ``.item()`` count among prints, branches and a padder.
-    820025: ("compiled:eager", "compiled:aot_eager"),
-    # 15 graphs and 9 breaks became 18 and 10 (11 and 9, 16 and 13 under aot_eager).
+    # Seeds 820000-820218 (the same constructs): 15 graphs and 9 breaks became 16 and 9
+    # in a module's ``forward`` (18 and 10 before the kept check became one statement).
     820041: ("compiled:eager", "compiled:aot_eager"),
 }
 

@@ -598,3 +598,43 @@ def test_a_kept_call_made_outside_torchdynamo_shows_no_frame_of_graphmends(backe
     # The helper's own frame is the innermost of the program's, as eagerly.
     torch_directory = os.path.dirname(torch.__file__)
     assert [name for name in files if not name.startswith(torch_directory)][-1] == fuzz_check_helper.__file__
+
+
+def _graphs_and_breaks_over(function, inputs) -> tuple[int, int]:
+    from torch._dynamo.testing import CompileCounter
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    backend = CompileCounter()
+    compiled = torch.compile(function, backend=backend, dynamic=True)
+    for value in inputs:
+        try:
+            compiled(value)
+        except IndexError:
+            pass
+    return backend.frame_count, sum(counters["graph_break"].values())
+
+
+def test_a_kept_check_of_a_count_compiles_no_more_than_the_original_at_dynamic_sizes():
+    """A kept check of an ``.item()`` count (a float: its ``.item()`` keeps its break)
+    under ``dynamic=True``: the helper traced breaks where TorchDynamo cannot resume, and
+    it compiles the frame up to the last point the stack was empty. With the condition
+    bound in a statement of its own, that point followed it: a graph more, guarded on
+    the input's sizes, compiled again for an input laid out otherwise (3 graphs became
+    6). The condition and the call are one statement, as in the original."""
+    source = program(
+        """
+        def f(x):
+            count = x.sum().item()
+            torch_compilable_check(count != x.shape[0], f"{count} of {x.numel()} entries", IndexError)
+            return x + 1
+        """
+    )
+    original, mended, _ = original_and_mended(source)
+    base = torch.arange(12.0).reshape(3, 4)
+    inputs = [base + 0.5, base.t().contiguous().t() + 0.25, torch.ones(4, 5), torch.ones(3, 1)]
+    before = _graphs_and_breaks_over(original.f, inputs)
+    after = _graphs_and_breaks_over(mended.f, inputs)
+    assert before == (3, 3) and after == before, (before, after)
+    assert_equivalent(original.f, mended.f, base + 0.5)

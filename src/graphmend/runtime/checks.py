@@ -16,6 +16,7 @@ original call (and its break).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
 import sys
@@ -225,6 +226,11 @@ def _call(callee, *args, **kwargs):
 # code: a failing check's traceback shows the helper's frames and torch's wrapper,
 # none of graphmend's.
 call_eagerly = run_outside_dynamo(getattr(operator, "call", _call))
+
+
+def eager_call_of(callee):
+    """``callee`` called through ``call_eagerly``, with the call's own arguments."""
+    return functools.partial(call_eagerly, callee)
 
 
 def keeps_item_tensor(value, check_lines: tuple = ()) -> bool:

@@ -172,11 +172,9 @@ def _kept_call(context: FunctionContext, statement: ast.Expr, call: ast.Call) ->
     """The check call as the helper makes it eagerly:
 
         if __graphmend__.is_compiling():
-            _gm_cond_1 = COND
-            if __graphmend__.checks.runs_eagerly(CALLEE, _gm_cond_1):
-                __graphmend__.checks.call_eagerly(CALLEE, _gm_cond_1, ...)
-            else:
-                CALLEE(_gm_cond_1, ...)
+            (CALLEE, __graphmend__.checks.eager_call_of(CALLEE))[
+                __graphmend__.checks.runs_eagerly(CALLEE, (_gm_cond_1 := COND))
+            ](_gm_cond_1, ...)
         elif __graphmend__.checks.called_outside_torchdynamo(CALLEE):
             __graphmend__.checks.call_eagerly(CALLEE, ...)
         else:
@@ -191,7 +189,12 @@ def _kept_call(context: FunctionContext, statement: ast.Expr, call: ast.Call) ->
     frame. Anywhere else (not compiled at all, another callee, ``fullgraph=True``)
     the original statement runs as written: the frames of its exceptions and the
     place a warning in the helper names (``stacklevel=2``) are the original's. The
-    condition is evaluated once, first among the arguments, as in the call."""
+    condition is evaluated once, first among the arguments, as in the call. One
+    statement, with no jump between the condition and the call: where the helper
+    traced breaks where TorchDynamo cannot resume, it compiles the frame up to the
+    last point the stack was empty, which is then the statement's start, as in the
+    original (a point after the condition made it a graph of its own, guarded on the
+    sizes it read)."""
     eager_call = copy.deepcopy(call)
     eager_call.func = expression(f"{RUNTIME_NAME}.checks.call_eagerly")
     eager_call.args = [copy.deepcopy(call.func), *eager_call.args]
@@ -207,15 +210,12 @@ def _kept_call(context: FunctionContext, statement: ast.Expr, call: ast.Call) ->
         return [guard]
     temporary = f"_gm_cond_{context.module.fresh_suffix()}"
     traced_call = _with_condition(call, ast.Name(id=temporary, ctx=ast.Load()))
-    traced_eager_call = copy.deepcopy(traced_call)
-    traced_eager_call.func = expression(f"{RUNTIME_NAME}.checks.call_eagerly")
-    traced_eager_call.args = [copy.deepcopy(call.func), *traced_eager_call.args]
-    traced = statements(
-        f"{temporary} = COND\n"
-        f"if {RUNTIME_NAME}.checks.runs_eagerly(CALLEE, {temporary}):\n    EAGER\nelse:\n    TRACED",
-        COND=copy.deepcopy(arguments["cond"]), CALLEE=copy.deepcopy(call.func),
-        EAGER=[ast.Expr(value=traced_eager_call)], TRACED=[ast.Expr(value=traced_call)],
+    traced_call.func = expression(
+        f"(CALLEE, {RUNTIME_NAME}.checks.eager_call_of(CALLEE))"
+        f"[{RUNTIME_NAME}.checks.runs_eagerly(CALLEE, ({temporary} := COND))]",
+        CALLEE=copy.deepcopy(call.func), COND=copy.deepcopy(arguments["cond"]),
     )
+    traced = [ast.Expr(value=traced_call)]
     place(traced, statement)
     kept = statements(f"if {RUNTIME_NAME}.is_compiling():\n    TRACED\nelse:\n    KEPT", TRACED=traced, KEPT=[guard])[0]
     place(kept.test, statement)
