@@ -471,17 +471,26 @@ def test_a_fixed_tensor_written_through_the_tensor_it_views_keeps_the_break():
 
 
 def test_a_fixed_tensor_the_graph_writes_later_keeps_the_break():
-    """W303 ``fixed_tensors_not_written_later``: a forward that bumps the buffer after
-    the test would fail the value guard on every next call and trace again; the whole
-    trace refuses the decisions before the graph is compiled, so the mended program
-    compiles and breaks as the original does."""
+    """W303 ``fixed_tensors_not_written_later``: a caller that bumps the buffer after
+    the module's test would fail the value guard on every next call and trace again;
+    the whole trace refuses the decisions before the graph is compiled, so the mended
+    program compiles and breaks as the original does. (A forward that bumps it is
+    declined from its first read, W218: a method of the class writes it.)"""
+    source = _written().replace(
+        "    return STRIDED(x), STRIDED.stride.item()",
+        "    out = STRIDED(x)\n    STRIDED.stride.add_(1)\n    return out, STRIDED.stride.item()",
+    )
+    original, mended, _ = original_and_mended(source)
+    before = _calls(original.main, [X] * 4)
+    after = _calls(mended.main, [X] * 4)
+    assert after[:2] == before[:2]
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert "W303" in _declined().values()
     original, mended, _ = original_and_mended(_written(after="self.stride += 1"))
     before = _calls(original.main, [X] * 4)
     after = _calls(mended.main, [X] * 4)
     assert after[:2] == before[:2] == (5, 7)
-    for got, expected in zip(after[2], before[2]):
-        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
-    assert "W303" in _declined().values()
 
 
 # One function given modules that hold different fixed values.
@@ -708,3 +717,51 @@ def test_a_frame_given_up_refuses_its_claims_in_that_frame_only():
     assert (before[:2], after[:2]) == ((5, 2), (3, 2))
     for got, expected in zip(after[2], before[2]):
         assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    "write",
+    ["self.step += 1", "self.step.add_(1)", "self.step[...] = self.step + 1", "self.bump()"],
+    ids=["augmented", "in-place-method", "item-assignment", "another-method"],
+)
+def test_a_tensor_a_method_of_the_class_writes_keeps_the_break_from_the_first_trace(write):
+    """W218: a module whose methods write the tensor (a step counter bumped in
+    ``forward`` or in a method it calls) changes it between calls; decided, each call's
+    value would fail the guard and trace again, where the original's one trace serves
+    every call. The break is kept from the first trace: no worse than the original."""
+    source = textwrap.dedent(
+        f"""
+        import torch
+        import torch.nn as nn
+
+
+        class Counter(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.step = nn.Buffer(torch.tensor(0), persistent=False)
+
+            def bump(self):
+                self.step += 1
+
+            def forward(self, x):
+                {write}
+                x = x.sin()
+                if self.step % 2 == 0:
+                    x = x * 2
+                return x + 1
+
+
+        COUNTER = Counter()
+
+
+        def main(x):
+            return COUNTER(x)
+        """
+    )
+    original, mended, _ = original_and_mended(source)
+    before = _calls(original.main, [X] * 4)
+    after = _calls(mended.main, [X] * 4)
+    assert after[:2] == before[:2]
+    for got, expected in zip(after[2], before[2]):
+        assert torch.equal(got, expected)
+    assert any("writes `step`" in reason for reason in _declined_reasons())

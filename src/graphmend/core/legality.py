@@ -264,7 +264,8 @@ _CONDITIONS = (
      "no fixed tensor is written in place in the trace (through a view too), changed value since an earlier "
      "trace read it, or meets a frame traced again with a value no earlier trace read at the statement "
      "(unless each such trace had inputs of other static sizes, which trace again in the original too), "
-     "and no other live module of the class, which the frame may be called with, holds another value"),
+     "and no other live module of the class, which the frame may be called with, holds another value; "
+     "no method of the module's class (but `__init__`) writes it"),
     (_W, WHILE_TRACING, "W219", "conversion_returns_the_tensor",
      "graphmend.runtime.written_back:conversion_returns_the_tensor",
      "the attribute holds a plain tensor that `to(...)` returns itself (its device and dtype, no copy), "

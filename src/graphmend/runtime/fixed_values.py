@@ -40,7 +40,9 @@ Decided only when (each registered in ``graphmend.core.legality``):
   argument (a ``forward`` compiled as a frame of its own), no other live module of its
   class with the same parameters and buffers holds another value: the original's one
   trace would serve it, which the first trace cannot tell from a later one at other
-  sizes.
+  sizes. And no method of the module's class but ``__init__`` writes the tensor (a step
+  counter its ``forward`` bumps before TorchDynamo's break, read after it, would fail
+  the next call's guard).
 
 And, once the trace is complete (``graphmend.runtime.whole_trace_conditions``):
 
@@ -52,6 +54,8 @@ And, once the trace is complete (``graphmend.runtime.whole_trace_conditions``):
 from __future__ import annotations
 
 import builtins
+import dis
+import functools
 import itertools
 import operator
 
@@ -276,6 +280,12 @@ def why_written_or_changed(node, owner, found, translator) -> str | None:
     (two convolutions with different strides, one code), or by different frames (an
     encoder's and a decoder's, compiled apart) are not told apart."""
     module, name, _is_buffer = owner
+    writer = method_writing(type(module), name)
+    if writer is not None:
+        return failed(
+            "W218", f"fixed_tensors_not_written: `{writer}` writes `{name}`, which a call may change before "
+            "the next one reads it"
+        )
     value = found[1].item()
     seen = store.fixed_values_read.setdefault(module, {})
     if seen.setdefault(name, value) != value:
@@ -292,6 +302,49 @@ def why_written_or_changed(node, owner, found, translator) -> str | None:
     if graph_writes_memory_of(node.graph, found[1]):
         return failed("W218", f"fixed_tensors_not_written: `{name}` is written in place in this trace")
     return None
+
+
+_IN_PLACE_FOLLOWERS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
+_INDEX_LOADS = frozenset({"LOAD_CONST", "LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF"})
+
+
+@functools.cache
+def method_writing(module_class: type, name: str) -> str | None:
+    """The qualified name of a function of ``module_class`` (its own or inherited, not
+    ``nn.Module``'s, not ``__init__``) whose code writes an attribute ``name``: stores
+    it (``self.step += 1``), calls an in-place method on it (``self.step.add_(1)``) or
+    assigns an item of it; else None. Such a module changes the tensor between calls
+    (a step counter), and each call would trace again where the original's one trace
+    serves every call."""
+    for klass in module_class.__mro__:
+        if klass in (torch.nn.Module, object):
+            continue
+        for attribute, member in vars(klass).items():
+            if attribute == "__init__":
+                continue
+            function = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+            code = getattr(function, "__code__", None)
+            if code is not None and _code_writes(code, name):
+                return f"{klass.__name__}.{attribute}"
+    return None
+
+
+def _code_writes(code, name: str) -> bool:
+    instructions = list(dis.get_instructions(code))
+    for index, instruction in enumerate(instructions):
+        if instruction.opname == "STORE_ATTR" and instruction.argval == name:
+            return True
+        if instruction.opname in _IN_PLACE_FOLLOWERS and instruction.argval == name:
+            following = instructions[index + 1:index + 3]
+            if following and following[0].opname in _IN_PLACE_FOLLOWERS and _in_place(following[0].argval):
+                return True
+            if len(following) == 2 and following[0].opname in _INDEX_LOADS and following[1].opname == "STORE_SUBSCR":
+                return True
+    return any(_code_writes(constant, name) for constant in code.co_consts if hasattr(constant, "co_code"))
+
+
+def _in_place(method: str) -> bool:
+    return isinstance(method, str) and method.endswith("_") and not method.endswith("__")
 
 
 def _another_module_holds_another(translator, source, name: str, value) -> bool:
