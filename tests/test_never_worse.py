@@ -893,6 +893,24 @@ def test_an_output_after_an_op_in_a_frame_compiled_again_joins():
 
 
 
+def test_an_empty_list_printed_in_a_frames_first_compilation_keeps_its_break():
+    """D209: no positions on the first call, so the list is empty and a constant there,
+    and the print joined; on the second the list's numbers are unread and the print
+    keeps its break, and the code after it was compiled anew where the original's second
+    compilation reused the resume function its first made after the same print (fuzz
+    seed 810132: one graph more). An empty list keeps the break in a frame's first
+    compilation."""
+    reset()
+    original, mended, _ = original_and_mended(PRINT_OF_POSITIONS_FIRST_IN_A_FRAME_COMPILED_AGAIN)
+    calls = [(torch.tensor([-1.0, -1.0, -1.0]),), (torch.tensor([1.0, -1.0, 1.0]),)]
+    before = _graphs_and_breaks_over(original, calls, dynamic=False)
+    after = _graphs_and_breaks_over(mended, calls, dynamic=False)
+    assert after == before
+    assert "D209" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    for x in calls:
+        assert_equivalent(original.f, mended.f, *x, backends=("eager", "aot_eager"))
+
+
 def test_an_output_first_in_a_frame_compiled_again_with_no_resume_function_at_its_line_joins():
     """G205's must-not row for a first compilation that joined the print: compiled again
     for another size, no resume function is there to share (keeping the break would

@@ -325,7 +325,8 @@ _CONDITIONS = (
     (_D, WHILE_TRACING, "D208", "message_formatted_at_the_call", "graphmend.runtime.output_decisions:text_fixed_at_the_call",
      "every value an argument formats or converts is text TorchDynamo made at the call, not a format it applies when the graph ends (a tensor's, an object's own)"),
     (_D, WHILE_TRACING, "D209", "listed_values_read_before_the_call", "graphmend.runtime.output_operands:elements_unread",
-     "every number or string in a list or tuple argument is a value the frame read before the call, so printing it guards on no new value"),
+     "every number or string in a list or tuple argument is a value the frame read before the call, so printing it guards on no new value; "
+     "the list is not empty in a frame's first compilation (a later call's might hold such values)"),
     # Defer, whole trace (runtime/whole_trace_conditions.py).
     (_D, WHOLE_TRACE, "D301", "outputs_share_no_graph_with_a_lowered_guard",
      "graphmend.runtime.whole_trace_conditions:outputs_share_no_graph_with_a_lowered_guard",

@@ -16,12 +16,27 @@ from graphmend.core.legality import failed
 from graphmend.runtime import output_call_arguments as arguments
 from graphmend.runtime.claims import decline_at_user_site
 from graphmend.runtime.trace_decisions import decide_in_trace
-from graphmend.torch_adapter.tracing import comptime, holds_unread_items
+from graphmend.torch_adapter.tracing import (
+    comptime,
+    first_compilation_of_the_frame,
+    holds_no_items,
+    holds_unread_items,
+)
 
 _ELEMENTS_UNREAD_REASON = failed(
     "D209",
     "a list or tuple argument holds a value the frame has not read:"
     " the graph would guard on it, the original's break did not"
+)
+# A list empty in a frame's first compilation (``.tolist()`` of a tensor with no
+# elements) may hold numbers the frame never reads on a later call, which keeps the
+# break there; the code after it would then be compiled anew, where the original's
+# later compilation reuses the code its first one compiled after the same break. In a
+# later compilation that code exists already (G205 decides there).
+_EMPTY_REASON = failed(
+    "D209",
+    "a list or tuple argument is empty here: a later call's may hold values the frame never reads,"
+    " keeping the break there, after a first compilation that made none"
 )
 
 # Values whose text cannot change after the call: printing them later in the graph,
@@ -133,10 +148,13 @@ def _decide_elements_unread(context) -> None:
 
 
 def _unread_and_declined(translator, variable) -> bool:
-    if not holds_unread_items(variable):
-        return False
-    decline_at_user_site(translator, _ELEMENTS_UNREAD_REASON)
-    return True
+    if holds_unread_items(variable):
+        decline_at_user_site(translator, _ELEMENTS_UNREAD_REASON)
+        return True
+    if holds_no_items(variable) and first_compilation_of_the_frame(translator):
+        decline_at_user_site(translator, _EMPTY_REASON)
+        return True
+    return False
 
 
 def _split_sequence(value, tensors: list, integers: list):

@@ -97,6 +97,22 @@ def holds_unread_items(variable) -> bool:
     return False
 
 
+def holds_no_items(variable) -> bool:
+    """Whether a list or tuple TorchDynamo traces is empty."""
+    items = getattr(realized(variable), "items", None)
+    return items is not None and len(items) == 0
+
+
+def first_compilation_of_the_frame(translator) -> bool:
+    """Whether TorchDynamo holds no compiled version of the frame being compiled yet
+    (True where this torch offers no such query)."""
+    root = getattr(translator.output, "root_tx", None)
+    try:
+        return root is None or compiled_versions(root.f_code) == 0
+    except (ImportError, AttributeError):
+        return True
+
+
 def frame_code_of(translator):
     """The code of the frame TorchDynamo is tracing (the outermost, where ``translator``
     traces an inlined call): a trace of it again is a recompile of that code."""
