@@ -353,6 +353,45 @@ def test_a_fixed_counter_written_every_call_compiles_no_graph_more() -> None:
     assert not report.differences and not report.worse, [w.describe() for w in report.worse]
 
 
+# Open (seed 840153, minimised): a branch TorchDynamo breaks at, whose two resume frames
+# run a loop calling a helper that prints; the original gives up both frames (a break in
+# a loop) and compiles the helper as frames of its own. Mended, the first arm's frame
+# joins whole (the loop and its prints in one graph) and the other's keeps its break (an
+# ``out=`` write, G306), so the helper is compiled for it all the same: one
+# graph more in all (5 became 6, breaks 6 became 4), though each frame compiles no
+# more than the original's, the joined one a graph in place of the helper's four.
+GIVEN_UP_ON_ONE_ARM_ONLY = """
+import torch
+
+
+def loop_helper(t, step):
+    print("loop step", step, t.sum())
+    return t * 0.5 + step
+
+
+def f(x, y, box, items, table):
+    if x.sum() > 0:
+        h1 = torch.sigmoid(x)
+    else:
+        h1 = torch.sigmoid(torch.sigmoid(y))
+        torch.tanh(x, out=h1)
+    for step in range(2):
+        h1 = loop_helper(h1, step)
+
+
+BACKEND = "eager"
+compiled_f = torch.compile(f, backend=BACKEND, dynamic=False)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="open: a frame joined whole where another compiles its helpers anyway")
+def test_a_frame_joined_whole_on_one_arm_compiles_no_graph_more_in_all() -> None:
+    program = generate(840153, programs=True, drawn_ranges=True, later_kinds=True)
+    program = Program(seed=840153, source=GIVEN_UP_ON_ONE_ARM_ONLY, shape=program.shape)
+    report = compare(program, modes=("compiled:aot_eager",), counts=True, tracebacks=True)
+    assert not report.differences and not report.worse, [w.describe() for w in report.worse]
+
+
 def _later_features(program: Program) -> set[str]:
     return {f for f in program.features if f.startswith(tuple("program-" + kind for kind in LATER_KINDS))}
 
