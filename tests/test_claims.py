@@ -1181,3 +1181,35 @@ def test_joined_graph_records_no_autograd_on_an_inference_tensor__the_print_keep
     with torch.inference_mode():
         assert breaks(original.f, *arguments()) == 1
         assert breaks(mended.f, *arguments()) == 0
+
+
+POSITIONS_PRINTED_THEN_ANOTHER_OUTPUT = """
+def f(x):
+    positions = (x > 10.0).nonzero()
+    print("positions", positions.sum())
+    print("then this")
+    return x * 2, (x > 20.0).nonzero()
+"""
+
+
+def test_outputs_follow_no_output_of_a_data_dependent_size__printed_in_the_original_order():
+    """Inductor wrote an output that reads a value computed from a captured size after
+    a later output that reads none (fuzz seed 840188: a print and the warning after it,
+    swapped), although effect tokens ordered them. D303 keeps the outputs' breaks."""
+    original, mended = _pair(POSITIONS_PRINTED_THEN_ANOTHER_OUTPUT)
+    x = torch.tensor([1.0, 20.0, 30.0])
+    printed, value = _outcome(mended.f, "inductor", x)
+    expected_printed, expected_value = _outcome(original.f, None, x)
+    assert printed == expected_printed == "positions tensor(3)\nthen this\n"
+    assert all(torch.equal(got, expected) for got, expected in zip(value, expected_value))
+    assert any(condition_id(reason) == "D303" for reason in store.trace_time_declines.values())
+
+
+def test_outputs_follow_no_output_of_a_data_dependent_size__joined_where_the_backend_keeps_the_order():
+    """D303's must-not row: under ``aot_eager``, which runs the graph's ops in order,
+    both outputs join the graph with the capture."""
+    original, mended = _pair(POSITIONS_PRINTED_THEN_ANOTHER_OUTPUT)
+    x = torch.tensor([1.0, 20.0, 30.0])
+    assert _outcome(mended.f, "aot_eager", x)[0] == _outcome(original.f, None, x)[0]
+    assert graphs_and_breaks_under_aot_eager(mended.f, x) == (1, 0)
+    assert not any(condition_id(reason) == "D303" for reason in store.trace_time_declines.values())

@@ -334,6 +334,10 @@ _CONDITIONS = (
     (_D, WHOLE_TRACE, "D302", "outputs_share_no_graph_with_an_input_written_in_place",
      "graphmend.runtime.whole_trace_conditions:outputs_share_no_graph_with_an_input_written_in_place",
      "output shares no graph with an input written in place, unless the backend keeps the graph's order"),
+    (_D, WHOLE_TRACE, "D303", "outputs_follow_no_output_of_a_data_dependent_size",
+     "graphmend.runtime.whole_trace_conditions:outputs_follow_no_output_of_a_data_dependent_size",
+     "no output follows, in one graph, an output that reads a value of a size only the graph knows, "
+     "unless the backend keeps the graph's order"),
     # Capture, static (rules/capture/conditions.py: rules/capture/positions.py, loops.py,
     # merges.py).
     (_C, STATIC, "C101", "arguments_bind_plainly", "graphmend.rules.capture.positions:arguments_bind_plainly",

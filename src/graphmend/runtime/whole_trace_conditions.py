@@ -26,7 +26,9 @@ graph (by the hooks of ``graphmend.runtime.trace_hooks``):
   anywhere, an inlined function too (``captured_sizes_decide_no_break``,
   ``trace_hooks._refuse_captures_whose_sizes_are_needed``);
 - output shares the graph with a lowered guard (``outputs_share_no_graph_with_a_lowered_guard``)
-  or with an input written in place (``outputs_share_no_graph_with_an_input_written_in_place``);
+  or with an input written in place (``outputs_share_no_graph_with_an_input_written_in_place``),
+  or follows output that reads a size only the graph knows
+  (``outputs_follow_no_output_of_a_data_dependent_size``);
 - TorchDynamo ran (or, after a guard fails once, runs) the rest of the original frame
   eagerly, and the mended frame does not compile to its end in one graph
   (``rest_of_eager_frame_compiles_whole``), or guards on a list of numbers a resume function's
@@ -579,6 +581,44 @@ def outputs_share_no_graph_with_an_input_written_in_place(output, claims) -> str
     return None
 
 
+def outputs_follow_no_output_of_a_data_dependent_size(output, claims) -> str | None:
+    """Inductor schedules an output operator that reads a value computed from a size
+    only the graph knows (``print(positions.sum())`` after a captured ``nonzero``)
+    after that size is computed, and a later output that reads none of it before: the
+    two are written in the other order (a print and the warning after it, fuzz seed
+    840188), although the effect tokens order them. Output in such a graph keeps its
+    break, unless the backend runs the graph's ops in order."""
+    if backend_keeps_graph_order(output):
+        return None
+    effects = [node for node in computed_nodes(output) if _is_output_operator(node)]
+    for earlier in effects[:-1]:
+        if _reads_a_data_dependent_size(earlier):
+            return failed(
+                "D303", "an output reads a value of a size only the graph knows, and another output follows it: "
+                "the backend may write them in the other order"
+            )
+    return None
+
+
+def _is_output_operator(node) -> bool:
+    return is_graphmend_operator(node) and "emit_effect" in str(node.target)
+
+
+def _reads_a_data_dependent_size(node) -> bool:
+    seen, pending = set(), list(node.all_input_nodes)
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        value = current.meta.get("example_value")
+        values = value if isinstance(value, (tuple, list)) else [value]
+        if any(unbacked_symbols(item) for item in values):
+            return True
+        pending.extend(current.all_input_nodes)
+    return False
+
+
 def ordered_operators_share_no_graph_with_aliased_inputs_written_in_place(output, claims) -> str | None:
     """AOTAutograd fails on a graph holding an ordered operator (graphmend's output or
     lowered guard) that writes in place an input sharing its memory with another input
@@ -990,8 +1030,10 @@ def _claim_refusals(output, translator, claims, graph_break: bool):
     decided = captured_sizes_decide_no_break(output, translator, claims, graph_break)
     if decided is not None:
         return [(claim.site, ALWAYS, decided) for claim in claims.values() if claim.kind in _CAPTURE_KINDS]
-    with_guard = outputs_share_no_graph_with_a_lowered_guard(output, claims) or (
-        outputs_share_no_graph_with_an_input_written_in_place(output, claims)
+    with_guard = (
+        outputs_share_no_graph_with_a_lowered_guard(output, claims)
+        or outputs_share_no_graph_with_an_input_written_in_place(output, claims)
+        or outputs_follow_no_output_of_a_data_dependent_size(output, claims)
     )
     if with_guard is not None:
         return [(claim.site, ALWAYS, with_guard) for claim in claims.values() if claim.kind == OUTPUT]
