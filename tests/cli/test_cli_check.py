@@ -163,6 +163,13 @@ def test_missing_path_is_a_usage_error_but_the_rest_is_checked(cli, write, compi
     assert "model.py:6:5: LC" in result.out
 
 
+def test_only_missing_paths_give_their_error_line_and_no_summary(cli):
+    result = cli("check", "missing.py")
+    assert result.code == 2
+    assert result.err == "missing.py: no such file or directory\n"
+    assert result.out == ""
+
+
 def test_bad_files_get_one_line_each_and_the_batch_goes_on(cli, write, compiled_module):
     write("a_not_utf8.py", b"x = 1\n\ny = '\xff'\n")
     write("b_syntax.py", "def f(:\n    pass\n")

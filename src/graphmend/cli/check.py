@@ -319,6 +319,10 @@ class Summary:
             else:
                 self.not_fixable += 1
 
+    def nothing_to_check(self) -> bool:
+        """Whether every path given was missing, so no file was read."""
+        return self.files_checked == 0 and self.missing_paths > 0 and not self.errors
+
     def line(self) -> str:
         files = plural(self.files_checked, "file")
         if self.break_candidates:

@@ -65,6 +65,8 @@ class TextOutput:
         print(f"{path}: {message}", file=sys.stderr, flush=True)
 
     def finish(self, summary) -> None:
+        if summary.nothing_to_check():
+            return  # every path was missing: its error line says so
         print(summary.line())
         scope = summary.scope_line()
         if scope is not None:
@@ -124,6 +126,8 @@ class GithubOutput:
         print(_github_command("error", message, file=path, title="graphmend could not check this file"), flush=False)
 
     def finish(self, summary) -> None:
+        if summary.nothing_to_check():
+            return  # every path was missing: its error line says so
         print(summary.line())
         scope = summary.scope_line()
         if scope is not None:
