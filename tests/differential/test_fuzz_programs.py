@@ -392,7 +392,7 @@ def test_a_frame_joined_whole_on_one_arm_compiles_no_graph_more_in_all() -> None
     assert not report.differences and not report.worse, [w.describe() for w in report.worse]
 
 
-# Open: programs of the long run over seeds 840000-840599 (every construct, the later ones
+# Open: programs of the long runs over seeds 840000-840999 (every construct, the later ones
 # too) that graphmend changes, not yet reduced (840475 and 840528 the same on the code
 # before this file's live-module and one-statement fixes).
 OPEN_LATER_FINDINGS = {
@@ -404,6 +404,8 @@ OPEN_LATER_FINDINGS = {
     # failing while traced, a kept check of an ``.item()`` count inside ``try``), where the
     # original compiled call ran.
     840528: "compiled:eager",
+    # 9 graphs and 11 breaks became 10 and 10.
+    840628: "compiled:eager",
 }
 
 
