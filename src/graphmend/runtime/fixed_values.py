@@ -63,6 +63,7 @@ import torch
 
 from graphmend.core.legality import failed
 from graphmend.runtime import claims, trace_decisions
+from graphmend.runtime.graph_inspection import ancestors
 from graphmend.runtime.store import store
 from graphmend.torch_adapter.tracing import (
     comptime,
@@ -204,7 +205,7 @@ def _fold(translator, variable):
         return failed("W216", "value_computed_from_fixed_tensors: the value does not have one element by a static size")
     values: dict = {}
     reads: list = []
-    order = _ancestors(node)
+    order = ancestors(node)
     inputs = {}
     for current in order:
         if current.op == "placeholder":
@@ -226,17 +227,6 @@ def _fold(translator, variable):
     if not isinstance(result, torch.Tensor) or result.numel() != 1:
         return failed("W216", "value_computed_from_fixed_tensors: the value does not have one element")
     return result, reads
-
-
-def _ancestors(node):
-    """The nodes ``node`` is computed from, itself last, in the graph's order."""
-    seen, pending = {}, [node]
-    while pending:
-        current = pending.pop()
-        if current not in seen:
-            seen[current] = None
-            pending.extend(current.all_input_nodes)
-    return [current for current in node.graph.nodes if current in seen]
 
 
 def _fixed_input(translator, node, found, owner, values, reads) -> str | None:
@@ -418,7 +408,7 @@ def graph_writes_memory_of(graph, tensor) -> bool:
     memory = _memory_of(tensor)
     for node in graph.nodes:
         for written in _written_by(node):
-            for ancestor in _ancestors(written):
+            for ancestor in ancestors(written):
                 found = graph_input_of(ancestor)
                 if found is not None and (memory is None or _memory_of(found[1]) in (memory, None)):
                     return True

@@ -11,6 +11,17 @@ from graphmend.runtime import operators
 from graphmend.torch_adapter import ops
 
 
+def ancestors(node):
+    """The nodes ``node`` is computed from, itself last, in the graph's order."""
+    seen, pending = {}, [node]
+    while pending:
+        current = pending.pop()
+        if current not in seen:
+            seen[current] = None
+            pending.extend(current.all_input_nodes)
+    return [current for current in node.graph.nodes if current in seen]
+
+
 def computed_nodes(output):
     """The nodes of the trace's graph that compute (calls of functions, methods and modules)."""
     return [

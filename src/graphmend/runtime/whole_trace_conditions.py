@@ -86,6 +86,7 @@ from graphmend.runtime.claims import (
     undone_in_trace,
 )
 from graphmend.runtime.graph_inspection import (
+    ancestors,
     computed_nodes,
     draw_positions,
     inputs_written_in_place,
@@ -605,17 +606,10 @@ def _is_output_operator(node) -> bool:
 
 
 def _reads_a_data_dependent_size(node) -> bool:
-    seen, pending = set(), list(node.all_input_nodes)
-    while pending:
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        value = current.meta.get("example_value")
-        values = value if isinstance(value, (tuple, list)) else [value]
-        if any(unbacked_symbols(item) for item in values):
+    for ancestor in ancestors(node)[:-1]:
+        value = ancestor.meta.get("example_value")
+        if any(unbacked_symbols(item) for item in (value if isinstance(value, (tuple, list)) else [value])):
             return True
-        pending.extend(current.all_input_nodes)
     return False
 
 
