@@ -575,6 +575,34 @@ def test_own_helper_of_a_known_name_compiled_is_the_original_compiled(tmp_path, 
     assert breaks(mended.main, *passing) <= breaks(original.main, *passing)
 
 
+LOWERED_CHECKS = PRELUDE + """
+def main(x, bound):
+    h = x * 0.25
+    count = (h > 0).sum().item()
+    torch_compilable_check(count == h.numel(), f"{count} of {h.numel()} entries")
+    torch_compilable_check((h < bound).all(), f"bound of {h.numel()}", IndexError)
+    return h * 2
+"""
+
+
+@pytest.mark.parametrize(
+    "arguments", [(-torch.ones(2, 3), 1.0), (torch.ones(2, 3) * 8, 1.0)], ids=["kept_item_count", "tensor_condition"]
+)
+def test_a_failing_lowered_check_raises_from_the_helpers_own_frames(tmp_path, arguments):
+    """A lowered check's error was raised from the caller's line: the helper's frame
+    (and torch's below it, where the helper raised) was missing. The helper is now
+    called at the boundary with a failing condition of the kind the original passed
+    (a kept ``.item()`` count compared with a size was a bool there: the helper raised
+    from another line), so every frame from the caller's down is the original's."""
+    original, mended = _from_a_file(tmp_path, LOWERED_CHECKS)
+    assert breaks(mended.main, torch.ones(2, 3), 1.0) == 0  # both checks lowered
+    expected = _frames_and_warnings(original.main, *arguments)
+    assert expected[0] is not None
+    raised, frames, _ = _frames_and_warnings(mended.main, *arguments, backend="eager")
+    user_and_below = [frame for frame in frames if frame[1] != "compile_wrapper"]
+    assert (raised, user_and_below) == expected[:2]
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_a_kept_call_made_outside_torchdynamo_shows_no_frame_of_graphmends(backend):
     """The kept call is made through ``checks.call_eagerly``: a failing check's

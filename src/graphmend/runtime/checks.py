@@ -247,21 +247,63 @@ def keeps_item_tensor(value, check_lines: tuple = ()) -> bool:
         and value.dim() == 0
         and value.layout == torch.strided
         and value.dtype in (torch.int64, torch.bool)
-        and _item_claimed(check_lines)
+        and _item_claimed(value, check_lines)
     )
 
 
-def _item_claimed(check_lines: tuple) -> bool:
+def _item_claimed(value, check_lines: tuple) -> bool:
     claimed = False
     comptime(_decide_item_claimed)
     return claimed
 
 
 def _decide_item_claimed(context) -> None:
-    trace_decisions.decide_in_trace(
-        context, "claimed", ("check_lines",),
-        lambda tracer, check_lines: claims.claim_item_for_checks(tracer, tuple(check_lines)),
-    )
+    def claim(tracer, value, check_lines):
+        claimed = claims.claim_item_for_checks(tracer, tuple(check_lines.as_python_constant()))
+        if claimed:
+            # What ``original_condition_kind`` reads: a comparison of this tensor with
+            # integers was a Python bool in the original, where it was an int.
+            value.as_proxy().node.meta[_KEPT_ITEM] = True
+        return claimed
+
+    trace_decisions.decide_in_trace(context, "claimed", ("value", "check_lines"), claim, read=lambda variable: variable)
+
+
+_KEPT_ITEM = "graphmend_kept_item"
+_COMPARISONS = frozenset({operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge})
+_CONDITION_KIND = "_graphmend_check_condition_kind"
+
+
+def original_condition_kind(variable) -> str | None:
+    """While tracing, what the condition a check call is given was in the original:
+    "tensor", "bool", or None where that is not known (a callable condition). A kept
+    ``.item()`` is a tensor here, an int there: its comparison with integers was a bool."""
+    from graphmend.torch_adapter.tracing import SymNodeVariable, TensorVariable
+
+    if isinstance(variable, TensorVariable):
+        node = variable.as_proxy().node
+        tensors = [
+            argument for argument in node.args
+            if isinstance(argument, torch.fx.Node) and isinstance(argument.meta.get("example_value"), torch.Tensor)
+        ]
+        if node.target in _COMPARISONS and tensors and all(argument.meta.get(_KEPT_ITEM) for argument in tensors):
+            return "bool"
+        return "tensor"
+    if isinstance(variable, SymNodeVariable) or (variable.is_python_constant() and type(variable.as_python_constant()) is bool):
+        return "bool"
+    return None
+
+
+def _note_condition_kind(cond) -> None:
+    comptime(_decide_condition_kind)
+
+
+def _decide_condition_kind(context) -> None:
+    try:
+        translator = translator_of(context)
+        setattr(translator.output, _CONDITION_KIND, original_condition_kind(translator.symbolic_locals["cond"]))
+    except Exception:  # noqa: BLE001 - TorchDynamo internals changed: the kind stays unknown
+        pass
 
 
 def check_site(callee, error_type, line: int, function_name: str) -> int:
@@ -274,7 +316,13 @@ def check_site(callee, error_type, line: int, function_name: str) -> int:
 def _decide_site(context) -> None:
     def number_of(tracer, callee, error_type, line, function_name):
         check = known_check_function(callee)
-        return traps.site_number_in_trace(tracer, _resolved_error_type(check, error_type), line, function_name)
+        # Noted by ``check_holds``, evaluated just before in the same call.
+        kind = getattr(tracer.output, _CONDITION_KIND, None)
+        setattr(tracer.output, _CONDITION_KIND, None)
+        helper = callee if check is not None and check.parameters == ("cond", "msg", "error_type") else None
+        return traps.site_number_in_trace(
+            tracer, _resolved_error_type(check, error_type), line, function_name, helper, kind
+        )
 
     trace_decisions.decide_in_trace(
         context, "number", ("callee", "error_type", "line", "function_name"), number_of
@@ -289,6 +337,7 @@ def check_holds(cond):
     other condition must be a bool. The TypeErrors are theirs, word for word. A
     callable condition is called first, as the helper does (the message it was given
     is free of effects, so calling it before the message is built changes nothing)."""
+    _note_condition_kind(cond)
     if callable(cond) and not isinstance(cond, torch.Tensor):
         cond = cond()
     if isinstance(cond, torch.Tensor):

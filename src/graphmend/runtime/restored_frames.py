@@ -35,6 +35,8 @@ _CALL = "__graphmend_call__"
 _CODE = "__graphmend_code__"
 _GLOBALS = "__graphmend_globals__"
 _LOCAL_NAMES = "__graphmend_local_names__"
+_HELPER = "__graphmend_helper__"
+_HELPER_ARGUMENTS = "__graphmend_helper_arguments__"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,24 @@ def raise_in(code: types.CodeType, line: int) -> FramePlace:
     return _place(code, None, line)
 
 
+def call_in(code: types.CodeType, line: int) -> FramePlace:
+    """The place of the outermost call at ``line`` of ``code``: a lowered check call,
+    whose original statement the mended code keeps, with its positions, in the branch
+    it runs eagerly."""
+    best = None
+    for instruction in dis.get_instructions(code):
+        positions = getattr(instruction, "positions", None)  # Python 3.11 and later
+        if (
+            not instruction.opname.startswith("CALL") or positions is None or positions.lineno != line
+            or positions.col_offset is None or positions.end_col_offset is None
+        ):
+            continue
+        key = (positions.col_offset, -(positions.end_lineno or line), -positions.end_col_offset)
+        if best is None or key < best[0]:
+            best = (key, positions)
+    return _place(code, best[1] if best else None, line)
+
+
 def _span(place: FramePlace) -> tuple[int, int, int, int]:
     """Positions for the made instruction: the original's, or, where those have no
     columns, the whole statement on its line (which a traceback prints without carets)."""
@@ -127,13 +147,18 @@ def _raise_statement() -> ast.stmt:
     return ast.Raise(exc=_name(_RAISED), cause=None)
 
 
-def _codes_for(places: tuple[FramePlace, ...]) -> tuple[types.CodeType, ...]:
+def _helper_call_statement() -> ast.stmt:
+    call = ast.Call(func=_name(_HELPER), args=[ast.Starred(value=_name(_HELPER_ARGUMENTS), ctx=ast.Load())], keywords=[])
+    return ast.Expr(value=call)
+
+
+def _codes_for(places: tuple[FramePlace, ...], calls_helper: bool = False) -> tuple[types.CodeType, ...]:
     with store.restored_frame_codes_lock:
-        codes = store.restored_frame_codes.get(places)
+        codes = store.restored_frame_codes.get((places, calls_helper))
         if codes is None:
             codes = tuple(_code(place, _call_statement()) for place in places[:-1])
-            codes += (_code(places[-1], _raise_statement()),)
-            store.restored_frame_codes[places] = codes
+            codes += (_code(places[-1], _helper_call_statement() if calls_helper else _raise_statement()),)
+            store.restored_frame_codes[(places, calls_helper)] = codes
         return codes
 
 
@@ -143,19 +168,34 @@ def raise_from(exception: BaseException, places: tuple[FramePlace, ...]) -> None
     Each frame runs with locals of its own (empty: the values of an inlined frame
     live in the graph), so that a traceback's locals (pytest's ``--showlocals``) show
     none of graphmend's names."""
-    codes = _codes_for(places)
-    raising = namespace = {"__builtins__": builtins, _MARK: True, _RAISED: exception}
-    for code in reversed(codes[1:]):
-        namespace = {"__builtins__": builtins, _MARK: True, _CALL: exec, _CODE: code, _GLOBALS: namespace}
-    namespace[_LOCAL_NAMES] = places[0].local_names
+    raising = {"__builtins__": builtins, _MARK: True, _RAISED: exception}
     del exception
     try:
-        exec(codes[0], namespace, {})  # noqa: S102
+        _run_made_frames(_codes_for(places), places, raising)
     finally:
         # The traceback holds the raising frame, and its globals the exception: a
         # cycle that only the garbage collector would free (the original's is freed
         # as soon as the program lets go of the exception).
         del raising[_RAISED]
+
+
+def call_from(places: tuple[FramePlace, ...], helper, arguments: tuple) -> None:
+    """Call ``helper(*arguments)`` from one made frame per place, the last place's
+    making the call at its positions: a lowered check's helper, called as the original
+    called it, raises its error from its own frames, as eagerly."""
+    calling = {"__builtins__": builtins, _MARK: True, _HELPER: helper, _HELPER_ARGUMENTS: arguments}
+    try:
+        _run_made_frames(_codes_for(places, calls_helper=True), places, calling)
+    finally:
+        del calling[_HELPER_ARGUMENTS]
+
+
+def _run_made_frames(codes: tuple[types.CodeType, ...], places: tuple[FramePlace, ...], innermost: dict) -> None:
+    namespace = innermost
+    for code in reversed(codes[1:]):
+        namespace = {"__builtins__": builtins, _MARK: True, _CALL: exec, _CODE: code, _GLOBALS: namespace}
+    namespace[_LOCAL_NAMES] = places[0].local_names
+    exec(codes[0], namespace, {})  # noqa: S102
 
 
 def _made(entry: types.TracebackType) -> bool:

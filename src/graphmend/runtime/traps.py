@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import builtins
 import dis
+import operator
 import os
 import sys
 import types
@@ -44,7 +45,13 @@ from graphmend.runtime.whole_trace_conditions import (
     no_later_op_failed_while_tracing,
 )
 from graphmend.torch_adapter import ops
-from graphmend.torch_adapter.tracing import comptime, frame_code_of, translator_of
+from graphmend.torch_adapter.tracing import (
+    comptime,
+    eval_frame_callback,
+    frame_code_of,
+    run_outside_dynamo,
+    translator_of,
+)
 
 TRAP_MARKER = "[graphmend-trap "
 _FIELD_SEPARATOR = "|"
@@ -140,7 +147,9 @@ def _raise_for_message(text: str, context, error: BaseException | None) -> None:
                 raise TrapFailure(text) from error
         # Made in the call, not held in a local: this frame stays reachable from the
         # raising frame (its ``f_back``), which the exception's traceback holds.
-        _raise_at_site(site.exception_class() if message is None else site.exception_class(message), site, context)
+        _raise_at_site(
+            site.exception_class() if message is None else site.exception_class(message), site, context, message
+        )
     parsed = _parse(text)
     if parsed is None:
         return
@@ -286,6 +295,10 @@ class TrapSite:
     line: int
     function_name: str
     places: tuple[restored_frames.FramePlace, ...] = ()
+    # A lowered check call: the known helper, and whether the condition the original
+    # passed it was a tensor ("tensor") or a Python bool ("bool").
+    helper: object = None
+    condition_kind: str | None = None
 
 
 def _register_site(site: TrapSite) -> int:
@@ -347,12 +360,23 @@ def _raise_code(site: TrapSite) -> types.CodeType:
     return code
 
 
-def _raise_at_site(exception: BaseException, site: TrapSite, context) -> None:
+# A check's helper called at the boundary while TorchDynamo's frame callback is set
+# (a compiled caller around the call) would be traced: it is called outside TorchDynamo.
+_call_outside_dynamo = run_outside_dynamo(operator.call)
+
+
+def _raise_at_site(exception: BaseException, site: TrapSite, context, message=None) -> None:
     """Raise ``exception`` from the user's frames. No frame on the way keeps it in a
     variable: the traceback holds the raising frames and, through ``f_back``, this one,
     and a cycle would keep the exception and every frame's values alive until the
-    garbage collector runs, where the original's are freed as soon as it is dropped."""
+    garbage collector runs, where the original's are freed as soon as it is dropped.
+
+    A lowered check's site calls its helper instead, with a failing condition of the
+    kind the original passed, the message and the error type: the helper raises from
+    its own frames (and torch's) as it did eagerly."""
     try:
+        if site.places and site.helper is not None and message is not None:
+            _call_the_helper(site, message)
         if site.places:
             restored_frames.raise_from(exception, site.places)
         namespace = {"__builtins__": builtins, _RAISED_NAME: exception}
@@ -367,6 +391,20 @@ def _raise_at_site(exception: BaseException, site: TrapSite, context) -> None:
         restored.__suppress_context__ = False
         del exception
         raise
+
+
+def _call_the_helper(site: TrapSite, message: str) -> None:
+    """Returns only where the helper did not raise (its checks disabled since)."""
+    condition = torch.tensor(False) if site.condition_kind == "tensor" else False
+    arguments = (condition, message, site.exception_class)
+    helper = site.helper
+    try:
+        callback = eval_frame_callback()
+    except Exception:  # noqa: BLE001 - torch no longer offers the query: assume one is set
+        callback = True
+    if callback not in (None, False):
+        helper, arguments = _call_outside_dynamo, (helper, *arguments)
+    restored_frames.call_from(site.places, helper, arguments)
 
 
 # ---------------------------------------------------------------------------
@@ -582,11 +620,20 @@ def _decide_site(context) -> None:
     trace_decisions.decide_in_trace(context, "number", ("exception_class", "line", "function_name"), site_number_in_trace)
 
 
-def site_number_in_trace(tracer, exception_class, line: int, function_name: str) -> int:
+def site_number_in_trace(
+    tracer, exception_class, line: int, function_name: str, helper=None, condition_kind: str | None = None
+) -> int:
     """The number of the trap site in the user's frame that called the traced runtime
-    function ``tracer``."""
+    function ``tracer``; ``helper`` and ``condition_kind`` for a lowered check call
+    (see ``TrapSite``), whose innermost place is the call."""
     user = tracer.parent
     if user is None:
         return _register_site(TrapSite(exception_class, "<unknown>", line, function_name))
-    places = restored_frames.callers_while_tracing(user) + (restored_frames.raise_in(user.f_code, line),)
-    return _register_site(TrapSite(exception_class, user.f_code.co_filename, line, function_name, places))
+    if helper is None or condition_kind is None:
+        helper = condition_kind = None
+        innermost = restored_frames.raise_in(user.f_code, line)
+    else:
+        innermost = restored_frames.call_in(user.f_code, line)
+    places = restored_frames.callers_while_tracing(user) + (innermost,)
+    site = TrapSite(exception_class, user.f_code.co_filename, line, function_name, places, helper, condition_kind)
+    return _register_site(site)
