@@ -129,6 +129,12 @@ def _logging_frames_hold_no_tensor(original):
     return _runtime("output_frames")._logging_frames_hold_no_tensor(original)
 
 
+def _exact_liveness_for_mended_code(original):
+    from graphmend.torch_adapter import liveness
+
+    return liveness.exact_for_mended_code(original)
+
+
 def _trace_hook(factory_name: str):
     def make(original):
         return getattr(_runtime("trace_hooks"), factory_name)(original)
@@ -161,6 +167,10 @@ PATCHES: tuple[Patch, ...] = (
     # (runtime.restored_frames).
     Patch("user_stacks_begin_at_the_script", "torch._dynamo.exc", None, "filter_stack",
           _user_stacks_begin_at_the_script),
+    # A resume function of mended code takes the locals some path reads, as the original's
+    # took, although graphmend's branches stand before their writes (torch_adapter.liveness).
+    Patch("exact_liveness_for_mended_code", "torch._dynamo.symbolic_convert", None, "livevars_analysis",
+          _exact_liveness_for_mended_code),
     # The checks of the whole trace (runtime.trace_hooks); a torch lacking one of these gets
     # no rewrite that needs it (claims.trace_checks_unavailable).
     Patch("restart_on_given_up_frame", "torch._dynamo.symbolic_convert", "InstructionTranslator", "run",

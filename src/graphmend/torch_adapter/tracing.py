@@ -403,7 +403,7 @@ def resume_argument_orders(translator) -> list[tuple[str, ...]]:
     ``create_call_resume_at`` reads them: the frame's locals, in their order, read at or
     after the place it resumes at (the next instruction; for a jump, its target too).
     Raises ImportError or AttributeError where this torch has no such analysis."""
-    from torch._dynamo.bytecode_analysis import livevars_analysis
+    from torch._dynamo.symbolic_convert import livevars_analysis  # as patched (``liveness``)
 
     instruction = translator.current_instruction
     places = [translator.next_instruction]
