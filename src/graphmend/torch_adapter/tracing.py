@@ -216,8 +216,6 @@ def modules_the_trace_may_serve(translator, source) -> list:
     another called there in its place, as far as the tensors the trace read from the
     module so far, and all its parameters and buffers, have the same sizes in the other.
     Empty where the module is reached otherwise (a global, an attribute of an argument)."""
-    import gc
-
     from torch._dynamo.source import LocalSource, NNModuleSource
 
     found = _attribute_of_a_module(source)
@@ -229,15 +227,7 @@ def modules_the_trace_may_serve(translator, source) -> list:
     owner = _value_of_source(translator, owner_source.name)
     if not isinstance(owner, torch.nn.Module):
         return []
-    classes, pending = set(), [type(owner)]
-    while pending:
-        current = pending.pop()
-        if current not in classes:
-            classes.add(current)
-            pending.extend(current.__subclasses__())
-    others = [
-        other for other in gc.get_referrers(*classes) if type(other) in classes and other is not owner
-    ]
+    others = [other for other in _live_modules_of_the_class(translator, type(owner)) if other is not owner]
     read_from_owner = []
     prefix = owner_source.name
     for node in translator.output.graph.nodes:
@@ -255,6 +245,31 @@ def modules_the_trace_may_serve(translator, source) -> list:
         ):
             served.append(other)
     return served
+
+
+_LIVE_MODULES = "_graphmend_live_modules_of_class"
+
+
+def _live_modules_of_the_class(translator, module_class) -> list:
+    """The live instances of ``module_class`` and its subclasses, found once per trace
+    (a scan of every object the garbage collector tracks, tens of milliseconds in a
+    process holding a model); held weakly, so the trace keeps none alive."""
+    import gc
+    import weakref
+
+    found = getattr(translator.output, _LIVE_MODULES, None)
+    if found is None:
+        found = {}
+        setattr(translator.output, _LIVE_MODULES, found)
+    if module_class not in found:
+        classes, pending = set(), [module_class]
+        while pending:
+            current = pending.pop()
+            if current not in classes:
+                classes.add(current)
+                pending.extend(current.__subclasses__())
+        found[module_class] = [weakref.ref(other) for other in gc.get_referrers(*classes) if type(other) in classes]
+    return [module for module in (reference() for reference in found[module_class]) if module is not None]
 
 
 def _layout_of(tensor) -> tuple:
