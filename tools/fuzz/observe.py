@@ -1170,24 +1170,26 @@ def compare(
 
 
 def _checks_made_eagerly_go_further(reference, original_compiled, checks_made_eagerly) -> bool:
-    """Whether the original compiled raised otherwise than eager on some call, and the
-    original with its check helper made outside TorchDynamo raised as eager on more of
-    the calls: the traced helper's error is what ended the original compiled's call
-    early, so it is no reference for what the code past the check compiles. Errors
+    """Whether the original with its check helper made outside TorchDynamo raised as eager
+    on some call where the original compiled raised otherwise, and on no call the other
+    way round: the traced helper's error is what ended the original compiled's call
+    early, so it is no reference for what the code past the check compiles. Calls are
+    compared one by one, not from the first that differs (seed 840475: TorchDynamo's own
+    error on an unrelated op ended the first call of both alike, and the later calls
+    raised the program's errors made eagerly, the traced helper's compiled). Errors
     alone are compared, those the other module's ``caller`` catches and prints too
     (seed 810095): under AOTAutograd the random draws differ anyway."""
 
-    def first_other_error(observations) -> int | None:
-        for call, (expected, observed) in enumerate(zip(reference, observations)):
-            if (expected.error, _caught_by_the_caller(expected)) != (observed.error, _caught_by_the_caller(observed)):
-                return call
-        return None
+    def as_eager(expected, observed) -> bool:
+        return (expected.error, _caught_by_the_caller(expected)) == (observed.error, _caught_by_the_caller(observed))
 
-    first = first_other_error(original_compiled)
-    if first is None:
-        return False
-    made_eagerly = first_other_error(checks_made_eagerly)
-    return made_eagerly is None or made_eagerly > first
+    further = False
+    for expected, original, made_eagerly in zip(reference, original_compiled, checks_made_eagerly):
+        original_as_eager, made_as_eager = as_eager(expected, original), as_eager(expected, made_eagerly)
+        if original_as_eager and not made_as_eager:
+            return False
+        further = further or (made_as_eager and not original_as_eager)
+    return further
 
 
 def _caught_by_the_caller(observation: Observation) -> list[str]:
