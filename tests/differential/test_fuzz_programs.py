@@ -134,10 +134,7 @@ def test_module_tensor_programs_run_under_the_harness(seed: int) -> None:
     program = generate(seed, programs=True)
     kind = "fixed-values" if "fixed values" in MODULE_TENSOR_SEEDS[seed] else "written-back"
     assert program.features.get("program-" + kind)
-    report = compare(program, modes=("eager", "compiled:eager"), counts=True, tracebacks=True)
-    assert not report.differences and not report.worse, (
-        program.describe(), [d.describe() for d in report.differences], [w.describe() for w in report.worse],
-    )
+    _assert_the_same_and_no_worse(program, "compiled:eager")
 
 
 def test_the_moe_construct_routes_through_the_loop_capture_rewrites() -> None:
@@ -407,9 +404,15 @@ OPEN_LATER_FINDINGS = {
 @pytest.mark.xfail(strict=True, reason="open findings of the long run (docs/fuzzing.md)")
 @pytest.mark.parametrize("seed", sorted(OPEN_LATER_FINDINGS))
 def test_open_later_construct_program_behaves_the_same_and_no_worse(seed: int) -> None:
-    program = generate(seed, programs=True, drawn_ranges=True, later_kinds=True)
-    report = compare(program, modes=("eager", OPEN_LATER_FINDINGS[seed]), counts=True, tracebacks=True)
-    assert not report.differences and not report.worse, [w.describe() for w in report.worse]
+    _assert_the_same_and_no_worse(generate(seed, programs=True, drawn_ranges=True, later_kinds=True),
+                                  OPEN_LATER_FINDINGS[seed])
+
+
+def _assert_the_same_and_no_worse(program: Program, mode: str) -> None:
+    report = compare(program, modes=("eager", mode), counts=True, tracebacks=True)
+    assert not report.differences and not report.worse, (
+        program.describe(), [d.describe() for d in report.differences], [w.describe() for w in report.worse],
+    )
 
 
 # Programs of the long run over seeds 840000-840999 that graphmend changed, fixed since.
@@ -439,11 +442,8 @@ FIXED_LATER_FINDINGS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", sorted(FIXED_LATER_FINDINGS))
 def test_fixed_later_construct_program_behaves_the_same_and_no_worse(seed: int) -> None:
-    program = generate(seed, programs=True, drawn_ranges=True, later_kinds=True)
-    report = compare(program, modes=("eager", FIXED_LATER_FINDINGS[seed]), counts=True, tracebacks=True)
-    assert not report.differences and not report.worse, (
-        [d.describe() for d in report.differences], [w.describe() for w in report.worse],
-    )
+    _assert_the_same_and_no_worse(generate(seed, programs=True, drawn_ranges=True, later_kinds=True),
+                                  FIXED_LATER_FINDINGS[seed])
 
 
 def _later_features(program: Program) -> set[str]:
@@ -495,9 +495,6 @@ def test_later_construct_programs_run_under_the_harness(seed: int) -> None:
     program = generate(seed, programs=True, drawn_ranges=True, later_kinds=True)
     kind = "given-up-loop" if "loop" in LATER_SEEDS[seed] else "two-sizes"
     assert program.features.get("program-" + kind)
-    report = compare(program, modes=("eager", "compiled:eager"), counts=True, tracebacks=True)
-    assert not report.differences and not report.worse, (
-        program.describe(), [d.describe() for d in report.differences], [w.describe() for w in report.worse],
-    )
+    _assert_the_same_and_no_worse(program, "compiled:eager")
 
 
