@@ -263,7 +263,10 @@ def _decide_item_claimed(context) -> None:
         if claimed:
             # What ``original_condition_kind`` reads: a comparison of this tensor with
             # integers was a Python bool in the original, where it was an int.
-            value.as_proxy().node.meta[_KEPT_ITEM] = True
+            try:
+                value.as_proxy().node.meta[_KEPT_ITEM] = True
+            except Exception:  # noqa: BLE001 - no node to mark: a failing check calls the helper with a tensor
+                pass
         return claimed
 
     trace_decisions.decide_in_trace(context, "claimed", ("value", "check_lines"), claim, read=lambda variable: variable)
