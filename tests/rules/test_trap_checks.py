@@ -603,6 +603,32 @@ def test_a_failing_lowered_check_raises_from_the_helpers_own_frames(tmp_path, ar
     assert (raised, user_and_below) == expected[:2]
 
 
+NESTED_LOWERED_CHECK = PRELUDE + """
+def bounded(h, bound):
+    torch_compilable_check((h < bound).all(), f"bound {bound} of {h.numel()}", IndexError)
+    return h + 1
+
+def main(x, bound):
+    return bounded(x * 0.25, bound) * 2
+"""
+
+
+def test_a_failing_lowered_check_in_a_helper_under_a_compiled_caller_shows_the_originals_frames(tmp_path):
+    """A lowered check in an inlined helper, under a compiled caller: every frame from
+    the program's down is the original's, the helper's made call included (it runs
+    with TorchDynamo's frame callback unset, with no wrapper's frame between)."""
+    original, mended = _from_a_file(tmp_path, NESTED_LOWERED_CHECK)
+    arguments = (torch.ones(2, 3) * 8, 1.0)
+    expected = _frames_and_warnings(original.main, *arguments)
+
+    def caller(x, bound):
+        return torch.compile(mended.main, backend="eager")(x, bound)
+
+    raised, frames, _ = _frames_and_warnings(caller, *arguments, backend="eager")
+    program_frames = [frame for frame in frames if frame[1] not in ("compile_wrapper", "caller")]
+    assert (raised, program_frames) == expected[:2]
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_a_kept_call_made_outside_torchdynamo_shows_no_frame_of_graphmends(backend):
     """The kept call is made through ``checks.call_eagerly``: a failing check's

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import builtins
 import dis
-import operator
 import os
 import sys
 import types
@@ -47,9 +46,8 @@ from graphmend.runtime.whole_trace_conditions import (
 from graphmend.torch_adapter import ops
 from graphmend.torch_adapter.tracing import (
     comptime,
-    eval_frame_callback,
+    frame_callback_unset,
     frame_code_of,
-    run_outside_dynamo,
     translator_of,
 )
 
@@ -360,11 +358,6 @@ def _raise_code(site: TrapSite) -> types.CodeType:
     return code
 
 
-# A check's helper called at the boundary while TorchDynamo's frame callback is set
-# (a compiled caller around the call) would be traced: it is called outside TorchDynamo.
-_call_outside_dynamo = run_outside_dynamo(operator.call)
-
-
 def _raise_at_site(exception: BaseException, site: TrapSite, context, message=None) -> None:
     """Raise ``exception`` from the user's frames. No frame on the way keeps it in a
     variable: the traceback holds the raising frames and, through ``f_back``, this one,
@@ -394,17 +387,12 @@ def _raise_at_site(exception: BaseException, site: TrapSite, context, message=No
 
 
 def _call_the_helper(site: TrapSite, message: str) -> None:
-    """Returns only where the helper did not raise (its checks disabled since)."""
+    """Returns only where the helper did not raise (its checks disabled since). The
+    helper runs outside TorchDynamo: the boundary may run inside a graph, or under a
+    compiled caller, whose frame callback would trace it."""
     condition = torch.tensor(False) if site.condition_kind == "tensor" else False
-    arguments = (condition, message, site.exception_class)
-    helper = site.helper
-    try:
-        callback = eval_frame_callback()
-    except Exception:  # noqa: BLE001 - torch no longer offers the query: assume one is set
-        callback = True
-    if callback not in (None, False):
-        helper, arguments = _call_outside_dynamo, (helper, *arguments)
-    restored_frames.call_from(site.places, helper, arguments)
+    with frame_callback_unset():
+        restored_frames.call_from(site.places, site.helper, (condition, message, site.exception_class))
 
 
 # ---------------------------------------------------------------------------

@@ -30,6 +30,7 @@ __all__ = [
     "constant_variable",
     "disable_wrapper_code",
     "eval_frame_callback",
+    "frame_callback_unset",
     "frame_code_of",
     "graph_breaks_nest",
     "graph_input_of",
@@ -385,6 +386,20 @@ def disable_wrapper_code():
     makes them otherwise)."""
     code = getattr(torch._dynamo.disable(_nothing), "__code__", None)
     return code if code is not getattr(_nothing, "__code__", None) else None
+
+
+@contextlib.contextmanager
+def frame_callback_unset():
+    """TorchDynamo's frame callback unset in this thread while the block runs: what
+    ``torch._dynamo.disable``'s wrapper does around its call, without the wrapper's frame
+    in the tracebacks of what the block raises."""
+    from torch._C._dynamo.eval_frame import set_eval_frame
+
+    prior = set_eval_frame(None)
+    try:
+        yield
+    finally:
+        set_eval_frame(prior)
 
 
 def eval_frame_callback():
