@@ -870,8 +870,10 @@ class _GraphsPerFunction(logging.Handler):
             if metrics.get("fail_reason"):
                 self.fail_reasons.append(str(metrics["fail_reason"]))
             name = frame_function(str(metrics.get("co_name") or "?"))
-            _attempt, count = self.pending.pop(frame, (0, 0))
-            if count:
+            attempt, count = self.pending.pop(frame, (0, 0))
+            # The last attempt may output no graph (seed 851106: restarted without a claim,
+            # the frame broke at its first call); an earlier attempt's graph does not run.
+            if count and attempt == (metadata.get("attempt") or 0):
                 self.graphs[name] = self.graphs.get(name, 0) + count
 
 
