@@ -402,6 +402,9 @@ OPEN_LATER_FINDINGS = {
     # ran the rest of it eagerly; mended, the sizes are decided values and both arms of a
     # later test of a written counter compile, a graph each.
     850079: "compiled:aot_eager",
+    # 11 graphs and 13 breaks became 13 and 12 (10 and 14 became 12 and 13 under
+    # aot_eager), in ``f``; not yet reduced.
+    851579: "compiled:eager",
 }
 
 
