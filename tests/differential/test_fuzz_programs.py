@@ -403,7 +403,9 @@ OPEN_LATER_FINDINGS = {
     # later test of a written counter compile, a graph each.
     850079: "compiled:aot_eager",
     # 11 graphs and 13 breaks became 13 and 12 (10 and 14 became 12 and 13 under
-    # aot_eager), in ``f``; not yet reduced.
+    # aot_eager), in ``f``. Reduced: ``print("items", len(items), box.n)`` joined, its
+    # graph guarded on the printed ints, compiled again as the calls' values change (1
+    # graph and 4 breaks became 3 and 0).
     851579: "compiled:eager",
 }
 
