@@ -79,32 +79,33 @@ def callers_while_tracing(translator) -> tuple[FramePlace, ...]:
     return tuple(reversed(places))
 
 
+def _at_line(code: types.CodeType, line: int, opname_prefix: str):
+    """The positions of each instruction of ``code`` at ``line`` whose name begins with
+    ``opname_prefix``, in order."""
+    for instruction in dis.get_instructions(code):
+        positions = getattr(instruction, "positions", None)  # Python 3.11 and later
+        if instruction.opname.startswith(opname_prefix) and positions is not None and positions.lineno == line:
+            yield positions
+
+
 def raise_in(code: types.CodeType, line: int) -> FramePlace:
     """The place of the ``raise`` at ``line`` of ``code`` (the mended code keeps the
     original's ``raise``, with its positions, in the branch it runs eagerly)."""
-    for instruction in dis.get_instructions(code):
-        positions = getattr(instruction, "positions", None)  # Python 3.11 and later
-        if instruction.opname == "RAISE_VARARGS" and positions is not None and positions.lineno == line:
-            return _place(code, positions, line)
-    return _place(code, None, line)
+    return _place(code, next(_at_line(code, line, "RAISE_VARARGS"), None), line)
 
 
 def call_in(code: types.CodeType, line: int) -> FramePlace:
     """The place of the outermost call at ``line`` of ``code``: a lowered check call,
     whose original statement the mended code keeps, with its positions, in the branch
     it runs eagerly."""
-    best = None
-    for instruction in dis.get_instructions(code):
-        positions = getattr(instruction, "positions", None)  # Python 3.11 and later
-        if (
-            not instruction.opname.startswith("CALL") or positions is None or positions.lineno != line
-            or positions.col_offset is None or positions.end_col_offset is None
-        ):
-            continue
-        key = (positions.col_offset, -(positions.end_lineno or line), -positions.end_col_offset)
-        if best is None or key < best[0]:
-            best = (key, positions)
-    return _place(code, best[1] if best else None, line)
+    calls = [
+        positions for positions in _at_line(code, line, "CALL")
+        if positions.col_offset is not None and positions.end_col_offset is not None
+    ]
+    outermost = min(
+        calls, key=lambda p: (p.col_offset, -(p.end_lineno or line), -p.end_col_offset), default=None
+    )
+    return _place(code, outermost, line)
 
 
 def _span(place: FramePlace) -> tuple[int, int, int, int]:
