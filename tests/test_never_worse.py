@@ -1032,6 +1032,58 @@ def test_an_output_first_in_a_method_reading_no_attribute_of_its_instance_joins(
     assert "G203" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
 
 
+PRINT_OF_ARGUMENTS_FIRST = """
+import torch
+
+class Box:
+    def __init__(self, n):
+        self.n = n
+
+def f(x, items, box, step):
+    print("read", READ)
+    return x * 2 + 1
+"""
+
+# What the print reads, each a value that changes from call to call.
+# Graphs and breaks, and the reason the last trace kept the break: a number becomes
+# symbolic on its second value, and the recompiled frame keeps the break where the
+# first compilation made its resume function (G205).
+KEPT = {"list length": ((1, 4), "G203"), "attribute": ((1, 2), "G205"), "number argument": ((1, 2), "G205")}
+ARGUMENT_READS = {"list length": "len(items)", "attribute": "box.n", "number argument": "step"}
+
+
+def _graphs_and_breaks_over_changing_arguments(module) -> tuple[int, int]:
+    calls = [(torch.ones(3), [0] * call, module.Box(call), call) for call in range(4)]
+    return _graphs_and_breaks_over(module, calls)
+
+
+@pytest.mark.parametrize("read", sorted(ARGUMENT_READS))
+def test_an_output_first_reading_a_changing_argument_keeps_its_break(read):
+    """A print before any op of numbers read from the call's arguments (fuzz seed
+    851579): the original compiles that part again, with no graph, for each new value,
+    and runs the shared resume function; joined, each new value compiled the whole
+    graph again (2 graphs became 5 over four calls)."""
+    source = PRINT_OF_ARGUMENTS_FIRST.replace("READ", ARGUMENT_READS[read])
+    original, mended = _kept_as_the_original(source, _graphs_and_breaks_over_changing_arguments, *KEPT[read])
+    for call in range(3):
+        assert_equivalent(
+            lambda x, module=original: module.f(x, [0] * call, module.Box(call), call),
+            lambda x, module=mended: module.f(x, [0] * call, module.Box(call), call),
+            torch.ones(3), backends=("eager", "aot_eager"),
+        )
+
+
+def test_an_output_first_reading_an_argument_after_an_op_joins():
+    """G203's must-not row for arguments: with an op before the print, the original
+    compiles a graph for each new value too, and the mended frame no more."""
+    reset()
+    source = PRINT_OF_ARGUMENTS_FIRST.replace('print("read", READ)', 'x = x + 1\n    print("read", len(items), box.n, step)')
+    original, mended, _ = original_and_mended(source)
+    assert _graphs_and_breaks_over_changing_arguments(original) == (5, 4)
+    assert _graphs_and_breaks_over_changing_arguments(mended) == (4, 0)
+    assert "G203" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
+
+
 QUESTIONS_OF_COMPILING = """
 import torch
 

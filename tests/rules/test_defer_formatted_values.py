@@ -111,14 +111,13 @@ def test_a_formatted_python_value_joins_the_graph(name):
 # A tensor while tracing: an f-string or ``.format()`` of it is a format TorchDynamo
 # applies when the graph ends, so the call is handed back (D208) and keeps its break, as
 # the original; ``str``/``int`` of it breaks the graph at the conversion, in both (the
-# mended then has the call in the graph after it, the original a second break; after
-# ``int``, the resume function guards on the number's value, and the call, first in it,
+# resume function guards on the text's or the number's value, and the call, first in it,
 # keeps its break as the original's, G203); ``%`` of it makes TorchDynamo give up the
 # frame, in both. (original, mended) counts.
 TENSOR_WHILE_TRACING = {
     "fstring": ("logger.warning(f'n {n}')", (2, 1), (2, 1), True),
     "format_method": ("logger.warning('n {:>4}'.format(n))", (2, 1), (2, 1), True),
-    "str": ("print('n ' + str(n))", (2, 2), (2, 1), False),
+    "str": ("print('n ' + str(n))", (2, 2), (2, 2), False),
     "int": ("print('n', int(n))", (2, 2), (2, 2), False),
     "percent": ("print('n %s' % n)", (0, 1), (0, 1), False),
 }
@@ -240,7 +239,7 @@ class RaisesWhenFormatted:
 ADVERSARIES = {
     "format_prints": ("print(f'value {v:>2}')", PrintsWhenFormatted, (2, 2), (2, 1), "D208"),
     "format_method_prints": ("logger.warning('value {}'.format(v))", PrintsWhenFormatted, (2, 2), (2, 1), "D208"),
-    "str_prints": ("print('value ' + str(v))", PrintsWhenFormatted, (2, 3), (2, 1), None),
+    "str_prints": ("print('value ' + str(v))", PrintsWhenFormatted, (2, 3), (2, 2), "G203"),
     "percent_prints": ("print('value %s' % v)", PrintsWhenFormatted, (1, 2), (1, 2), "G302"),
     "format_raises": ("print(f'value {v}')", RaisesWhenFormatted, (1, 2), (1, 1), "D208"),
     "format_method_raises": ("logger.warning('value {:x}'.format(v))", RaisesWhenFormatted, (1, 2), (1, 1), "D208"),

@@ -422,7 +422,8 @@ _CONDITIONS = (
     (_G, WHILE_TRACING, "G203", "no_global_value_guarded_before_the_first_op",
      "graphmend.runtime.claims:no_global_value_guarded_before_the_first_op",
      "where the frame computes nothing before the statement, its trace guards on no module global's value "
-     "or length, nor on a number or string attribute of a local (`self.index`), nor, in a resume function, "
+     "or length, nor on a number or string reached from a local (`self.index`, an argument) or the length of "
+     "a container reached so (`len(items)`), nor, in a resume function, "
      "on a number the frame computed before its break (which, changing, would compile the mended frame's "
      "whole graph where the original's had none)"),
     (_G, WHILE_TRACING, "G204", "no_other_path_reaches_it_before_the_first_op",

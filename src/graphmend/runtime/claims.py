@@ -240,18 +240,19 @@ def undone_in_trace(output) -> dict:
 def _ops_and_guarded_globals(output) -> tuple[int, frozenset]:
     """How many of the program's ops the trace's graph holds, and the values it guards on
     that a program may change between calls: module globals, in a resume function the
-    Python numbers its frame computed before the break, and the number and string
-    attributes of the frame's locals (an instance whose method is called for others too)."""
+    Python numbers its frame computed before the break, and the numbers and strings
+    reached from the frame's locals, and their containers' lengths (an instance whose
+    method is called for others too, a function's arguments)."""
     from graphmend.torch_adapter.guards import (
         guarded_global_values,
-        guarded_input_attributes,
+        guarded_input_values,
         guarded_resumed_numbers,
     )
 
     guarded = (
         frozenset(guarded_global_values(output))
         | frozenset(guarded_resumed_numbers(output))
-        | frozenset(guarded_input_attributes(output))
+        | frozenset(guarded_input_values(output))
     )
     return program_op_count(output), guarded
 
@@ -346,11 +347,12 @@ def no_global_value_guarded_before_the_first_op(translator) -> str | None:
     length of a list it appends to: ``print("seen", len(SEEN))``; in a resume function, a
     number the frame computed before its break, ``n = t.sum().item()``; a number or string
     attribute of the frame's instance, ``print("expert", self.index)``, whose method runs
-    for every instance with a value of its own), the value changing makes TorchDynamo
+    for every instance with a value of its own; a number argument, or how many items a
+    list argument holds, ``print("items", len(items), box.n)``), the value changing makes TorchDynamo
     compile the frame again on each call, which for the original is a frame with no
     graph and for the mended one its whole graph, every time (fuzz seed 710001: 2 graphs
     became 6; 740080: experts printing their index, one graph per expert where the
-    original's resume function was shared). So the output keeps its break there, and that part
+    original's resume function was shared; 851579: 2 graphs became 5). So the output keeps its break there, and that part
     compiles as the original's does; the statements after it are decided in the resume
     function. Ops of graphmend's own runtime (``resumable_states.made_by_the_runtime``)
     are not the program's. Output only: the other claims are made before their test is

@@ -203,12 +203,17 @@ def _is_list_of_numbers(value) -> bool:
     )
 
 
-def guarded_input_attributes(output) -> list[str]:
-    """The names of the trace's guards on the value of an attribute (at any depth) of a
-    local of the traced frame that holds a Python number (not a bool) or a string
-    (``L['self'].index``): a method's code is shared by every instance of its class,
-    and TorchDynamo compiles it again for each value the attribute has among them."""
-    from torch._dynamo.source import AttrSource, LocalSource, NNModuleSource
+_LENGTH_KINDS = frozenset({"SEQUENCE_LENGTH", "LIST_LENGTH", "TUPLE_ITERATOR_LEN", "DICT_LENGTH"})
+
+
+def guarded_input_values(output) -> list[str]:
+    """The names of the trace's guards on a value reached from a local of the traced frame
+    (the local itself, an attribute or an item, at any depth) that holds a Python number
+    (not a bool) or a string (``L['self'].index``, ``L['step']``), or on how many items
+    such a value holds (``len(L['items'])``): a method's code is shared by every instance
+    of its class, a function's by every call, and TorchDynamo compiles it again for each
+    value among them. A bool (``self.training``) takes two values at most."""
+    from torch._dynamo.source import AttrSource, DictGetItemSource, GetItemSource, LocalSource, NNModuleSource
 
     root = getattr(output, "root_tx", None)
     values = getattr(root, "f_locals", None) or {}
@@ -221,19 +226,32 @@ def guarded_input_attributes(output) -> list[str]:
         if isinstance(source, AttrSource):
             base = value_of(source.base)
             return missing if base is missing else getattr(base, source.member, missing)
+        if isinstance(source, (GetItemSource, DictGetItemSource)):
+            index = source.index
+            if getattr(source, "index_is_slice", False) or not isinstance(index, (int, str)):
+                return missing
+            base = value_of(source.base)
+            if type(base) not in (list, tuple, dict):
+                return missing
+            try:
+                return base[index]
+            except (IndexError, KeyError, TypeError):
+                return missing
         if isinstance(source, LocalSource):
             return values.get(source.local_name, missing)
         return missing
 
     found = set()
     for guard, source in _value_guards(output):
-        if not isinstance(source, AttrSource):
-            continue
         try:
             value = value_of(source)
         except Exception:  # noqa: BLE001 - an attribute whose getter fails is not a number read
             continue
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        kind = getattr(guard.create_fn, "__name__", "")
+        if kind in _LENGTH_KINDS:
+            if type(value) in (list, tuple, dict):
+                found.add(f"len({guard.name})")
+        elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
             found.add(guard.name)
     return sorted(found)
 
