@@ -59,3 +59,27 @@ def test_a_frame_skipped_at_its_first_step_counts_as_its_break_alone():
     assert torch.equal(result, torch.full((2,), 2.0))
     assert [record.skips_frame for record in count.records] == [True]
     assert (count.frames_skipped, count.breaks) == (0, 1)
+
+
+def test_break_counts_noted_before_a_reset_are_not_put_back():
+    """After ``torch._dynamo.reset()`` TorchDynamo numbers frames from 0 again: the
+    counts noted when an earlier compilation with the same ids began must not be put back
+    when graphmend abandons an attempt of the new one (a test of counts run after others
+    counted the earlier compilation's breaks: 4 breaks where the program had 1)."""
+    from torch._guards import CompileContext, CompileId, compile_context
+
+    from graphmend.runtime.trace_restarts import _forget_break_counts_of_the_attempt, note_break_counts_at_compile_start
+    from graphmend.torch_adapter import graph_break_counters
+
+    counters = graph_break_counters()
+    counters.clear()
+    counters["graph_break"]["found by an earlier program"] = 4
+    with compile_context(CompileContext(CompileId(frame_id=0, frame_compile_id=0))):
+        note_break_counts_at_compile_start()
+    torch._dynamo.reset()
+    counters.clear()
+    with compile_context(CompileContext(CompileId(frame_id=0, frame_compile_id=0))):
+        note_break_counts_at_compile_start()
+        counters["graph_break"]["found by the abandoned attempt"] += 1
+        _forget_break_counts_of_the_attempt()
+    assert dict(counters["graph_break"]) == {}

@@ -31,11 +31,16 @@ def _compile_key():
 def note_break_counts_at_compile_start() -> None:
     """Keep TorchDynamo's graph-break counters (``counters["graph_break"]``, the count
     tests and users read) as they are when the compilation of a frame begins: keyed by
-    its frame and compile ids, the same over the attempts TorchDynamo restarts."""
+    its frame and compile ids, the same over the attempts TorchDynamo restarts. The first
+    attempt always notes them afresh: after ``torch._dynamo.reset()`` the ids start again
+    from 0, and the counts noted for an earlier compilation with the same ids would be
+    put back."""
     try:
         counters = torch_adapter.graph_break_counters()
         key = _compile_key()
-        if key is not None and key not in store.break_counts_at_compile_start:
+        if key is not None and (
+            key not in store.break_counts_at_compile_start or torch_adapter.current_compile_attempt() == 0
+        ):
             store.break_counts_at_compile_start.clear()
             store.break_counts_at_compile_start[key] = dict(counters["graph_break"])
     except Exception:  # noqa: BLE001 - counting must never change what TorchDynamo does

@@ -377,6 +377,16 @@ def current_compile_key() -> tuple | None:
     return (compile_id.frame_id, compile_id.frame_compile_id)
 
 
+def current_compile_attempt() -> int | None:
+    """Which attempt at the compilation being traced this is (0 for the first; TorchDynamo
+    counts its restarts), or None when not compiling or where this torch does not say."""
+    import torch
+
+    context = torch._guards.CompileContext.try_get()
+    attempt = getattr(context, "attempt", None)
+    return attempt if type(attempt) is int else None
+
+
 def reset_dynamo() -> None:
     """``torch._dynamo.reset()``: drop TorchDynamo's caches so the next call compiles afresh."""
     import torch._dynamo
