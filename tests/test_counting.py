@@ -68,7 +68,10 @@ def test_break_counts_noted_before_a_reset_are_not_put_back():
     counted the earlier compilation's breaks: 4 breaks where the program had 1)."""
     from torch._guards import CompileContext, CompileId, compile_context
 
-    from graphmend.runtime.trace_restarts import _forget_break_counts_of_the_attempt, note_break_counts_at_compile_start
+    from graphmend.runtime.trace_restarts import (
+        _forget_break_counts_of_the_attempt,
+        note_break_counts_at_compile_start,
+    )
     from graphmend.torch_adapter import graph_break_counters
 
     counters = graph_break_counters()

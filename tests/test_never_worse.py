@@ -1067,8 +1067,8 @@ def test_an_output_first_reading_a_changing_argument_keeps_its_break(read):
     original, mended = _kept_as_the_original(source, _graphs_and_breaks_over_changing_arguments, *KEPT[read])
     for call in range(3):
         assert_equivalent(
-            lambda x, module=original: module.f(x, [0] * call, module.Box(call), call),
-            lambda x, module=mended: module.f(x, [0] * call, module.Box(call), call),
+            lambda x, module=original, call=call: module.f(x, [0] * call, module.Box(call), call),
+            lambda x, module=mended, call=call: module.f(x, [0] * call, module.Box(call), call),
             torch.ones(3), backends=("eager", "aot_eager"),
         )
 

@@ -213,7 +213,13 @@ def guarded_input_values(output) -> list[str]:
     such a value holds (``len(L['items'])``): a method's code is shared by every instance
     of its class, a function's by every call, and TorchDynamo compiles it again for each
     value among them. A bool (``self.training``) takes two values at most."""
-    from torch._dynamo.source import AttrSource, DictGetItemSource, GetItemSource, LocalSource, NNModuleSource
+    from torch._dynamo.source import (
+        AttrSource,
+        DictGetItemSource,
+        GetItemSource,
+        LocalSource,
+        NNModuleSource,
+    )
 
     root = getattr(output, "root_tx", None)
     values = getattr(root, "f_locals", None) or {}
