@@ -323,6 +323,48 @@ def test_unused_draws_in_a_graph_that_records_autograd_are_kept_as_eagerly():
         _assert_bit_identical(_run(mended.f, make_args, backend), eager)
 
 
+HELPER_WITH_AN_UNUSED_DRAW_UNDER_A_GIVEN_UP_LOOP = """
+def noisy(t):
+    unused = t + torch.randn_like(t) * 0.1
+    return t * 0.5
+
+def f(x):
+    x = x * 2.0
+    print("between")
+    x = x + torch.randn_like(x) * 0.0
+    unused = torch.randn_like(x)
+    for step in range(3):
+        if x.sum().item() > 100.0:
+            x = x - 1.0
+        x = noisy(x)
+    return x
+"""
+
+
+def test_unused_draws_of_a_helper_compiled_under_mended_code_are_kept_as_eagerly():
+    """The loop's ``.item()`` makes TorchDynamo give up the mended frame, which then runs
+    eagerly and calls the helper, compiled as a frame of its own. Its unused draw, kept
+    in mended graphs alone, left the generator where neither eager nor the original
+    compiled leaves it (fuzz seed 852012: one of four unused draws kept). Compiled below
+    a mended frame, a graph keeps its draws too."""
+    original, mended = _pair(HELPER_WITH_AN_UNUSED_DRAW_UNDER_A_GIVEN_UP_LOOP)
+    make_args = lambda: (torch.ones(5),)  # noqa: E731
+    eager = _run(original.f, make_args)
+    for backend in ("eager", "aot_eager"):
+        _assert_bit_identical(_run(mended.f, make_args, backend), eager)
+
+
+def test_unused_draws_of_code_graphmend_left_alone_are_dropped_as_the_originals():
+    """The must-not row: with nothing rewritten, the graphs are the original's, and
+    AOTAutograd drops the unused draws as it does for the original compiled."""
+    source = HELPER_WITH_AN_UNUSED_DRAW_UNDER_A_GIVEN_UP_LOOP.replace('    print("between")\n', "")
+    original, mended, result = original_and_mended("import torch\n" + textwrap.dedent(source))
+    assert not result.changed
+    make_args = lambda: (torch.ones(5),)  # noqa: E731
+    assert not _run(mended.f, make_args, "aot_eager")[2].equal(_run(original.f, make_args)[2])
+    _assert_bit_identical(_run(mended.f, make_args, "aot_eager"), _run(original.f, make_args, "aot_eager"))
+
+
 def test_random_numbers_of_mended_code_under_inductor_are_eagers():
     """Inductor's own random numbers depend on the graph they are compiled in, which
     joining graphs changes (long fuzz run seeds 20100, 20325): mended code draws eager's."""

@@ -453,6 +453,12 @@ FIXED_LATER_FINDINGS = {
     # again and its resume function shared. G203 now counts a list argument's length
     # and a number argument.
     851579: "compiled:eager",
+    # The generator after the call stood where neither eager nor the original compiled
+    # left it under aot_eager: the loop's ``.item()`` made TorchDynamo give up the mended
+    # frame, and the helper it called, compiled as a frame of its own, dropped its unused
+    # draws, where the mended frame's graphs kept theirs. A graph compiled below a mended
+    # frame keeps its draws too.
+    852012: "compiled:aot_eager",
 }
 
 
