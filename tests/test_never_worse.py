@@ -1084,6 +1084,53 @@ def test_an_output_first_reading_an_argument_after_an_op_joins():
     assert "G203" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
 
 
+PRINT_IN_A_LOOP_BEFORE_AN_UNRESUMABLE_BREAK = """
+import torch
+import warnings
+
+def f(x, y):
+    h = y * 2.0 + 1.5
+    for i in range(1):
+        print("between", i)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                y = torch.relu(y) + 2.0
+        except UserWarning as error:
+            print("caught", error)
+    return h + y
+"""
+
+
+def test_a_claim_in_a_loop_before_a_break_torchdynamo_cannot_resume_from_is_refused():
+    """The original breaks at the print in a loop and TorchDynamo runs the frame
+    eagerly. Joined, the next break is inside a ``try`` in the same loop, where
+    TorchDynamo cannot resume: it compiled the frame up to the loop, a graph the original
+    did not have (fuzz seed 852031, under inductor: 7 graphs became 8). The claim is
+    refused in that frame (G310), which runs eagerly as the original's."""
+    reset()
+    original, mended, result = original_and_mended(PRINT_IN_A_LOOP_BEFORE_AN_UNRESUMABLE_BREAK)
+    assert all(finding.fixed for finding in result.findings if finding.rule == "Defer")
+    x, y = torch.ones(3), torch.ones(3)
+    assert graphs_and_breaks(original.f, x, y) == (0, 1)
+    assert graphs_and_breaks(mended.f, x, y) == (0, 1)
+    assert "G310" in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    assert_equivalent(original.f, mended.f, x, y, backends=("eager", "aot_eager"))
+
+
+def test_a_claim_outside_a_loop_before_a_break_torchdynamo_cannot_resume_from_joins():
+    """G310's must-not row for this restart: outside a loop the original compiled the
+    part before the print, and the mended frame compiles it with the print in it."""
+    reset()
+    source = PRINT_IN_A_LOOP_BEFORE_AN_UNRESUMABLE_BREAK.replace("    for i in range(1):\n", "    i = 0\n    if True:\n")
+    original, mended, _ = original_and_mended(source)
+    x, y = torch.ones(3), torch.ones(3)
+    assert graphs_and_breaks(original.f, x, y) == (1, 2)
+    assert graphs_and_breaks(mended.f, x, y) == (1, 1)
+    assert "G310" not in {condition_id(reason) for reason in store.trace_time_declines.values()}
+    assert_equivalent(original.f, mended.f, x, y, backends=("eager", "aot_eager"))
+
+
 QUESTIONS_OF_COMPILING = """
 import torch
 

@@ -402,6 +402,12 @@ OPEN_LATER_FINDINGS = {
     # ran the rest of it eagerly; mended, the sizes are decided values and both arms of a
     # later test of a written counter compile, a graph each.
     850079: "compiled:aot_eager",
+    # 1 graph and 2 breaks became 2 and 2 in ``helper2`` (a guard helper): its lowered
+    # guard's graph reads both arguments, where the original's graph before the guard's
+    # break read one; a later call passing one tensor as both fails that graph's guard on
+    # distinct inputs, and the helper compiles again, where the original's raise came
+    # before any code that read both.
+    852223: "compiled:eager",
 }
 
 
@@ -459,6 +465,13 @@ FIXED_LATER_FINDINGS = {
     # draws, where the mended frame's graphs kept theirs. A graph compiled below a mended
     # frame keeps its draws too.
     852012: "compiled:aot_eager",
+    # 7 graphs and 9 breaks became 8 and 9 in ``f`` under inductor: a print in a
+    # one-pass loop joined, and its frame, which the original gave up at the print (a
+    # break in a loop) and ran eagerly, compiled a graph up to the loop, where a later
+    # break inside ``warnings.catch_warnings()`` in a ``try`` could not be resumed from.
+    # Such a claim is now refused in its frame when TorchDynamo restarts to compile up to
+    # a break (G310).
+    852031: "compiled:inductor",
 }
 
 

@@ -323,7 +323,8 @@ def _restart_given_up_frame_without_claims(run):
         try:
             return run(self, *args, **kwargs)
         except SpeculationRestartAnalysis:
-            refused = refused_capture_reason(getattr(self.output, CLAIMS_ATTRIBUTE, None) or {})
+            claims = getattr(self.output, CLAIMS_ATTRIBUTE, None) or {}
+            refused = refused_capture_reason(claims) or _refuse_claims_of_a_frame_run_eagerly(self, claims)
             if refused is None:
                 raise
             raise restart(self.output, refused) from None
@@ -341,6 +342,29 @@ def _restart_given_up_frame_without_claims(run):
 
     wrapped._graphmend_wrapped = True
     return wrapped
+
+
+_BREAKS_LATER_REASON = failed(
+    "G310",
+    "the rest of the original frame ran eagerly, and the mended frame breaks later: TorchDynamo "
+    "would compile it up to an earlier point, a graph the original did not have"
+)
+
+
+def _refuse_claims_of_a_frame_run_eagerly(translator, claims) -> str | None:
+    """TorchDynamo restarts the trace to compile it up to a break (or, where it cannot
+    resume there, inside a ``try``, up to an earlier point, and to run the rest eagerly).
+    A claim whose original break made TorchDynamo give up the whole frame (a break in a
+    loop) then pays nothing: the rest of the frame still runs eagerly, or in resumed
+    frames, and the part compiled before is a graph the original did not have (fuzz
+    seed 852031: a print joined in a one-pass loop, and a break inside
+    ``warnings.catch_warnings()`` after it made the frame compile up to the loop). Such
+    claims are refused in this frame, which then runs as the original's. A break that
+    TorchDynamo compiles up to and resumes after is decided at the compile (G310)."""
+    eager = [claim.site for claim in claims.values() if claim.rest_ran_eagerly]
+    for site in eager:
+        refuse_in_frame(site, translator.f_code, _BREAKS_LATER_REASON)
+    return _BREAKS_LATER_REASON if eager else None
 
 
 _SIZE_NEEDED_REASON = failed("C301", "tracing needed the size the capture made on the host, so the capture removes no break")
