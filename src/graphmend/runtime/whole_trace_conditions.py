@@ -515,7 +515,9 @@ def rest_of_eager_frame_compiles_whole(graph_break: bool) -> str | None:
     its end: the graph's own checks then cover all of it. A break left after the claim
     would compile the rest in resumed frames that no check sees, whose ops fail while
     traced where the original raised the user's error eagerly, or whose random draws
-    are dropped."""
+    are dropped. A break TorchDynamo restarts the trace for, to compile up to an earlier
+    point where it cannot resume at the break, is judged at that restart
+    (``trace_hooks._refuse_claims_of_a_frame_run_eagerly``)."""
     if graph_break:
         return failed(
             "G310",
