@@ -408,8 +408,8 @@ OPEN_LATER_FINDINGS = {
     # distinct inputs, and the helper compiles again, where the original's raise came
     # before any code that read both.
     852223: "compiled:eager",
-    # Seeds from 853000, not yet reduced (each also on the code before 852012's fix
-    # where checked): 853007, under eager and aot_eager, a ZeroDivisionError raised in an
+    # Seeds from 853000, not yet reduced (853007 and 853129 also on the code before
+    # 852012's fix): 853007, under eager and aot_eager, a ZeroDivisionError raised in an
     # arm of a branch Where rewrote shows the ``if``'s line, not the arm's; the others
     # compile a graph more (853050: 11 graphs and 17 breaks became 12 and 16; 853129: 1
     # and 2 became 2 and 3; 853272: 36 and 30 became 38 and 32; 853279 under aot_eager: 12
