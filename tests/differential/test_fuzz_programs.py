@@ -408,6 +408,11 @@ OPEN_LATER_FINDINGS = {
     # distinct inputs, and the helper compiles again, where the original's raise came
     # before any code that read both.
     852223: "compiled:eager",
+    # The generator after the call stands where neither eager nor the original compiled
+    # leaves it under aot_eager: the loop's ``.item()`` made TorchDynamo give up the
+    # mended frame, and the helper it called, compiled as a frame of its own, drops its
+    # unused draws, where the mended frame's graphs keep theirs.
+    852012: "compiled:aot_eager",
     # Seeds from 853000, not yet reduced (853007 and 853129 also on the code before
     # 852012's fix): 853007, under eager and aot_eager, a ZeroDivisionError raised in an
     # arm of a branch Where rewrote shows the ``if``'s line, not the arm's; the others
@@ -470,12 +475,6 @@ FIXED_LATER_FINDINGS = {
     # again and its resume function shared. G203 now counts a list argument's length
     # and a number argument.
     851579: "compiled:eager",
-    # The generator after the call stood where neither eager nor the original compiled
-    # left it under aot_eager: the loop's ``.item()`` made TorchDynamo give up the mended
-    # frame, and the helper it called, compiled as a frame of its own, dropped its unused
-    # draws, where the mended frame's graphs kept theirs. A graph compiled below a mended
-    # frame keeps its draws too.
-    852012: "compiled:aot_eager",
     # 7 graphs and 9 breaks became 8 and 9 in ``f`` under inductor: a print in a
     # one-pass loop joined, and its frame, which the original gave up at the print (a
     # break in a loop) and ran eagerly, compiled a graph up to the loop, where a later

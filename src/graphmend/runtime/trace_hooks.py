@@ -31,14 +31,12 @@ cannot be made, and every claim is refused (``claims.trace_checks_unavailable``)
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import warnings
 
 import torch
 
 from graphmend.core.legality import failed
-from graphmend.rewrite.templates import reaches_runtime
 from graphmend.runtime.claims import (
     ALWAYS,
     CALL_BEGAN_ATTRIBUTE,
@@ -189,16 +187,8 @@ def _compile_joined_graph(self, graph_module, call_user_compiler, *args, **kwarg
     returned may be unused in the mended one, or the other way round. And inductor's
     own random numbers depend on the graph they are compiled in (its seeds and offsets),
     which joining graphs changes. With ``fallback_random`` the mended program draws the
-    numbers the original draws eagerly.
-
-    So does a graph compiled while mended code is running: a helper TorchDynamo compiles
-    as a frame of its own, called from a mended frame it gave up (a break in a loop). The
-    program's draws are then eager's in every graph, where keeping them in the mended
-    frame's graphs alone would leave the generator where neither eager nor the original
-    compiled leaves it (fuzz seed 852012: one of four unused draws kept)."""
-    if (
-        _compiled_from_mended_code(self) or _called_from_mended_code()
-    ) and graph_draws_random_numbers(graph_module, self):
+    numbers the original draws eagerly."""
+    if _compiled_from_mended_code(self) and graph_draws_random_numbers(graph_module, self):
         outputs = _return_dead_draws(graph_module, self)
         with ops.inductor_draws_as_eager():
             compiled = call_user_compiler(self, graph_module, *args, **kwargs)
@@ -218,17 +208,6 @@ def _compiled_from_mended_code(output) -> bool:
     root = getattr(output, "root_tx", None)
     codes = list(traced or ()) + ([root.f_code] if root is not None else [])
     return any(is_rewritten_code(code) for code in codes)
-
-
-def _called_from_mended_code() -> bool:
-    """Whether a frame of code graphmend rewrote is running below the compilation (the
-    caller of the frame TorchDynamo compiles, run eagerly)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if reaches_runtime(frame.f_code):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _return_dead_draws(graph_module, output) -> int | None:
