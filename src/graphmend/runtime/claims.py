@@ -239,19 +239,17 @@ def undone_in_trace(output) -> dict:
 
 def _ops_and_guarded_globals(output) -> tuple[int, frozenset]:
     """How many of the program's ops the trace's graph holds, and the values it guards on
-    that a program may change between calls: module globals, in a resume function the
-    Python numbers its frame computed before the break, and the numbers and strings
+    that a program may change between calls: module globals, and the numbers and strings
     reached from the frame's locals, and their containers' lengths (an instance whose
-    method is called for others too, a function's arguments)."""
+    method is called for others too, a function's arguments, in a resume function the
+    numbers its frame computed before the break)."""
     from graphmend.torch_adapter.guards import (
         guarded_global_values,
         guarded_input_values,
-        guarded_resumed_numbers,
     )
 
     guarded = (
         frozenset(guarded_global_values(output))
-        | frozenset(guarded_resumed_numbers(output))
         | frozenset(guarded_input_values(output))
     )
     return program_op_count(output), guarded

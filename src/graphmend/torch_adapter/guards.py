@@ -153,26 +153,6 @@ def _resume_function_locals(output) -> dict | None:
     return getattr(root, "f_locals", {}) or {}
 
 
-def guarded_resumed_numbers(output) -> list[str]:
-    """Where the trace is of one of TorchDynamo's resume functions: the names of its guards
-    on the value of a local that holds a Python number (not a bool), which the frame it
-    resumes computed before its break (``count = (x > 0).sum().item()``) and which may
-    differ on every call."""
-    from torch._dynamo.source import LocalSource
-
-    values = _resume_function_locals(output)
-    if values is None:
-        return []
-    found = set()
-    for guard, source in _value_guards(output):
-        if not isinstance(source, LocalSource):
-            continue
-        value = values.get(source.local_name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            found.add(guard.name)
-    return sorted(found)
-
-
 def guarded_resumed_lists(output) -> list[str]:
     """Where the trace is of one of TorchDynamo's resume functions: the names of its guards
     on the length or an item of a local that holds a list of Python numbers (or of such
